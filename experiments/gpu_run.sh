@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# The one script for the H200 machine: set up, then run the selected stages, each time-bounded, and print a
+# short summary table last. Runs from the repository root with $OUT set (results and logs go there too).
+#
+#   bash experiments/gpu_run.sh                      # stages from $MOK_STAGES (default: tests,bench,notebooks,train)
+#   MOK_STAGES=bench bash experiments/gpu_run.sh     # one stage
+#   bash experiments/gpu_run.sh tests bench          # stages as arguments
+#
+# Stages
+#   tests      python3 -m pytest -q -m gpu tests/            (every GPU test of every helper)
+#   bench      python3 -m mok.bench: $MOK_BENCH_SHAPES (default anchors,ep64), fwd+bwd, every backend that runs
+#   pushpull   experiments/push_pull.py (push vs pull kernels; the notebook stage measures this too)
+#   notebooks  notebooks/*.ipynb in full mode (re-measured: MOK_NOTEBOOK_REFRESH=1), executed copies in $OUT/notebooks
+#   train      experiments/train_tiny_moe.py (tokens/s per backend; bitwise loss curves, EP 1 vs EP 4)
+#
+# Environment
+#   MOK_STAGES            comma list of stages (arguments win)
+#   MOK_DEADLINE_S        seconds from start by which every stage must be done (default 560: the call's hard
+#                         limit is 600 s, and the summary and file transfer need the rest)
+#   MOK_TIMEOUT_<STAGE>   cap for one stage in seconds (TESTS 240, BENCH 300 or 540 with SonicMoE, PUSHPULL 120,
+#                         NOTEBOOKS 240, TRAIN 180); a stage also never runs past the deadline
+#   MOK_BENCH_SHAPES      shapes for the bench stage (presets/groups, see python3 -m mok.bench --help)
+#   MOK_BENCH_ARGS        extra arguments for the bench stage (e.g. "--iters 50 --backends torch,triton")
+#   MOK_SONIC_SHAPES      opt-in SonicMoE for these bench shapes (its JIT: ~7 min for the first shape, 1-2 min
+#                         per later one: use a call of its own, e.g. MOK_STAGES=bench MOK_BENCH_SHAPES=anchor-1
+#                         MOK_SONIC_SHAPES=anchor-1). Needs the bundle in .carry/sonic (carry it): see
+#                         ../shared/tools/sonic_bundle.sh
+#   MOK_PIP_INSTALL=1     pip install -e . (default: PYTHONPATH=. , which needs no install)
+#   MOK_PYTEST_ARGS       extra pytest arguments (e.g. "-k triton" or "tests/test_triton_gpu.py")
+#   MOK_GIT_COMMIT        recorded as the commit in every result (the GPU copy of the tree has no .git)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+START=$(date +%s)
+# Everything is written under $WORK and packed into one archive in $DEST at the end: the device tool returns at
+# most 8 files from $OUT, so logs, results and notebooks travel as $DEST/gpu_results.tgz.
+DEST=${OUT:-$ROOT/build}
+WORK=$ROOT/build/gpu_out
+rm -rf "$WORK" && mkdir -p "$WORK/logs" "$WORK/results"
+OUT=$WORK
+export OUT
+export PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never NVLink multicast
+# Compile caches in an ignored folder, which the GPU machine keeps between calls while it stays warm.
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$ROOT/build/mok-cache/triton}
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$ROOT/build/mok-cache/torch_extensions}
+export CUTE_DSL_CACHE_DIR=${CUTE_DSL_CACHE_DIR:-$ROOT/build/mok-cache/cute_dsl}
+DEADLINE=${MOK_DEADLINE_S:-560}
+
+if [ $# -gt 0 ]; then STAGES="$*"; else STAGES=${MOK_STAGES:-tests,bench,notebooks,train}; fi
+STAGES=${STAGES//,/ }
+SUMMARY=()
+
+elapsed() { echo $(( $(date +%s) - START )); }
+
+# run_stage NAME CAP COMMAND...: run with a time limit of min(CAP, time left before the deadline), log to
+# $OUT/logs/NAME.log, print the elapsed time, and record a summary row. Never exits the script.
+run_stage() {
+  local name=$1 cap=$2; shift 2
+  local left=$(( DEADLINE - $(elapsed) ))
+  local limit=$(( cap < left ? cap : left ))
+  if [ "$limit" -lt 20 ]; then
+    echo "=== $name: skipped (only ${left}s left before the ${DEADLINE}s deadline)"
+    SUMMARY+=("$(printf '%-10s %-8s %6s  %s' "$name" skipped - "no time left")")
+    return
+  fi
+  echo "=== $name: start at +$(elapsed)s, limit ${limit}s"
+  local t0=$(date +%s)
+  timeout --signal=TERM --kill-after=10 "$limit" "$@" 2>&1 | tee "$OUT/logs/$name.log"
+  local rc=${PIPESTATUS[0]}
+  local took=$(( $(date +%s) - t0 ))
+  local status=ok
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then status=timeout; elif [ "$rc" -ne 0 ]; then status="rc=$rc"; fi
+  echo "=== $name: $status after ${took}s (total +$(elapsed)s)"
+  SUMMARY+=("$(printf '%-10s %-8s %5ss  %s' "$name" "$status" "$took" "$(tail -n 1 "$OUT/logs/$name.log" | cut -c1-90)")")
+}
+
+# ---- setup -------------------------------------------------------------------------------------------------
+echo "=== setup: +$(elapsed)s"
+python3 - <<'PY' 2>&1 | tee "$OUT/logs/setup.log"
+import torch, triton, sys
+print(f"python {sys.version.split()[0]}, torch {torch.__version__}, triton {triton.__version__}, "
+      f"cuda {torch.version.cuda}, gpus {torch.cuda.device_count()}")
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print(f"gpu 0: {p.name}, {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB")
+PY
+if [ "${MOK_PIP_INSTALL:-0}" = 1 ]; then
+  python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -n 3
+else
+  export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+fi
+SONIC_ARGS=(--no-sonic)
+if [ -n "${MOK_SONIC_SHAPES:-}" ]; then
+  if [ -f .carry/sonic/libs_base.tar.xz ]; then
+    t0=$(date +%s)
+    if [ ! -d /tmp/sonic/sonicmoe ]; then
+      mkdir -p /tmp/sonic && tar xJf .carry/sonic/libs_base.tar.xz -C /tmp/sonic \
+        && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/sonic .carry/sonic/*.whl
+    fi
+    export PYTHONPATH=/tmp/sonic:/tmp/sonic/nvidia_cutlass_dsl/python_packages:${PYTHONPATH:-}
+    python3 -c "import sonicmoe; print('SonicMoE', getattr(sonicmoe, '__version__', '?'), 'imports')" \
+      && SONIC_ARGS=(--sonic --sonic-shapes "$MOK_SONIC_SHAPES")
+    echo "=== setup: SonicMoE unpacked in $(( $(date +%s) - t0 ))s"
+  else
+    echo "=== setup: MOK_SONIC_SHAPES is set but .carry/sonic/libs_base.tar.xz is missing: SonicMoE skipped"
+  fi
+fi
+echo "=== setup: done at +$(elapsed)s"
+
+# ---- stages ------------------------------------------------------------------------------------------------
+for stage in $STAGES; do
+  case $stage in
+    tests)
+      # shellcheck disable=SC2086
+      run_stage tests "${MOK_TIMEOUT_TESTS:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        ${MOK_PYTEST_ARGS:-tests/} ;;
+    bench)
+      cap=${MOK_TIMEOUT_BENCH:-300}
+      [ "${SONIC_ARGS[0]}" = --sonic ] && cap=${MOK_TIMEOUT_BENCH:-540}
+      # shellcheck disable=SC2086
+      run_stage bench "$cap" python3 -m mok.bench --shapes "${MOK_BENCH_SHAPES:-anchors,ep64}" --passes fwd,bwd \
+        --max-seconds 8 "${SONIC_ARGS[@]}" ${MOK_BENCH_ARGS:-} ;;
+    pushpull)
+      run_stage pushpull "${MOK_TIMEOUT_PUSHPULL:-120}" python3 experiments/push_pull.py ;;
+    notebooks)
+      run_stage notebooks "${MOK_TIMEOUT_NOTEBOOKS:-240}" env MOK_NOTEBOOK_MODE=full MOK_NOTEBOOK_REFRESH=1 \
+        python3 -m mok.bench.notebook_runner notebooks/push_vs_pull.ipynb notebooks/sm_wave_threshold.ipynb \
+        notebooks/overlap_granularity.ipynb --out-dir "$OUT/notebooks" --timeout 200 ;;
+    train)
+      run_stage train "${MOK_TIMEOUT_TRAIN:-180}" python3 experiments/train_tiny_moe.py ;;
+    *)
+      echo "=== unknown stage '$stage' (tests, bench, pushpull, notebooks, train)"
+      SUMMARY+=("$(printf '%-10s %-8s %6s  %s' "$stage" unknown - "")") ;;
+  esac
+done
+
+# ---- summary (last, so the reply's tail carries it) --------------------------------------------------------
+echo
+echo "=================== summary (+$(elapsed)s) ==================="
+if [ -f "$OUT/results/bench_latest.json" ]; then
+  python3 -m mok.bench --summarize "$OUT/results/bench_latest.json" 2>&1 | grep -E "^geomean|^bench" | head -n 24
+fi
+if [ -f "$OUT/results/train_tiny_moe.json" ]; then
+  python3 - "$OUT/results/train_tiny_moe.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for r in doc["summary"]:
+    ep = "n/a" if r["ep_bitwise"] is None else ("yes" if r["ep_bitwise"] else "NO")
+    print(f"train {r['backend']:<10} {r['tokens_per_s'] or 0:12,.0f} tok/s  repeat bitwise "
+          f"{'yes' if r['repeat_bitwise'] else 'NO'}  EP1=EP{doc['ep_compared']} {ep}")
+PY
+fi
+grep -hE "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$OUT/logs/tests.log" 2>/dev/null | tail -n 8
+for row in "${SUMMARY[@]}"; do echo "stage $row"; done
+tar czf "$DEST/gpu_results.tgz" -C "$WORK" . && echo "packed: $DEST/gpu_results.tgz ($(du -h "$DEST/gpu_results.tgz" | cut -f1))"

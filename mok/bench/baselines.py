@@ -1,0 +1,75 @@
+"""Baselines timed in the same run as mok: the PyTorch layer and SonicMoE.
+
+* The **PyTorch** baseline is mok's own backend ``"torch"`` (argsort, ``torch._grouped_mm``, ``index_add``;
+  :mod:`mok.backends.torch_grouped`), so it is timed through exactly the same code path as every mok backend.
+* **SonicMoE** (sonic-moe 0.1.2.post1, the strongest public single-GPU MoE kernel for Hopper) is used when it
+  imports. It brings its own router: ``MoE(...)(x)`` routes internally, so its timing always **includes its
+  router** (a ``[T, H] x [H, E]`` GEMM, softmax and top-k). mok's harness times its own backends with the router
+  too by default (``--router include``), so the ratios compare the same work. SonicMoE's first call of a new
+  shape JIT-compiles its kernels (about 7 minutes for the first shape on an H200, 1-2 minutes for each later
+  one), which the warm-up absorbs.
+
+The GPU machine cannot reach a package registry: ``../shared/tools/sonic_bundle.sh`` packs SonicMoE into
+``.carry/sonic`` and ``experiments/gpu_run.sh`` unpacks it onto ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..config import MoEShape
+
+SONIC_NAME = "sonicmoe"
+SONIC_NOTE = "SonicMoE's whole layer, its own router included"
+
+
+def sonic_available() -> tuple[bool, str]:
+    """``(True, version)`` if SonicMoE imports, else ``(False, why)``."""
+    try:
+        import sonicmoe  # noqa: F401
+        from sonicmoe import KernelBackendMoE, MoE  # noqa: F401
+        from sonicmoe.enums import ActivationType  # noqa: F401
+    except Exception as err:  # ImportError, or a CUDA/DSL error raised at import
+        return False, f"{type(err).__name__}: {err}"
+    return True, str(getattr(sonicmoe, "__version__", "unknown version"))
+
+
+class SonicLayer:
+    """A SonicMoE layer of one shape, with its inputs and the two calls the harness times.
+
+    Args:
+        shape: T, H, I, E, K of the problem.
+        device: a CUDA device (SonicMoE runs on Hopper/Blackwell only).
+        n_sets: input sets to rotate through (only ``x`` and the output gradient rotate; the weights are far
+            larger than the L2 cache at the benchmark shapes).
+        seed: for the inputs (SonicMoE initialises its weights itself with std 0.02, as in its examples).
+    """
+
+    def __init__(self, shape: MoEShape, device: torch.device, n_sets: int = 3, seed: int = 0) -> None:
+        from sonicmoe import KernelBackendMoE, MoE
+        from sonicmoe.enums import ActivationType
+
+        torch.manual_seed(seed)
+        self.kernel_backend = KernelBackendMoE.sonicmoe
+        self.module = MoE(shape.num_experts, shape.top_k, shape.hidden, shape.intermediate,
+                          ActivationType.SWIGLU, False, 0.02).to(device=device, dtype=torch.bfloat16)
+        gen = torch.Generator(device=device).manual_seed(seed)
+        self.xs = [torch.randn(shape.tokens, shape.hidden, device=device, dtype=torch.bfloat16, generator=gen)
+                   .requires_grad_(True) for _ in range(n_sets)]
+        self.grads = [torch.randn(shape.tokens, shape.hidden, device=device, dtype=torch.bfloat16, generator=gen)
+                      for _ in range(n_sets)]
+        self.params = [p for p in self.module.parameters() if p.requires_grad]
+
+    def forward(self, i: int) -> torch.Tensor:
+        out, _aux_loss = self.module(self.xs[i], kernel_backend_moe=self.kernel_backend)
+        return out
+
+    def forward_backward(self, i: int):
+        out = self.forward(i)
+        return torch.autograd.grad(out, [self.xs[i], *self.params], self.grads[i])
+
+    def calls(self) -> dict[str, Callable[[int], object]]:
+        """``{"fwd": f, "fwd+bwd": g}``: functions of the input-set index, as the harness times them."""
+        return {"fwd": self.forward, "fwd+bwd": self.forward_backward}

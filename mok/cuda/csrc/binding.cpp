@@ -1,0 +1,130 @@
+// Torch binding of the SM90 MoE forward: checks tensors, fills Sm90MoeProblem, launches on the current
+// stream. All allocation and schedule building happens in Python (mok/cuda/backend.py); this file only
+// validates what the kernel will assume and forwards raw pointers.
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <torch/extension.h>
+
+#include <string>
+
+#include "mok/launch.cuh"
+
+namespace {
+
+void check_tensor(const at::Tensor& t, const char* name, at::ScalarType dtype, const at::Device& device) {
+  TORCH_CHECK(t.defined(), name, " is undefined");
+  TORCH_CHECK(t.device() == device, name, " must be on ", device, ", got ", t.device());
+  TORCH_CHECK(t.scalar_type() == dtype, name, " must have dtype ", dtype, ", got ", t.scalar_type());
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
+}
+
+void check_shape(const at::Tensor& t, const char* name, std::initializer_list<int64_t> shape) {
+  TORCH_CHECK(t.sizes().equals(shape), name, " must have shape ", at::IntArrayRef(shape), ", got ", t.sizes());
+}
+
+// Launch the forward. Shapes (R ranks, C = capacity rows per rank, E experts, H hidden, I intermediate):
+//   src_rank, src_slot [R, C] int32; tile_expert [R, C/128] int32; segment_offsets [R, E/R + 1] int32
+//   x_ptrs, weight_ptrs, combine_ptrs, out_ptrs [R] int64 (peer pointer tables)
+//   w_gate, w_up [E, I, H] bf16; w_down [E, H, I] bf16
+//   ring_x [R * ring_rows, H] bf16; ring_h [R * ring_rows, I] bf16
+//   counters [counter_ints(R, C, minibatch_rows)] int32; error [error_words()] int32
+void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
+             const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
+             const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
+             const at::Tensor& w_up, const at::Tensor& w_down, const at::Tensor& ring_x, const at::Tensor& ring_h,
+             const at::Tensor& counters, const at::Tensor& error, int64_t tokens_per_rank, int64_t top_k,
+             int64_t minibatch_rows, int64_t variant, int64_t num_ctas, double timeout_s) {
+  const at::Device device = w_gate.device();
+  TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
+  const c10::cuda::CUDAGuard guard(device);
+  int major = 0;
+  TORCH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index()) == cudaSuccess,
+              "could not query the compute capability of ", device);
+  TORCH_CHECK(major == 9, "the SM90 MoE forward needs a Hopper GPU (compute capability 9.x), got major ", major);
+
+  for (auto [t, name] : {std::pair{&src_rank, "src_rank"}, {&src_slot, "src_slot"}, {&tile_expert, "tile_expert"},
+                         {&segment_offsets, "segment_offsets"}, {&counters, "counters"}, {&error, "error"}}) {
+    check_tensor(*t, name, at::kInt, device);
+  }
+  for (auto [t, name] : {std::pair{&x_ptrs, "x_ptrs"}, {&weight_ptrs, "weight_ptrs"},
+                         {&combine_ptrs, "combine_ptrs"}, {&out_ptrs, "out_ptrs"}}) {
+    check_tensor(*t, name, at::kLong, device);
+  }
+  for (auto [t, name] : {std::pair{&w_gate, "w_gate"}, {&w_up, "w_up"}, {&w_down, "w_down"},
+                         {&ring_x, "ring_x"}, {&ring_h, "ring_h"}}) {
+    check_tensor(*t, name, at::kBFloat16, device);
+  }
+
+  TORCH_CHECK(src_rank.dim() == 2, "src_rank must be [R, capacity]");
+  const int64_t R = src_rank.size(0), capacity = src_rank.size(1);
+  TORCH_CHECK(w_gate.dim() == 3, "w_gate must be [E, I, H]");
+  const int64_t E = w_gate.size(0), I = w_gate.size(1), H = w_gate.size(2);
+  TORCH_CHECK(R >= 1 && E % R == 0, "the expert count E=", E, " must be a multiple of the rank count R=", R);
+  TORCH_CHECK(capacity % 128 == 0, "schedule capacity must be a multiple of 128 (the tile height), got ", capacity);
+  check_shape(src_slot, "src_slot", {R, capacity});
+  check_shape(tile_expert, "tile_expert", {R, capacity / 128});
+  check_shape(segment_offsets, "segment_offsets", {R, E / R + 1});
+  for (auto [t, name] : {std::pair{&x_ptrs, "x_ptrs"}, {&weight_ptrs, "weight_ptrs"},
+                         {&combine_ptrs, "combine_ptrs"}, {&out_ptrs, "out_ptrs"}}) {
+    check_shape(*t, name, {R});
+  }
+  check_shape(w_up, "w_up", {E, I, H});
+  check_shape(w_down, "w_down", {E, H, I});
+  TORCH_CHECK(ring_x.dim() == 2 && ring_x.size(1) == H && ring_x.size(0) % R == 0,
+              "ring_x must be [R * ring_rows, H=", H, "], got ", ring_x.sizes());
+  const int64_t ring_rows = ring_x.size(0) / R;
+  check_shape(ring_h, "ring_h", {R * ring_rows, I});
+  const int64_t needed = mok::sm90::sm90_moe_counter_ints(static_cast<int>(R), static_cast<int>(capacity),
+                                                          static_cast<int>(minibatch_rows));
+  TORCH_CHECK(counters.dim() == 1 && counters.numel() >= needed, "counters must hold ", needed, " int32");
+  TORCH_CHECK(error.dim() == 1 && error.numel() >= mok::sm90::sm90_moe_error_words(), "error must hold ",
+              mok::sm90::sm90_moe_error_words(), " int32");
+  TORCH_CHECK(variant == 0 || variant == 1, "variant must be 0 (simple) or 1 (pipelined), got ", variant);
+
+  mok::sm90::Sm90MoeProblem q;
+  q.num_ranks = static_cast<int>(R);
+  q.tokens_per_rank = static_cast<int>(tokens_per_rank);
+  q.top_k = static_cast<int>(top_k);
+  q.hidden = static_cast<int>(H);
+  q.intermediate = static_cast<int>(I);
+  q.num_experts = static_cast<int>(E);
+  q.capacity = static_cast<int>(capacity);
+  q.minibatch_rows = static_cast<int>(minibatch_rows);
+  q.ring_rows = static_cast<int>(ring_rows);
+  q.src_rank = src_rank.data_ptr<int32_t>();
+  q.src_slot = src_slot.data_ptr<int32_t>();
+  q.tile_expert = tile_expert.data_ptr<int32_t>();
+  q.segment_offsets = segment_offsets.data_ptr<int32_t>();
+  q.x_ptrs = x_ptrs.data_ptr<int64_t>();
+  q.weight_ptrs = weight_ptrs.data_ptr<int64_t>();
+  q.combine_ptrs = combine_ptrs.data_ptr<int64_t>();
+  q.out_ptrs = out_ptrs.data_ptr<int64_t>();
+  q.w_gate = w_gate.data_ptr();
+  q.w_up = w_up.data_ptr();
+  q.w_down = w_down.data_ptr();
+  q.ring_x = ring_x.data_ptr();
+  q.ring_h = ring_h.data_ptr();
+  q.counters = counters.data_ptr<int32_t>();
+  q.error = error.data_ptr<int32_t>();
+  q.variant = variant == 1 ? mok::sm90::Sm90Variant::kPipelined : mok::sm90::Sm90Variant::kSimple;
+  q.num_ctas = static_cast<int>(num_ctas);
+  q.timeout_s = timeout_s;
+
+  char message[512] = {0};
+  const int rc = mok::sm90::sm90_moe_forward(q, c10::cuda::getCurrentCUDAStream(device.index()).stream(), message,
+                                             sizeof(message));
+  TORCH_CHECK(rc == 0, "mok SM90 MoE forward: ", message);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "mok SM90 MoE forward megakernel";
+  m.def("forward", &forward, "Launch the SM90 MoE forward megakernel on the current stream (see binding.cpp)");
+  m.def("counter_ints", &mok::sm90::sm90_moe_counter_ints, "int32 words of the counter block",
+        pybind11::arg("num_ranks"), pybind11::arg("capacity"), pybind11::arg("minibatch_rows"));
+  m.def("error_words", &mok::sm90::sm90_moe_error_words, "int32 words of the error record");
+  m.def("shared_memory_bytes", &mok::sm90::sm90_moe_shared_memory_bytes, "dynamic shared memory per CTA");
+}

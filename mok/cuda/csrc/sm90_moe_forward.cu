@@ -1,0 +1,205 @@
+// Host side of the SM90 MoE forward: checks, TMA descriptors, counter reset, launch. No torch here, so CI
+// compiles this file with plain nvcc (tests/test_cuda_compile.py).
+//
+// Instantiations: Sm90Tiles x {simple, pipelined}. Nothing else is templated, to keep the JIT build short.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+
+#include "mok/launch.cuh"
+#include "mok/sm90_moe_forward.cuh"
+
+namespace mok::sm90 {
+namespace {
+
+using Tiles = Sm90Tiles;
+
+int fail(char* message, size_t message_len, const char* format, ...) {
+  if (message != nullptr && message_len > 0) {
+    va_list args;
+    va_start(args, format);
+    vsnprintf(message, message_len, format, args);
+    va_end(args);
+  }
+  return 1;
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point: no link against libcuda needed.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiledFn encode_tiled_fn() {
+  static EncodeTiledFn fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status) !=
+            cudaSuccess ||
+        status != cudaDriverEntryPointSuccess) {
+      ptr = nullptr;
+    }
+    return reinterpret_cast<EncodeTiledFn>(ptr);
+  }();
+  return fn;
+}
+
+// A 2-D bf16 row-major matrix [rows, cols] read in boxes of {64 columns, box_rows rows}, 128B swizzle.
+bool encode_bf16_2d(CUtensorMap* map, const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows,
+                    char* message, size_t message_len, const char* what) {
+  EncodeTiledFn fn = encode_tiled_fn();
+  if (fn == nullptr) {
+    fail(message, message_len, "cuTensorMapEncodeTiled is unavailable from the CUDA driver");
+    return false;
+  }
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {cols * 2};  // bytes between rows
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(Tiles::kBlockK), box_rows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult rc = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
+                         element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (rc != CUDA_SUCCESS) {
+    fail(message, message_len, "cuTensorMapEncodeTiled failed for %s (rows=%llu cols=%llu box_rows=%u): CUresult %d",
+         what, static_cast<unsigned long long>(rows), static_cast<unsigned long long>(cols), box_rows,
+         static_cast<int>(rc));
+    return false;
+  }
+  return true;
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+int64_t sm90_moe_counter_ints(int num_ranks, int capacity, int minibatch_rows) {
+  if (num_ranks <= 0 || capacity <= 0 || minibatch_rows <= 0) return 0;
+  const int tiles_per_rank = capacity / Tiles::kBlockM;
+  const int max_minibatches = ceil_div(capacity, minibatch_rows);
+  return CounterLayout::make(num_ranks, tiles_per_rank, max_minibatches).total;
+}
+
+int sm90_moe_error_words() { return kErrorWords; }
+
+int sm90_moe_shared_memory_bytes() { return shared_storage_bytes<Tiles>(); }
+
+int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message, size_t message_len) {
+  // ---- sizes and divisibility (the kernel's assumptions, each with the reason) ----
+  if (q.num_ranks < 1 || q.num_ranks > Tiles::kMaxRanks)
+    return fail(message, message_len, "num_ranks must be in [1, %d], got %d", Tiles::kMaxRanks, q.num_ranks);
+  if (q.tokens_per_rank < 1 || q.top_k < 1)
+    return fail(message, message_len, "tokens_per_rank (%d) and top_k (%d) must be >= 1", q.tokens_per_rank, q.top_k);
+  if (q.hidden < Tiles::kBlockK || q.hidden % Tiles::kBlockK != 0)
+    return fail(message, message_len, "hidden (H=%d) must be a positive multiple of %d (the GEMM K block)",
+                q.hidden, Tiles::kBlockK);
+  if (q.intermediate < Tiles::kBlockK || q.intermediate % Tiles::kBlockK != 0)
+    return fail(message, message_len, "intermediate (I=%d) must be a positive multiple of %d (the down GEMM K block)",
+                q.intermediate, Tiles::kBlockK);
+  if (q.num_experts < q.num_ranks || q.num_experts % q.num_ranks != 0)
+    return fail(message, message_len, "num_experts (%d) must be a multiple of num_ranks (%d)", q.num_experts,
+                q.num_ranks);
+  if (q.capacity <= 0 || q.capacity % Tiles::kBlockM != 0)
+    return fail(message, message_len, "capacity (%d) must be a positive multiple of %d (the tile height)", q.capacity,
+                Tiles::kBlockM);
+  if (q.minibatch_rows <= 0 || q.minibatch_rows % Tiles::kBlockM != 0)
+    return fail(message, message_len, "minibatch_rows (%d) must be a positive multiple of %d", q.minibatch_rows,
+                Tiles::kBlockM);
+  if (q.ring_rows <= 0 || q.ring_rows % q.minibatch_rows != 0)
+    return fail(message, message_len, "ring_rows (%d) must be a positive multiple of minibatch_rows (%d)",
+                q.ring_rows, q.minibatch_rows);
+
+  // ---- 32-bit index ranges (TMA coordinates and tickets are int32) ----
+  const long long ring_total = static_cast<long long>(q.num_ranks) * q.ring_rows;
+  const long long weight_rows = static_cast<long long>(q.num_experts) * (q.intermediate > q.hidden ? q.intermediate : q.hidden);
+  const int tiles_per_rank = q.capacity / Tiles::kBlockM;
+  const int gate_up_nblocks = ceil_div(q.intermediate, Tiles::kHalfN);
+  const int down_nblocks = ceil_div(q.hidden, Tiles::kBlockN);
+  const int combine_blocks = ceil_div(q.tokens_per_rank, Tiles::kCombineTokens);
+  const long long tickets = static_cast<long long>(q.num_ranks) * tiles_per_rank * (1 + gate_up_nblocks + down_nblocks) +
+                            static_cast<long long>(q.num_ranks) * combine_blocks;
+  const long long pushed = static_cast<long long>(q.tokens_per_rank) * q.top_k * down_nblocks;
+  if (ring_total >= (1ll << 31) || weight_rows >= (1ll << 31) || tickets >= (1ll << 31) || pushed >= (1ll << 31))
+    return fail(message, message_len, "problem too large for 32-bit tile coordinates or counters");
+
+  // ---- pointers ----
+  const void* required[] = {q.src_rank, q.src_slot, q.tile_expert, q.segment_offsets, q.x_ptrs, q.weight_ptrs,
+                            q.combine_ptrs, q.out_ptrs, q.w_gate, q.w_up, q.w_down, q.ring_x, q.ring_h,
+                            q.counters, q.error};
+  for (const void* ptr : required) {
+    if (ptr == nullptr) return fail(message, message_len, "a required device pointer is null");
+    if (!aligned16(ptr)) return fail(message, message_len, "device pointers must be 16-byte aligned (TMA, uint4 copies)");
+  }
+
+  // ---- parameters ----
+  Sm90MoeParams p{};
+  p.num_ranks = q.num_ranks;
+  p.tokens_per_rank = q.tokens_per_rank;
+  p.top_k = q.top_k;
+  p.hidden = q.hidden;
+  p.intermediate = q.intermediate;
+  p.num_local_experts = q.num_experts / q.num_ranks;
+  p.capacity = q.capacity;
+  p.tiles_per_rank = tiles_per_rank;
+  p.minibatch_rows = q.minibatch_rows;
+  p.tiles_per_minibatch = q.minibatch_rows / Tiles::kBlockM;
+  p.ring_rows = q.ring_rows;
+  p.ring_slots = q.ring_rows / q.minibatch_rows;
+  p.max_minibatches = ceil_div(q.capacity, q.minibatch_rows);
+  p.gate_up_nblocks = gate_up_nblocks;
+  p.down_nblocks = down_nblocks;
+  p.combine_blocks = combine_blocks;
+  p.src_rank = q.src_rank;
+  p.src_slot = q.src_slot;
+  p.tile_expert = q.tile_expert;
+  p.segment_offsets = q.segment_offsets;
+  p.x_ptrs = reinterpret_cast<const long long*>(q.x_ptrs);
+  p.weight_ptrs = reinterpret_cast<const long long*>(q.weight_ptrs);
+  p.combine_ptrs = reinterpret_cast<const long long*>(q.combine_ptrs);
+  p.out_ptrs = reinterpret_cast<const long long*>(q.out_ptrs);
+  p.ring_x = q.ring_x;
+  p.ring_h = q.ring_h;
+  p.counters = q.counters;
+  p.error = q.error;
+  p.ctr = CounterLayout::make(q.num_ranks, tiles_per_rank, p.max_minibatches);
+  p.timeout_ns = static_cast<unsigned long long>((q.timeout_s > 0 ? q.timeout_s : 10.0) * 1e9);
+
+  const uint64_t E = static_cast<uint64_t>(q.num_experts);
+  const uint64_t H = static_cast<uint64_t>(q.hidden);
+  const uint64_t I = static_cast<uint64_t>(q.intermediate);
+  if (!encode_bf16_2d(&p.tmap_ring_x, q.ring_x, ring_total, H, Tiles::kBlockM, message, message_len, "ring x") ||
+      !encode_bf16_2d(&p.tmap_ring_h, q.ring_h, ring_total, I, Tiles::kBlockM, message, message_len, "ring h") ||
+      !encode_bf16_2d(&p.tmap_w_gate, q.w_gate, E * I, H, Tiles::kHalfN, message, message_len, "w_gate") ||
+      !encode_bf16_2d(&p.tmap_w_up, q.w_up, E * I, H, Tiles::kHalfN, message, message_len, "w_up") ||
+      !encode_bf16_2d(&p.tmap_w_down, q.w_down, E * H, I, Tiles::kBlockN, message, message_len, "w_down")) {
+    return 1;
+  }
+
+  // ---- launch: reset, then the persistent kernel ----
+  int device = 0, num_sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return fail(message, message_len, "could not query the current device");
+  }
+  const int grid = q.num_ctas > 0 ? q.num_ctas : num_sms;
+  const int smem = shared_storage_bytes<Tiles>();
+
+  const int reset_blocks = ceil_div(p.ctr.total, 256) < 1024 ? ceil_div(p.ctr.total, 256) : 1024;
+  sm90_moe_reset_kernel<<<reset_blocks, 256, 0, stream>>>(q.counters, p.ctr.total, q.error, kErrorWords);
+
+  auto kernel = q.variant == Sm90Variant::kPipelined ? sm90_moe_forward_kernel<Tiles, true>
+                                                     : sm90_moe_forward_kernel<Tiles, false>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess)
+    return fail(message, message_len, "cudaFuncSetAttribute(max dynamic smem = %d) failed: %s", smem,
+                cudaGetErrorString(err));
+  kernel<<<grid, Tiles::kNumThreads, smem, stream>>>(p);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return fail(message, message_len, "kernel launch failed: %s", cudaGetErrorString(err));
+  return 0;
+}
+
+}  // namespace mok::sm90

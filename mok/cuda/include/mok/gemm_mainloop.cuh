@@ -1,0 +1,225 @@
+// The GEMM mainloop: TMA producer and wgmma consumers around a shared-memory stage ring.
+//
+// One tile is 128 rows x 256 accumulator columns x K, in K blocks of 64. Per stage the producer thread
+// lands an A box (128 rows x 64, 16 KB) and a B tile (256 rows x 64, 32 KB: one 256-row box for the
+// down GEMM, or a 128-row gate box and a 128-row up box for the gate/up GEMM) on the stage's `full`
+// mbarrier; each consumer warpgroup multiplies its 64 rows of A with all of B (wgmma m64n256k16, both
+// operands K-major from shared memory, fp32 accumulators in 128 registers per thread), then arrives on the
+// stage's `empty` mbarrier (one arrival per consumer warp). The K order is fixed (k-block ascending, four
+// k16 steps each), so a row's result never depends on anything but that row: the determinism contract.
+//
+// Accumulator layout of wgmma m64nNk16 (fp32), thread t of the warpgroup (warp w = t/32, lane l):
+//   d[4*j + 2*i + c]  holds  row 16*w + l/4 + 8*i,  column 8*j + 2*(l%4) + c    (j < N/8, i, c in {0,1})
+#pragma once
+
+#include <cstdint>
+
+#include "sync.cuh"
+#include "tma.cuh"
+#include "workspace.cuh"
+
+namespace mok::sm90 {
+
+// ---------------------------------------------------------------------------------------------------------
+// wgmma primitives (sm_90a)
+// ---------------------------------------------------------------------------------------------------------
+
+// Shared-memory matrix descriptor of a K-major operand tile in the 128-byte swizzle layout that TMA writes:
+// rows of 128 bytes, 8-row atoms of 1024 bytes. Bits: [0,14) start address >> 4, [16,30) leading byte
+// offset >> 4 (unused for swizzled K-major; 1 by convention), [32,46) stride byte offset >> 4 (1024 B
+// between 8-row groups), [62,64) layout type (1 = 128B swizzle). The base offset field stays 0 because
+// every tile starts on a 1024-byte boundary.
+__host__ __device__ __forceinline__ uint64_t make_sw128_kmajor_desc(uint32_t smem_byte_address) {
+  uint64_t desc = 0;
+  desc |= static_cast<uint64_t>((smem_byte_address >> 4) & 0x3FFFu);
+  desc |= static_cast<uint64_t>(1u) << 16;
+  desc |= static_cast<uint64_t>(1024u >> 4) << 32;
+  desc |= static_cast<uint64_t>(1u) << 62;
+  return desc;
+}
+
+// Moving along K inside the 128-byte swizzle row: each k16 step is 32 bytes further. The hardware applies
+// the swizzle to the final address, so advancing the start address is exact as long as the tile base is
+// 1024-byte aligned.
+__device__ __forceinline__ uint64_t desc_advance_bytes(uint64_t desc, uint32_t bytes) {
+  return desc + static_cast<uint64_t>(bytes >> 4);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving accumulator reads or writes across the asynchronous wgmma boundary.
+template <int kN>
+__device__ __forceinline__ void fence_accumulators(float (&d)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D[64 x 256] += A[64 x 16] * B[256 x 16]^T, bf16 in, fp32 accumulate; scale_d = 0 would ignore D.
+__device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                                      int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39,"
+      "%40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55,"
+      "%56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71,"
+      "%72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87,"
+      "%88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103,"
+      "%104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115, %116, %117, %118, %119,"
+      "%120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 0;\n"
+      "}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+        "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),
+        "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]),
+        "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]),
+        "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),
+        "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),
+        "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
+        "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]),
+        "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Pipeline position: stage index and mbarrier phase parity, advanced identically by every thread of a role
+// and carried across tasks (the stage ring never drains between tiles).
+// ---------------------------------------------------------------------------------------------------------
+template <class Tiles>
+struct PipeState {
+  uint32_t stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == Tiles::kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+// What the producer loads for one tile.
+struct TileLoad {
+  const CUtensorMap* a_map;  // ring x (gate/up) or ring h (down)
+  int a_row;                 // first ring row of the tile
+  const CUtensorMap* b_map0; // w_gate (gate/up) or w_down (down)
+  int b_row0;
+  const CUtensorMap* b_map1; // w_up (gate/up) or nullptr (down: one 256-row box)
+  int b_row1;
+  int num_kblocks;           // K / 64
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Producer (one thread): fill the stage ring for one tile.
+// ---------------------------------------------------------------------------------------------------------
+template <class Tiles>
+__device__ __forceinline__ void produce_tile(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
+                                             const TileLoad& load) {
+  for (int kb = 0; kb < load.num_kblocks; ++kb) {
+    // Fresh barriers sit in phase 0, so waiting for parity (phase ^ 1) passes on the first lap.
+    mbar_wait(p, &s.empty[pipe.stage], pipe.phase ^ 1u, kCtrMbarEmpty, static_cast<int>(pipe.stage));
+    // NOTE: the expected byte count must equal what the boxes land, or the stage never completes.
+    mbar_arrive_expect_tx(&s.full[pipe.stage], Tiles::kStageTxBytes);
+    const int k0 = kb * Tiles::kBlockK;
+    tma_load_2d(s.a[pipe.stage], load.a_map, &s.full[pipe.stage], k0, load.a_row);
+    tma_load_2d(s.b[pipe.stage], load.b_map0, &s.full[pipe.stage], k0, load.b_row0);
+    if (load.b_map1 != nullptr) {
+      tma_load_2d(s.b[pipe.stage] + Tiles::kStageBytesB / 2, load.b_map1, &s.full[pipe.stage], k0, load.b_row1);
+    }
+    pipe.advance();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Consumer (one warpgroup): acc[64 x 256] = A[rows 64*wg .. +63] * B^T over all K blocks.
+// kOverlap = false: wait for each k-block's wgmma before releasing its stage (simplest ordering).
+// kOverlap = true: keep one k-block of wgmma in flight and release the previous stage (standard SM90).
+// ---------------------------------------------------------------------------------------------------------
+template <class Tiles, bool kOverlap>
+__device__ __forceinline__ void consume_tile(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
+                                             int num_kblocks, int consumer_wg, float (&acc)[128]) {
+  static_assert(Tiles::kBlockN == 256, "the consumer issues m64n256k16");
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  fence_accumulators(acc);
+
+  uint32_t prev_stage = 0;
+  for (int kb = 0; kb < num_kblocks; ++kb) {
+    mbar_wait(p, &s.full[pipe.stage], pipe.phase, kCtrMbarFull, static_cast<int>(pipe.stage));
+    __syncwarp();  // wgmma is .sync.aligned: the warp must be converged after the (divergent) wait loop
+    const uint64_t desc_a = make_sw128_kmajor_desc(smem_addr(s.a[pipe.stage]) + consumer_wg * 64 * 128);
+    const uint64_t desc_b = make_sw128_kmajor_desc(smem_addr(s.b[pipe.stage]));
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < Tiles::kBlockK / 16; ++k) {
+      wgmma_m64n256k16_bf16(acc, desc_advance_bytes(desc_a, k * 32), desc_advance_bytes(desc_b, k * 32), 1);
+    }
+    wgmma_commit();
+    if constexpr (kOverlap) {
+      wgmma_wait<1>();
+      fence_accumulators(acc);
+      if (kb > 0) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&s.empty[prev_stage]);
+      }
+      prev_stage = pipe.stage;
+    } else {
+      wgmma_wait<0>();
+      fence_accumulators(acc);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&s.empty[pipe.stage]);
+    }
+    pipe.advance();
+  }
+  if constexpr (kOverlap) {
+    wgmma_wait<0>();
+    fence_accumulators(acc);
+    if (num_kblocks > 0) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&s.empty[prev_stage]);
+    }
+  }
+}
+
+}  // namespace mok::sm90

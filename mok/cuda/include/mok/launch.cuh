@@ -1,0 +1,68 @@
+// Host API of the SM90 MoE forward (plain C++: no device code, no torch). csrc/binding.cpp fills a
+// Sm90MoeProblem from tensors; csrc/sm90_moe_forward.cu checks it, encodes the TMA descriptors, resets
+// the counters in-stream and launches the persistent kernel.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mok::sm90 {
+
+enum class Sm90Variant : int {
+  kSimple = 0,     // lock-step roles; the clearly-correct baseline
+  kPipelined = 1,  // producer runs ahead through a task queue; overlapped wgmma
+};
+
+// Everything one forward launch needs, as raw device pointers and sizes. Shapes and dtypes are stated per
+// field; "R" is the number of (emulated) ranks, T_local = tokens per rank, K = top-k, E = all experts.
+struct Sm90MoeProblem {
+  int num_ranks = 0;          // R, 1..64
+  int tokens_per_rank = 0;    // T_local
+  int top_k = 0;              // K
+  int hidden = 0;             // H, multiple of 64
+  int intermediate = 0;       // I, multiple of 64
+  int num_experts = 0;        // E, multiple of R
+  int capacity = 0;           // rows of each rank's schedule table, multiple of 128
+  int minibatch_rows = 0;     // multiple of 128
+  int ring_rows = 0;          // multiple of minibatch_rows
+
+  const int32_t* src_rank = nullptr;         // [R, capacity]
+  const int32_t* src_slot = nullptr;         // [R, capacity]
+  const int32_t* tile_expert = nullptr;      // [R, capacity / 128]
+  const int32_t* segment_offsets = nullptr;  // [R, E/R + 1]
+
+  const int64_t* x_ptrs = nullptr;        // [R] -> bf16 [T_local, H]
+  const int64_t* weight_ptrs = nullptr;   // [R] -> fp32 [T_local * K]
+  const int64_t* combine_ptrs = nullptr;  // [R] -> bf16 [T_local * K, H]
+  const int64_t* out_ptrs = nullptr;      // [R] -> bf16 [T_local, H]
+
+  const void* w_gate = nullptr;  // bf16 [E, I, H]
+  const void* w_up = nullptr;    // bf16 [E, I, H]
+  const void* w_down = nullptr;  // bf16 [E, H, I]
+  void* ring_x = nullptr;        // bf16 [R * ring_rows, H]
+  void* ring_h = nullptr;        // bf16 [R * ring_rows, I]
+
+  int32_t* counters = nullptr;   // sm90_moe_counter_ints(...) int32 (any contents: reset in-stream)
+  int32_t* error = nullptr;      // sm90_moe_error_words() int32 (reset in-stream)
+
+  Sm90Variant variant = Sm90Variant::kSimple;
+  int num_ctas = 0;              // persistent CTAs; 0 = one per SM
+  double timeout_s = 10.0;       // bound of every in-kernel wait
+};
+
+// int32 words the counters block needs for these sizes.
+int64_t sm90_moe_counter_ints(int num_ranks, int capacity, int minibatch_rows);
+
+// int32 words of the error record (code, counter, rank, index, seen, expected, block, ticket).
+int sm90_moe_error_words();
+
+// Dynamic shared memory bytes per CTA (both variants).
+int sm90_moe_shared_memory_bytes();
+
+// Check, reset counters, launch on `stream`. Returns 0, or a nonzero code with a message in `message`.
+// Never synchronises with the device.
+int sm90_moe_forward(const Sm90MoeProblem& problem, cudaStream_t stream, char* message, size_t message_len);
+
+}  // namespace mok::sm90

@@ -1,0 +1,204 @@
+// The static task order and its dependencies (host- and device-callable, so a CPU test can replay it).
+//
+// Hopper has no Cluster Launch Control, so work is handed out by one atomic ticket counter: a CTA takes
+// ticket t, decodes it into a task with this file's order, waits for the task's dependencies, runs it and
+// bumps the counters it signals. The order is fixed before the launch (it depends only on how many tiles
+// each rank's schedule uses), and every dependency of a task is signalled only by tasks with smaller
+// tickets. Tickets are taken in increasing order by running CTAs, so the smallest unfinished ticket always
+// belongs to a running CTA whose dependencies are all finished: the kernel cannot deadlock, whatever number
+// of CTAs is resident and in whatever order they start.
+//
+// The order. Ranks' schedules are walked in minibatches of `tiles_per_minibatch` tiles ("steps"); within a
+// step the groups are, for each rank in turn:
+//
+//     step 0 only:  D(0)      dispatch tiles of minibatch 0
+//     every step:   G(s)      gate/up tiles of minibatch s (tile-major, then column block)
+//                   D(s+1)    dispatch tiles of the next minibatch (prefetch: overlaps the down GEMMs)
+//                   W(s)      down tiles of minibatch s (tile-major, then column block)
+//     after all steps: C      combine blocks, per source rank, kCombineTokens tokens each
+//
+// Dependencies (all point backwards in that order):
+//     D(i)       waits until every G(i - ring_slots) task finished  (ring x rows are free again)
+//     G(i, m)    waits until D(tile m) finished                      (its A rows are in the ring)
+//                and every W(i - ring_slots) task finished           (ring h rows are free again)
+//     W(i, m)    waits until every G(tile m, *) finished             (all of h for the tile is written)
+//     C(s, b)    waits until every row of source s was pushed        (T_local * K rows x down column blocks)
+#pragma once
+
+#include "workspace.cuh"
+
+namespace mok::sm90 {
+
+enum TaskPhase : int { kPhaseDispatchFirst = 0, kPhaseGateUp = 1, kPhaseDispatchNext = 2, kPhaseDown = 3, kNumPhases = 4 };
+
+// What decoding needs to know about the launch (a copy lives in each CTA's registers/shared memory).
+struct ScheduleView {
+  int num_ranks;
+  int tiles_per_rank;       // schedule capacity / BLOCK_M
+  int tiles_per_minibatch;
+  int ring_slots;
+  int max_minibatches;
+  int gate_up_nblocks;
+  int down_nblocks;
+  int combine_blocks;       // per source rank
+  int num_steps;            // max over ranks of ceil(rank_tiles / tiles_per_minibatch)
+  const int* rank_tiles;    // [num_ranks] used tiles of each rank's table
+
+  __host__ __device__ int tiles_in_minibatch(int rank, int minibatch) const {
+    const int left = rank_tiles[rank] - minibatch * tiles_per_minibatch;
+    return left <= 0 ? 0 : (left < tiles_per_minibatch ? left : tiles_per_minibatch);
+  }
+
+  __host__ __device__ int group_size(int step, int phase, int rank) const {
+    switch (phase) {
+      case kPhaseDispatchFirst: return step == 0 ? tiles_in_minibatch(rank, 0) : 0;
+      case kPhaseGateUp: return tiles_in_minibatch(rank, step) * gate_up_nblocks;
+      case kPhaseDispatchNext: return tiles_in_minibatch(rank, step + 1);
+      default: return tiles_in_minibatch(rank, step) * down_nblocks;
+    }
+  }
+};
+
+// Walks the order forward. Tickets passed to decode() must not decrease (each CTA's own tickets grow), so
+// decoding is amortised O(1) per ticket.
+struct TaskCursor {
+  int step = 0;
+  int phase = 0;
+  int rank = 0;
+  int base = 0;   // first ticket of the current (step, phase, rank) group
+  int count = 0;  // tickets in that group
+
+  __host__ __device__ void start(const ScheduleView& v) {
+    step = phase = rank = base = 0;
+    count = v.num_steps > 0 ? v.group_size(0, 0, 0) : 0;
+  }
+
+  __host__ __device__ void advance(const ScheduleView& v) {
+    base += count;
+    if (++rank == v.num_ranks) {
+      rank = 0;
+      if (++phase == kNumPhases) {
+        phase = 0;
+        ++step;
+      }
+    }
+    count = step < v.num_steps ? v.group_size(step, phase, rank) : 0;
+  }
+
+  __host__ __device__ Task decode(const ScheduleView& v, int ticket) {
+    while (step < v.num_steps && ticket >= base + count) advance(v);
+    Task t{};
+    t.ticket = ticket;
+    t.expert = -1;
+    t.nblock = 0;
+    const int j = ticket - base;
+    if (step < v.num_steps) {
+      t.rank = rank;
+      switch (phase) {
+        case kPhaseDispatchFirst:
+          t.kind = kTaskDispatch;
+          t.minibatch = step;
+          t.tile = step * v.tiles_per_minibatch + j;
+          break;
+        case kPhaseGateUp:
+          t.kind = kTaskGateUp;
+          t.minibatch = step;
+          t.tile = step * v.tiles_per_minibatch + j / v.gate_up_nblocks;
+          t.nblock = j % v.gate_up_nblocks;
+          break;
+        case kPhaseDispatchNext:
+          t.kind = kTaskDispatch;
+          t.minibatch = step + 1;
+          t.tile = (step + 1) * v.tiles_per_minibatch + j;
+          break;
+        default:
+          t.kind = kTaskDown;
+          t.minibatch = step;
+          t.tile = step * v.tiles_per_minibatch + j / v.down_nblocks;
+          t.nblock = j % v.down_nblocks;
+          break;
+      }
+    } else if (j < v.num_ranks * v.combine_blocks) {
+      t.kind = kTaskCombine;
+      t.rank = j / v.combine_blocks;
+      t.tile = j % v.combine_blocks;
+      t.minibatch = -1;
+    } else {
+      t.kind = kTaskStop;
+    }
+    return t;
+  }
+};
+
+// One wait: counters[offset] >= expected.
+struct Dependency {
+  int counter_id;  // CounterId, for the error record
+  int offset;      // into the counter block
+  int rank;
+  int index;       // tile or minibatch
+  int expected;
+};
+
+// One signal: counters[offset] += 1 (the per-source push counts are added separately, see combine.cuh).
+struct Signal {
+  int offset;
+};
+
+// The dependencies of a task; returns how many (at most 2) were written to `deps`.
+__host__ __device__ inline int task_dependencies(const ScheduleView& v, const CounterLayout& ctr, const Task& t,
+                                                 int pushed_expected, Dependency (&deps)[2]) {
+  int n = 0;
+  const int prev = t.minibatch - v.ring_slots;  // the minibatch whose ring slot this one reuses
+  switch (t.kind) {
+    case kTaskDispatch:
+      if (prev >= 0) {
+        deps[n++] = {kCtrGateUpMbDone, ctr.gate_up_mb_done + t.rank * v.max_minibatches + prev, t.rank, prev,
+                     v.tiles_in_minibatch(t.rank, prev) * v.gate_up_nblocks};
+      }
+      break;
+    case kTaskGateUp:
+      deps[n++] = {kCtrDispatchDone, ctr.dispatch_done + t.rank * v.tiles_per_rank + t.tile, t.rank, t.tile, 1};
+      if (prev >= 0) {
+        deps[n++] = {kCtrDownMbDone, ctr.down_mb_done + t.rank * v.max_minibatches + prev, t.rank, prev,
+                     v.tiles_in_minibatch(t.rank, prev) * v.down_nblocks};
+      }
+      break;
+    case kTaskDown:
+      deps[n++] = {kCtrGateUpTileDone, ctr.gate_up_tile_done + t.rank * v.tiles_per_rank + t.tile, t.rank, t.tile,
+                   v.gate_up_nblocks};
+      break;
+    case kTaskCombine:
+      deps[n++] = {kCtrPushed, ctr.pushed + t.rank, t.rank, t.tile, pushed_expected};
+      break;
+    default:
+      break;
+  }
+  return n;
+}
+
+// The counters a finished task bumps by one; returns how many (at most 2).
+__host__ __device__ inline int task_signals(const ScheduleView& v, const CounterLayout& ctr, const Task& t,
+                                            Signal (&signals)[2]) {
+  switch (t.kind) {
+    case kTaskDispatch:
+      signals[0] = {ctr.dispatch_done + t.rank * v.tiles_per_rank + t.tile};
+      return 1;
+    case kTaskGateUp:
+      signals[0] = {ctr.gate_up_tile_done + t.rank * v.tiles_per_rank + t.tile};
+      signals[1] = {ctr.gate_up_mb_done + t.rank * v.max_minibatches + t.minibatch};
+      return 2;
+    case kTaskDown:
+      signals[0] = {ctr.down_mb_done + t.rank * v.max_minibatches + t.minibatch};
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+// Ring row (within the rank's ring) of a schedule tile's first row.
+__host__ __device__ inline int ring_row_of_tile(const ScheduleView& v, int tile, int block_m) {
+  const int minibatch = tile / v.tiles_per_minibatch;
+  return ((minibatch % v.ring_slots) * v.tiles_per_minibatch + tile % v.tiles_per_minibatch) * block_m;
+}
+
+}  // namespace mok::sm90

@@ -1,0 +1,330 @@
+// The SM90 MoE forward megakernel: one persistent CTA per SM runs dispatch, the gate/up GEMM with SwiGLU,
+// the down GEMM with push-combine, and the weighted sum, for every emulated rank, in one launch.
+//
+// CTA = 3 warpgroups (384 threads):
+//   warpgroup 0 (producer, 40 registers): thread 0 takes tickets, decodes tasks (scheduler.cuh), waits for
+//       their dependencies, and issues the TMA loads of GEMM tiles (gemm_mainloop.cuh).
+//   warpgroups 1-2 (consumers, 232 registers): wgmma on 64 rows each, the epilogues (swiglu_epilogue.cuh,
+//       combine.cuh), and the memory-bound tasks (dispatch.cuh, combine.cuh) with all 256 threads.
+//
+// Two variants share every piece above and differ only in how the roles meet:
+//   kPipelined = false ("simple"): lock-step. Thread 0 claims a task and waits for it, all 384 threads
+//       meet at a barrier, run the task, meet again, and thread 0 signals. wgmma waits for each k-block.
+//   kPipelined = true ("pipelined"): the producer runs ahead through a 2-deep task queue in shared memory
+//       (mbarriers), so dependency waits and TMA loads of the next tile overlap this tile's epilogue;
+//       consumers keep one k-block of wgmma in flight and signal completion themselves (the producer may be
+//       blocked waiting on exactly that signal, so it must not take part in it).
+#pragma once
+
+#include <cstdint>
+
+#include "combine.cuh"
+#include "dispatch.cuh"
+#include "gemm_mainloop.cuh"
+#include "scheduler.cuh"
+#include "swiglu_epilogue.cuh"
+#include "sync.cuh"
+#include "tma.cuh"
+#include "workspace.cuh"
+
+namespace mok::sm90 {
+
+__device__ __forceinline__ bool is_gemm_task(const Task& t) {
+  return t.kind == kTaskGateUp || t.kind == kTaskDown;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Task admission (one thread): ticket -> task -> dependencies satisfied (or kTaskStop on error/end).
+// ---------------------------------------------------------------------------------------------------------
+template <class Tiles>
+__device__ __forceinline__ Task claim_task(const Sm90MoeParams& p, const ScheduleView& v, TaskCursor& cursor) {
+  const int ticket = atomic_add_relaxed_gpu(p.counters + p.ctr.ticket, 1);
+  Task t = cursor.decode(v, ticket);
+  if (t.kind == kTaskStop) return t;
+  if (error_raised(p)) {
+    t.kind = kTaskStop;
+    return t;
+  }
+  if (is_gemm_task(t)) {
+    const int local = p.tile_expert[static_cast<long long>(t.rank) * p.tiles_per_rank + t.tile];
+    if (local < 0 || local >= p.num_local_experts) {
+      record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile, local, p.num_local_experts, ticket);
+      t.kind = kTaskStop;
+      return t;
+    }
+    t.expert = t.rank * p.num_local_experts + local;
+  }
+  const int pushed_expected = p.tokens_per_rank * p.top_k * p.down_nblocks;
+  Dependency deps[2];
+  const int n = task_dependencies(v, p.ctr, t, pushed_expected, deps);
+  for (int i = 0; i < n; ++i) {
+    if (!wait_counter_geq(p, p.counters + deps[i].offset, deps[i].expected, deps[i].counter_id, deps[i].rank,
+                          deps[i].index, ticket)) {
+      t.kind = kTaskStop;
+      return t;
+    }
+  }
+  // The data behind these counters is read next by TMA (async proxy) or, after a CTA-scope hand-off, by
+  // generic loads of the other threads.
+  fence_proxy_async_global();
+  return t;
+}
+
+// After every thread of the task published its writes and met at a barrier: bump the task's counters.
+template <class Tiles>
+__device__ __forceinline__ void signal_task_done(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
+                                                 int* push_count) {
+  Signal signals[2];
+  const int n = task_signals(v, p.ctr, t, signals);
+  for (int i = 0; i < n; ++i) red_release_gpu_add(p.counters + signals[i].offset, 1);
+  if (t.kind == kTaskDown) {
+    for (int r = 0; r < p.num_ranks; ++r) {
+      const int rows = push_count[r];
+      if (rows != 0) {
+        red_release_gpu_add(p.counters + p.ctr.pushed + r, rows);
+        push_count[r] = 0;
+      }
+    }
+  }
+}
+
+template <class Tiles>
+__device__ __forceinline__ TileLoad tile_load(const Sm90MoeParams& p, const ScheduleView& v, const Task& t) {
+  TileLoad load;
+  load.a_row = t.rank * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
+  if (t.kind == kTaskGateUp) {
+    load.a_map = &p.tmap_ring_x;
+    load.b_map0 = &p.tmap_w_gate;
+    load.b_map1 = &p.tmap_w_up;
+    load.b_row0 = load.b_row1 = t.expert * p.intermediate + t.nblock * Tiles::kHalfN;
+    load.num_kblocks = p.hidden / Tiles::kBlockK;
+  } else {
+    load.a_map = &p.tmap_ring_h;
+    load.b_map0 = &p.tmap_w_down;
+    load.b_map1 = nullptr;
+    load.b_row0 = t.expert * p.hidden + t.nblock * Tiles::kBlockN;
+    load.b_row1 = 0;
+    load.num_kblocks = p.intermediate / Tiles::kBlockK;
+  }
+  return load;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Consumer side of one task (256 threads; `consumer_thread` in [0, 256)).
+// ---------------------------------------------------------------------------------------------------------
+template <class Tiles, bool kOverlap>
+__device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
+                                                  const ScheduleView& v, const Task& t, PipeState<Tiles>& pipe,
+                                                  int consumer_wg, int consumer_thread, int* push_count) {
+  constexpr int kConsumerThreads = 128 * Tiles::kNumConsumerWG;
+  switch (t.kind) {
+    case kTaskDispatch:
+      dispatch_tile<Tiles>(p, v, t, consumer_thread, kConsumerThreads);
+      break;
+    case kTaskCombine:
+      combine_block<Tiles>(p, t, consumer_thread, kConsumerThreads);
+      break;
+    case kTaskGateUp: {
+      float acc[128];
+      consume_tile<Tiles, kOverlap>(p, s, pipe, p.hidden / Tiles::kBlockK, consumer_wg, acc);
+      gate_up_epilogue<Tiles>(p, v, t, s, acc, consumer_wg);
+      break;
+    }
+    case kTaskDown: {
+      float acc[128];
+      consume_tile<Tiles, kOverlap>(p, s, pipe, p.intermediate / Tiles::kBlockK, consumer_wg, acc);
+      down_epilogue_push<Tiles>(p, t, s, acc, consumer_wg, push_count);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Variant "simple": lock-step task loop.
+// ---------------------------------------------------------------------------------------------------------
+template <class Tiles>
+__device__ __forceinline__ void simple_producer(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const ScheduleView& v) {
+  const bool leader = threadIdx.x == 0;
+  TaskCursor cursor;
+  cursor.start(v);
+  PipeState<Tiles> pipe;
+  while (true) {
+    if (leader) s.tasks[0] = claim_task<Tiles>(p, v, cursor);
+    named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task published
+    const Task t = s.tasks[0];
+    if (t.kind == kTaskStop) break;
+    if (leader && is_gemm_task(t)) produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t));
+    named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task finished, writes published
+    if (leader) signal_task_done<Tiles>(p, v, t, s.push_count[0]);
+  }
+}
+
+template <class Tiles>
+__device__ __forceinline__ void simple_consumer(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const ScheduleView& v,
+                                                int consumer_wg) {
+  const int consumer_thread = static_cast<int>(threadIdx.x) - 128;
+  PipeState<Tiles> pipe;
+  while (true) {
+    named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task published
+    const Task t = s.tasks[0];
+    if (t.kind == kTaskStop) break;
+    run_consumer_task<Tiles, false>(p, s, v, t, pipe, consumer_wg, consumer_thread, s.push_count[0]);
+    publish_writes();
+    named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task finished, writes published
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Variant "pipelined": producer runs ahead through the task queue.
+// ---------------------------------------------------------------------------------------------------------
+template <class Tiles>
+__device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const ScheduleView& v) {
+  if (threadIdx.x != 0) return;  // one thread drives the whole role
+  TaskCursor cursor;
+  cursor.start(v);
+  PipeState<Tiles> pipe;
+  uint32_t slot = 0, parity = 0;
+  while (true) {
+    // NOTE: every load of every task already queued was issued before this claim may block on a
+    // dependency, so the consumers can always finish the tasks this wait might depend on.
+    const Task t = claim_task<Tiles>(p, v, cursor);
+    mbar_wait(p, &s.task_empty[slot], parity ^ 1u, kCtrMbarTaskEmpty, static_cast<int>(slot));
+    s.tasks[slot] = t;
+    mbar_arrive(&s.task_full[slot]);  // release (CTA scope): the task and the acquired dependencies
+    if (t.kind == kTaskStop) break;
+    if (is_gemm_task(t)) produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t));
+    if (++slot == Tiles::kTaskQueue) {
+      slot = 0;
+      parity ^= 1u;
+    }
+  }
+}
+
+template <class Tiles>
+__device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const ScheduleView& v,
+                                                   int consumer_wg) {
+  constexpr int kConsumerThreads = 128 * Tiles::kNumConsumerWG;
+  const int consumer_thread = static_cast<int>(threadIdx.x) - 128;
+  const int lane = threadIdx.x & 31;
+  PipeState<Tiles> pipe;
+  uint32_t slot = 0, parity = 0;
+  int down_tasks = 0;
+  while (true) {
+    mbar_wait(p, &s.task_full[slot], parity, kCtrMbarTaskFull, static_cast<int>(slot));
+    const Task t = s.tasks[slot];
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&s.task_empty[slot]);
+    if (++slot == Tiles::kTaskQueue) {
+      slot = 0;
+      parity ^= 1u;
+    }
+    if (t.kind == kTaskStop) break;
+    // Down tasks alternate between two push-count buffers: the signalling thread clears one while the
+    // other threads may already count the next down task into the other.
+    int* push_count = s.push_count[down_tasks & 1];
+    if (t.kind == kTaskDown) ++down_tasks;
+    run_consumer_task<Tiles, true>(p, s, v, t, pipe, consumer_wg, consumer_thread, push_count);
+    publish_writes();
+    named_barrier_sync(NamedBarrier::kConsumers, kConsumerThreads);
+    if (consumer_thread == 0) signal_task_done<Tiles>(p, v, t, push_count);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The kernel.
+// ---------------------------------------------------------------------------------------------------------
+template <class Tiles, bool kPipelined>
+__global__ void __launch_bounds__(Tiles::kNumThreads, 1)
+    sm90_moe_forward_kernel(const __grid_constant__ Sm90MoeParams params) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const Sm90MoeParams& p = params;
+  extern __shared__ uint8_t smem_raw[];
+  // Align the storage to 1024 bytes (TMA 128B-swizzle destinations and wgmma descriptors need it).
+  const uint32_t misalignment = smem_addr(smem_raw) & 1023u;
+  SharedStorage<Tiles>& s =
+      *reinterpret_cast<SharedStorage<Tiles>*>(smem_raw + ((1024u - misalignment) & 1023u));
+
+  // Prologue: barriers, per-rank tile counts, the number of steps.
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < Tiles::kStages; ++i) {
+      mbar_init(&s.full[i], 1);                           // the producer's arrive_expect_tx (+ TMA bytes)
+      mbar_init(&s.empty[i], 4 * Tiles::kNumConsumerWG);  // one arrival per consumer warp
+    }
+    for (int i = 0; i < Tiles::kTaskQueue; ++i) {
+      mbar_init(&s.task_full[i], 1);
+      mbar_init(&s.task_empty[i], 4 * Tiles::kNumConsumerWG);
+    }
+    fence_mbarrier_init();
+    tma_prefetch_descriptor(&p.tmap_ring_x);
+    tma_prefetch_descriptor(&p.tmap_ring_h);
+    tma_prefetch_descriptor(&p.tmap_w_gate);
+    tma_prefetch_descriptor(&p.tmap_w_up);
+    tma_prefetch_descriptor(&p.tmap_w_down);
+  }
+  for (int r = threadIdx.x; r < Tiles::kMaxRanks; r += blockDim.x) {
+    s.push_count[0][r] = 0;
+    s.push_count[1][r] = 0;
+    int tiles = 0;
+    if (r < p.num_ranks) {
+      const int rows = p.segment_offsets[r * (p.num_local_experts + 1) + p.num_local_experts];
+      if (rows < 0 || rows > p.capacity || rows % Tiles::kBlockM != 0) {
+        record_error(p, kErrBadSchedule, kCtrNone, r, -1, rows, p.capacity, -1);
+      } else {
+        tiles = rows / Tiles::kBlockM;
+      }
+    }
+    s.rank_tiles[r] = tiles;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int steps = 0;
+    for (int r = 0; r < p.num_ranks; ++r) {
+      steps = max(steps, (s.rank_tiles[r] + p.tiles_per_minibatch - 1) / p.tiles_per_minibatch);
+    }
+    s.num_steps = steps;
+  }
+  __syncthreads();
+
+  ScheduleView v;
+  v.num_ranks = p.num_ranks;
+  v.tiles_per_rank = p.tiles_per_rank;
+  v.tiles_per_minibatch = p.tiles_per_minibatch;
+  v.ring_slots = p.ring_slots;
+  v.max_minibatches = p.max_minibatches;
+  v.gate_up_nblocks = p.gate_up_nblocks;
+  v.down_nblocks = p.down_nblocks;
+  v.combine_blocks = p.combine_blocks;
+  v.num_steps = s.num_steps;
+  v.rank_tiles = s.rank_tiles;
+
+  // Roles. NOTE: setmaxnreg needs each warpgroup's role to be one branch of a single if/else.
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    setmaxnreg_dec<Tiles::kProducerRegs>();
+    if constexpr (kPipelined) {
+      pipelined_producer<Tiles>(p, s, v);
+    } else {
+      simple_producer<Tiles>(p, s, v);
+    }
+  } else {
+    setmaxnreg_inc<Tiles::kConsumerRegs>();
+    if constexpr (kPipelined) {
+      pipelined_consumer<Tiles>(p, s, v, warpgroup - 1);
+    } else {
+      simple_consumer<Tiles>(p, s, v, warpgroup - 1);
+    }
+  }
+#endif
+}
+
+// Zeroes the counters and the error record in-stream before every launch (CUDA-graph friendly: no host
+// involvement, no memset node needed).
+__global__ void sm90_moe_reset_kernel(int* counters, int num_counters, int* error, int num_error_words) {
+  const int stride = static_cast<int>(gridDim.x * blockDim.x);
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < num_counters; i += stride) counters[i] = 0;
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < num_error_words; i += stride) error[i] = 0;
+}
+
+}  // namespace mok::sm90

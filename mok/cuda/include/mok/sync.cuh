@@ -1,0 +1,211 @@
+// Synchronisation primitives of the megakernel: release/acquire counters in global memory, mbarriers,
+// named barriers, proxy fences, and bounded waits that record where they stopped instead of hanging.
+//
+// Memory-ordering rules used throughout (see README.md, "Memory ordering"):
+//  * A task's writes are published by: every writing thread `publish_writes()` (fence.acq_rel.gpu plus
+//    fence.proxy.async.global, because the next reader may be TMA), then a CTA barrier, then ONE thread
+//    `red.release.gpu` on the counter.
+//  * A dependency is consumed by: one thread `ld.acquire.gpu` until the count is reached, then
+//    fence.proxy.async.global (its TMA loads come next), then a CTA barrier or an mbarrier hand-off
+//    (release/acquire at CTA scope) to the threads that read the data.
+//  * Every spin is bounded by Params::timeout_ns (globaltimer) and gives up early once any thread has
+//    recorded an error, so a lost signal ends the kernel with an error record instead of a hang.
+//
+// NOTE: everything here is inlined, slow paths included. With out-of-line calls in the kernel, ptxas
+// ignores setmaxnreg ("C7507 ... ignored to maintain minimum register requirements") and the consumer
+// warpgroups stay at 168 registers, which spills the 128-register accumulators.
+#pragma once
+
+#include <cstdint>
+
+#include "workspace.cuh"
+
+namespace mok::sm90 {
+
+// ---------------------------------------------------------------------------------------------------------
+// Global-memory counters
+// ---------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ int ld_acquire_gpu(const int* ptr) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(ptr) : "memory");
+  return value;
+}
+
+__device__ __forceinline__ int ld_relaxed_gpu(const int* ptr) {
+  int value;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(ptr) : "memory");
+  return value;
+}
+
+__device__ __forceinline__ void red_release_gpu_add(int* ptr, int value) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(ptr), "r"(value) : "memory");
+}
+
+__device__ __forceinline__ int atomic_add_relaxed_gpu(int* ptr, int value) {
+  int old;
+  asm volatile("atom.relaxed.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(ptr), "r"(value) : "memory");
+  return old;
+}
+
+// NOTE: generic-proxy stores that a TMA (async proxy) will read, possibly from another SM, need a proxy
+// fence between the store and the release that publishes them; the consumer side fences again after its
+// acquire. Both are cheap and the pairing is what the PTX memory model asks for.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+// Called by every thread that wrote data another task will read, before the barrier that precedes the
+// single releasing thread.
+__device__ __forceinline__ void publish_writes() {
+  fence_acq_rel_gpu();
+  fence_proxy_async_global();
+}
+
+__device__ __forceinline__ uint64_t globaltimer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Error record
+// ---------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ bool error_raised(const Sm90MoeParams& p) {
+  return ld_relaxed_gpu(p.error + kErrWordCode) != kErrNone;
+}
+
+__device__ __forceinline__ void record_error(const Sm90MoeParams& p, int code, int counter, int rank, int index,
+                                          int seen, int expected, int ticket) {
+  if (atomicCAS(p.error + kErrWordCode, kErrNone, code) == kErrNone) {
+    p.error[kErrWordCounter] = counter;
+    p.error[kErrWordRank] = rank;
+    p.error[kErrWordIndex] = index;
+    p.error[kErrWordSeen] = seen;
+    p.error[kErrWordExpected] = expected;
+    p.error[kErrWordBlock] = static_cast<int>(blockIdx.x);
+    p.error[kErrWordTicket] = ticket;
+    __threadfence();
+  }
+}
+
+// Spin until *counter >= expected (acquire). Returns false, with an error recorded, on time-out, or at
+// once if another thread already recorded one.
+__device__ __forceinline__ bool wait_counter_geq(const Sm90MoeParams& p, const int* counter, int expected,
+                                              int counter_id, int rank, int index, int ticket) {
+  if (ld_acquire_gpu(counter) >= expected) return true;
+  const uint64_t start = globaltimer_ns();
+  for (uint32_t spin = 0;; ++spin) {
+    __nanosleep(64);
+    const int seen = ld_acquire_gpu(counter);
+    if (seen >= expected) return true;
+    if ((spin & 15) == 15) {
+      if (error_raised(p)) return false;
+      if (globaltimer_ns() - start > p.timeout_ns) {
+        record_error(p, kErrTimeout, counter_id, rank, index, seen, expected, ticket);
+        return false;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// mbarriers (shared memory)
+// ---------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+}
+
+// Makes mbarrier initialisation visible to the async proxy (TMA complete_tx) and to the other threads
+// (together with the CTA barrier that follows).
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+__device__ __forceinline__ bool mbar_wait_slow(const Sm90MoeParams& p, uint64_t* bar, uint32_t parity,
+                                            int counter_id, int index) {
+  const uint64_t start = globaltimer_ns();
+  for (uint32_t spin = 0;; ++spin) {
+    if (mbar_try_wait(bar, parity)) return true;
+    if ((spin & 63) == 63) {
+      if (error_raised(p)) return false;
+      if (globaltimer_ns() - start > p.timeout_ns) {
+        record_error(p, kErrTimeout, counter_id, -1, index, static_cast<int>(parity), -1, -1);
+        return false;
+      }
+    }
+  }
+}
+
+// Wait for the phase of the given parity to complete. On failure (error recorded) the caller carries on
+// without the data: the result is garbage but the kernel still reaches its end.
+__device__ __forceinline__ bool mbar_wait(const Sm90MoeParams& p, uint64_t* bar, uint32_t parity, int counter_id,
+                                          int index) {
+  if (mbar_try_wait(bar, parity)) return true;
+  return mbar_wait_slow(p, bar, parity, counter_id, index);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Named barriers (barrier.sync id, count): id 0 is also __syncthreads'.
+// ---------------------------------------------------------------------------------------------------------
+enum class NamedBarrier : uint32_t {
+  kAll = 0,          // all 384 threads (simple variant's task boundaries)
+  kConsumers = 1,    // the two consumer warpgroups (256 threads)
+  kConsumerWG0 = 2,  // consumer warpgroup 0 (epilogue staging of rows 0..63)
+  kConsumerWG1 = 3,  // consumer warpgroup 1 (rows 64..127)
+};
+
+// NOTE: `barrier.sync` (not `bar.sync`, which means barrier.sync.aligned) so that a warp whose lanes arrive
+// from divergent code (one lane claiming a task, the others waiting) is still well defined.
+__device__ __forceinline__ void named_barrier_sync(NamedBarrier id, uint32_t threads) {
+  asm volatile("barrier.sync %0, %1;" ::"r"(static_cast<uint32_t>(id)), "r"(threads) : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Register reallocation between warpgroup roles (sm_90a).
+// ---------------------------------------------------------------------------------------------------------
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+}  // namespace mok::sm90

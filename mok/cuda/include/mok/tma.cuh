@@ -1,0 +1,29 @@
+// TMA (cp.async.bulk.tensor) loads into shared memory, completing on an mbarrier.
+//
+// The tensor maps are encoded on the host (csrc/sm90_moe_forward.cu) with 128-byte swizzle and a box whose
+// inner side is 64 bf16 (128 bytes), so a box of R rows lands as R/8 swizzle atoms of 1024 bytes: exactly
+// the K-major SW128 layout wgmma's shared-memory descriptors describe (gemm_mainloop.cuh).
+#pragma once
+
+#include <cuda.h>
+#include <cstdint>
+
+#include "sync.cuh"
+
+namespace mok::sm90 {
+
+__device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// Load the box whose first element is (inner = col, outer = row) into `dst` (1024-byte aligned); the
+// mbarrier's transaction count drops by the box's full byte size (out-of-bounds elements are zero-filled
+// and still counted).
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int col, int row) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+      ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(col), "r"(row)
+      : "memory");
+}
+
+}  // namespace mok::sm90

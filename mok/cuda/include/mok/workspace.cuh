@@ -1,0 +1,210 @@
+// Host/device-shared layout of the SM90 MoE forward megakernel: tile sizes, kernel parameters, the
+// device counters, the error record, and the shared-memory storage of one CTA.
+//
+// Everything the kernel needs arrives in one `Sm90MoeParams` passed by value as a __grid_constant__
+// parameter (the TMA tensor maps must live in parameter, constant or global memory; parameter space is the
+// cheapest). Sizes are fields, never model constants; the tile shape is the `Sm90Tiles` template argument.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (a plain 128-byte struct; no driver library is linked)
+#include <cstdint>
+
+namespace mok::sm90 {
+
+// ---------------------------------------------------------------------------------------------------------
+// Tile shape (one instantiation today). BLOCK_M is also the schedule's expert padding, so a tile never
+// spans two experts; BLOCK_N = 256 holds 128 gate + 128 up columns in the gate/up GEMM (so the SwiGLU pair
+// of a column lives in one thread) and 256 output columns in the down GEMM.
+// ---------------------------------------------------------------------------------------------------------
+struct Sm90Tiles {
+  static constexpr int kBlockM = 128;        // rows per tile = schedule padding (MoKConfig.expert_padding)
+  static constexpr int kBlockN = 256;        // accumulator columns per tile
+  static constexpr int kHalfN = kBlockN / 2; // gate (or up) columns per gate/up tile; h columns per tile
+  static constexpr int kBlockK = 64;         // 64 bf16 = 128 bytes: one 128B-swizzle row per TMA box row
+  static constexpr int kStages = 4;          // TMA -> wgmma shared-memory pipeline depth
+  static constexpr int kNumConsumerWG = 2;   // consumer warpgroups, 64 rows of the tile each
+  static constexpr int kNumThreads = 128 * (1 + kNumConsumerWG);  // + one producer warpgroup
+  static constexpr int kCombineTokens = 16;  // tokens per combine task
+  static constexpr int kTaskQueue = 2;       // pipelined variant: tasks the producer may run ahead
+  static constexpr int kMaxRanks = 64;       // emulated ranks one launch can hold (smem arrays)
+  // setmaxnreg budgets. NOTE: setmaxnreg.inc can only take registers the CTA got at launch and the producer
+  // gave back, so 128 * producer + 256 * consumer must not exceed what __launch_bounds__(384, 1) allocates
+  // (168 per thread = 64512); asking for more blocks forever. 56 + 224 uses exactly that, and ptxas
+  // (nvcc 13.0) spills in neither role; at 40 the producer's admission code spills.
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kConsumerRegs = 224;
+
+  static constexpr int kStageBytesA = kBlockM * kBlockK * 2;  // 16 KB
+  static constexpr int kStageBytesB = kBlockN * kBlockK * 2;  // 32 KB
+  static constexpr int kStageTxBytes = kStageBytesA + kStageBytesB;  // what TMA lands per stage
+  static constexpr int kStagingPitch = kHalfN * 2;                // epilogue staging row: 128 bf16
+
+  static_assert(kBlockK * 2 == 128, "a K block must be exactly one 128-byte swizzle row");
+  static_assert(kBlockM == 64 * kNumConsumerWG, "each consumer warpgroup owns 64 rows (wgmma M = 64)");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N must be a multiple of 16, at most 256");
+  static_assert(kHalfN <= 256 && kBlockM <= 256, "a TMA box side is at most 256 elements");
+  static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
+                "stage buffers must keep 1024-byte alignment (128B swizzle atom)");
+  static constexpr int kLaunchRegs = (65536 / kNumThreads) / 8 * 8;  // per thread at launch: 168
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kNumConsumerWG <= kLaunchRegs * kNumThreads,
+                "setmaxnreg budgets exceed the CTA's launch allocation: setmaxnreg.inc would wait forever");
+  static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0, "setmaxnreg counts are multiples of 8");
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Device counters (int32, zeroed in-stream before every launch by sm90_moe_reset_kernel).
+// Every counter only grows during a launch; waits compare with ">=".
+// ---------------------------------------------------------------------------------------------------------
+struct CounterLayout {
+  int ticket;            // [1]      next task ticket (atomic admission order)
+  int dispatch_done;     // [R*T]    per schedule tile: 1 once its rows are in the ring
+  int gate_up_tile_done; // [R*T]    per schedule tile: gate/up column blocks finished (h written)
+  int gate_up_mb_done;   // [R*MB]   per minibatch: gate/up tasks finished (ring x rows free again)
+  int down_mb_done;      // [R*MB]   per minibatch: down tasks finished (ring h rows free again)
+  int pushed;            // [R]      per source rank: (row, column block) pairs pushed into its slots
+  int total;             // ints in the whole block
+
+  __host__ __device__ static CounterLayout make(int num_ranks, int tiles_per_rank, int max_minibatches) {
+    CounterLayout c{};
+    int at = 0;
+    c.ticket = at;            at += 32;  // own 128-byte line: every CTA hammers it
+    c.dispatch_done = at;     at += num_ranks * tiles_per_rank;
+    c.gate_up_tile_done = at; at += num_ranks * tiles_per_rank;
+    c.gate_up_mb_done = at;   at += num_ranks * max_minibatches;
+    c.down_mb_done = at;      at += num_ranks * max_minibatches;
+    c.pushed = at;            at += num_ranks;
+    c.total = at;
+    return c;
+  }
+};
+
+// Which counter a bounded wait was spinning on (recorded in the error words).
+enum CounterId : int {
+  kCtrNone = 0,
+  kCtrDispatchDone = 1,
+  kCtrGateUpTileDone = 2,
+  kCtrGateUpMbDone = 3,
+  kCtrDownMbDone = 4,
+  kCtrPushed = 5,
+  kCtrMbarFull = 6,       // TMA -> consumer stage barrier
+  kCtrMbarEmpty = 7,      // consumer -> producer stage barrier
+  kCtrMbarTaskFull = 8,   // pipelined: producer -> consumer task queue
+  kCtrMbarTaskEmpty = 9,  // pipelined: consumer -> producer task queue
+};
+
+enum ErrorCode : int {
+  kErrNone = 0,
+  kErrTimeout = 1,        // a bounded wait ran out of time (deadlock or a lost signal)
+  kErrBadSchedule = 2,    // a used tile has no expert, or a row names a rank outside [0, R)
+  kErrSmemAlignment = 3,  // dynamic shared memory is not 1024-byte aligned
+};
+
+// Error record (int32 words): the first error wins (atomicCAS on word 0).
+enum ErrorWord : int {
+  kErrWordCode = 0,
+  kErrWordCounter = 1,   // CounterId
+  kErrWordRank = 2,
+  kErrWordIndex = 3,     // tile, minibatch or stage, depending on the counter
+  kErrWordSeen = 4,      // value observed when the wait gave up
+  kErrWordExpected = 5,
+  kErrWordBlock = 6,     // blockIdx.x
+  kErrWordTicket = 7,
+  kErrorWords = 8,
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Kernel parameters.
+// ---------------------------------------------------------------------------------------------------------
+struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
+  // TMA descriptors, 128-byte swizzle, box inner side 64 bf16.
+  CUtensorMap tmap_ring_x;  // ring x  [R*ring_rows, H],  box {64, 128}: gate/up A
+  CUtensorMap tmap_ring_h;  // ring h  [R*ring_rows, I],  box {64, 128}: down A
+  CUtensorMap tmap_w_gate;  // w_gate  [E*I, H],          box {64, 128}: gate/up B rows 0..127
+  CUtensorMap tmap_w_up;    // w_up    [E*I, H],          box {64, 128}: gate/up B rows 128..255
+  CUtensorMap tmap_w_down;  // w_down  [E*H, I],          box {64, 256}: down B
+
+  // Problem sizes.
+  int num_ranks;             // R emulated (or real) expert-parallel ranks in this launch
+  int tokens_per_rank;       // T_local
+  int top_k;                 // K
+  int hidden;                // H (multiple of 64)
+  int intermediate;          // I (multiple of 64)
+  int num_local_experts;     // E / R
+  int capacity;              // rows of each rank's schedule table (multiple of BLOCK_M)
+  int tiles_per_rank;        // capacity / BLOCK_M
+  int minibatch_rows;        // rows per ring minibatch (multiple of BLOCK_M)
+  int tiles_per_minibatch;   // minibatch_rows / BLOCK_M
+  int ring_rows;             // rows of each rank's ring (multiple of minibatch_rows)
+  int ring_slots;            // ring_rows / minibatch_rows
+  int max_minibatches;       // ceil(capacity / minibatch_rows): size of the per-minibatch counters
+  int gate_up_nblocks;       // ceil(I / kHalfN)
+  int down_nblocks;          // ceil(H / kBlockN)
+  int combine_blocks;        // ceil(T_local / kCombineTokens) per rank
+
+  // Schedule tables (mok.schedule.Schedule), int32, row-major per rank.
+  const int* src_rank;         // [R, capacity]   source rank of each row; -1 on padding
+  const int* src_slot;         // [R, capacity]   local_token * K + k on the source; -1 on padding
+  const int* tile_expert;      // [R, tiles]      local expert of each tile; -1 past the used rows
+  const int* segment_offsets;  // [R, E_local+1]  last entry: rows in use (padding included)
+
+  // Peer pointer tables: entry s is rank s's buffer base address (mok.comm.PeerBuffer.ptr_table).
+  const long long* x_ptrs;        // -> bf16  [T_local, H]      tokens (dispatch pulls from here)
+  const long long* weight_ptrs;   // -> fp32  [T_local * K]     router weights
+  const long long* combine_ptrs;  // -> bf16  [T_local * K, H]  combine slots (down epilogue pushes here)
+  const long long* out_ptrs;      // -> bf16  [T_local, H]      layer output
+
+  // Ring buffers owned by this launch (all ranks stacked): written with generic stores, read by TMA.
+  void* ring_x;  // bf16 [R * ring_rows, H]
+  void* ring_h;  // bf16 [R * ring_rows, I]
+
+  int* counters;          // CounterLayout::total int32, zero at launch
+  int* error;             // kErrorWords int32, zero at launch
+  CounterLayout ctr;
+  unsigned long long timeout_ns;  // bound of every spin
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// One task, as claimed from the ticket counter (see scheduler.cuh for the order).
+// ---------------------------------------------------------------------------------------------------------
+enum TaskKind : int { kTaskStop = 0, kTaskDispatch = 1, kTaskGateUp = 2, kTaskDown = 3, kTaskCombine = 4 };
+
+struct Task {
+  int kind;       // TaskKind
+  int rank;       // expert-side rank (combine: the source rank whose tokens are summed)
+  int minibatch;  // minibatch of the tile (dispatch, gate/up, down)
+  int tile;       // schedule tile index within the rank's table (combine: token block)
+  int nblock;     // column block (gate/up: of I in kHalfN; down: of H in kBlockN)
+  int expert;     // global expert of the tile (gate/up, down)
+  int ticket;
+  int pad_;
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Shared memory of one CTA. Stage buffers first, each 1024-byte aligned (the 128B swizzle atom).
+// ---------------------------------------------------------------------------------------------------------
+template <class Tiles>
+struct alignas(1024) SharedStorage {
+  uint8_t a[Tiles::kStages][Tiles::kStageBytesA];  // A tiles: 128 rows x 64 K, swizzled by TMA
+  uint8_t b[Tiles::kStages][Tiles::kStageBytesB];  // B tiles: 256 rows x 64 K, swizzled by TMA
+  // Epilogue staging: 128 rows x 128 bf16, 16-byte chunks XOR-swizzled by (row & 7) so that both the
+  // fragment writes and the row reads are free of bank conflicts. Consumer warpgroup w owns rows 64w..+63.
+  alignas(128) uint8_t staging[Tiles::kBlockM * Tiles::kStagingPitch];
+  uint64_t full[Tiles::kStages];    // TMA bytes landed
+  uint64_t empty[Tiles::kStages];   // consumers done reading
+  uint64_t task_full[Tiles::kTaskQueue];
+  uint64_t task_empty[Tiles::kTaskQueue];
+  Task tasks[Tiles::kTaskQueue];
+  int rank_tiles[Tiles::kMaxRanks];       // used tiles (rows_used / BLOCK_M) of every rank
+  int push_count[2][Tiles::kMaxRanks];    // rows pushed to each source rank by the current down task
+  int num_steps;                          // max over ranks of the number of minibatches
+};
+
+template <class Tiles>
+constexpr int shared_storage_bytes() {
+  // + 1 KB so the kernel can align the dynamic shared memory base to 1024 bytes itself.
+  return static_cast<int>(sizeof(SharedStorage<Tiles>)) + 1024;
+}
+
+static_assert(shared_storage_bytes<Sm90Tiles>() <= 232448, "shared memory exceeds the 227 KB SM90 limit");
+
+}  // namespace mok::sm90

@@ -1,0 +1,603 @@
+"""torchrun entry points for expert parallelism across processes: ``validate`` and ``bench``.
+
+::
+
+    torchrun --nproc-per-node N -m mok.dist_cli validate [--shape tiny] [--dtype bf16] [--transport collective,peers]
+    torchrun --nproc-per-node N -m mok.dist_cli bench [--models kimi-k2.7,...] [--tokens-per-gpu 2048]
+
+Both run with ``--nproc-per-node 1`` on one GPU, and on CPUs with gloo (``--device cpu``); without torchrun
+(plain ``python -m mok.dist_cli ...``) they run as a one-process group. NVLink multicast is switched off in
+the environment before the process group starts (see :mod:`mok.comm.symm_mem`).
+
+``validate``: every rank builds the same global problem from ``--seed``, takes its tokens and experts, runs
+:func:`mok.distributed.distributed_moe` forward and backward, and gathers the output and all five gradients.
+Rank 0 compares them with the single-process reference at ``ep_size=world`` and ``ep_size=1`` (bitwise) and
+with the fp64 oracle (relative error, :data:`mok.validate.TOLERANCE`), prints a table, writes JSON with a
+SHA-256 fingerprint of every tensor's bits (so runs on 1, 2, 4 and 8 GPUs can be compared file to file) and
+exits non-zero on any failure.
+
+``bench``: per model at ``--tokens-per-gpu`` tokens and E/world experts per GPU: layer forward and backward
+time for each backend (the NCCL all-to-all baseline included); the four transfers' bandwidth through peer
+memory (pull and push, dispatch and combine, uniform and Zipf routing) next to NCCL all-to-all for the same
+rows; barrier (completion-signal) latency. Rank 0 writes JSON and a Markdown table with the machine kind and
+GPU count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+from .comm.symm_mem import MULTICAST_OFF  # noqa: F401  (sets the multicast-off environment first)
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_RESULTS = Path("experiments/results/multi_gpu")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Process group
+# --------------------------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed(device: str | None = None) -> tuple[int, int, torch.device]:
+    """Start (or join) the default process group: NCCL on GPUs, gloo on CPUs.
+
+    Under torchrun the environment names rank and world; without it this is a one-process group on a free
+    port. Returns ``(rank, world_size, device)``; on GPUs ``device`` is ``cuda:LOCAL_RANK``."""
+    use_cuda = (device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
+    if not use_cuda:
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton transfer kernels run on CPU tensors
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(_free_port()))
+    if use_cuda:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        dev = torch.device("cuda", local_rank)
+    else:
+        dev = torch.device("cpu")
+    if not dist.is_initialized():
+        if use_cuda:
+            dist.init_process_group("nccl", device_id=dev)
+        else:
+            dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size(), dev
+
+
+def all_gather_rows(t: torch.Tensor, group=None) -> torch.Tensor:
+    """Concatenate every rank's ``t`` along dim 0 (equal shapes), bit for bit (rows travel as bytes)."""
+    from .distributed import _rows_as_bytes
+
+    t = t.detach().contiguous()
+    world = dist.get_world_size(group)
+    parts = [torch.empty_like(t) for _ in range(world)]
+    dist.all_gather([_rows_as_bytes(p) for p in parts], _rows_as_bytes(t), group=group)
+    return torch.cat(parts)
+
+
+def machine_description(world: int, device: torch.device) -> dict:
+    """What the results ran on: machine kind (``MOK_MACHINE_KIND`` if set), GPU name and count, versions."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    return {"machine_kind": os.environ.get("MOK_MACHINE_KIND", f"{name} x{world}"), "gpu_count": world,
+            "device": name, "torch": torch.__version__,
+            "multicast_env": {k: os.environ.get(k) for k in MULTICAST_OFF},
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+# --------------------------------------------------------------------------------------------------------
+# validate
+# --------------------------------------------------------------------------------------------------------
+
+def split_problem(problem: list[torch.Tensor], rank: int, world: int) -> list[torch.Tensor]:
+    """This rank's share of a global problem ``[x, ids, w, w_gate, w_up, w_down]``: tokens
+    ``[r*T/R, (r+1)*T/R)`` and experts ``[r*E/R, (r+1)*E/R)``."""
+    x, ids, w, wg, wu, wd = problem
+    tl, el = x.shape[0] // world, wg.shape[0] // world
+    tok, exp = slice(rank * tl, (rank + 1) * tl), slice(rank * el, (rank + 1) * el)
+    return [x[tok], ids[tok], w[tok], wg[exp], wu[exp], wd[exp]]
+
+
+def run_distributed(problem: list[torch.Tensor], *, group=None, backend: str = "reference",
+                    transport: str | None = None, config=None, grad_seed: int = 1) -> list[torch.Tensor]:
+    """Forward and backward of this rank's share through :func:`distributed_moe`, then gathered:
+    ``[out, dx, d_topk_weights, d_w_gate, d_w_up, d_w_down]`` for the whole problem, on every rank.
+
+    The output gradient is the one :func:`mok.validate.forward_backward` uses (``randn`` seeded by
+    ``grad_seed`` over the global output), so results compare bit for bit with the single-process run."""
+    from .distributed import distributed_moe
+
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    x, ids, w, wg, wu, wd = (p.detach().clone() for p in split_problem(problem, rank, world))
+    leaves = [x, w, wg, wu, wd]
+    for leaf in leaves:
+        leaf.requires_grad_(True)
+    out = distributed_moe(x, ids, w, wg, wu, wd, group=group, num_experts=problem[3].shape[0], backend=backend,
+                          transport=transport, config=config)
+    tokens, hidden = problem[0].shape
+    grad = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(grad_seed))
+    tl = tokens // world
+    out.backward(grad.to(device=out.device, dtype=out.dtype)[rank * tl:(rank + 1) * tl])
+    return [all_gather_rows(t, group) for t in [out, *(leaf.grad for leaf in leaves)]]
+
+
+def fingerprint(tensors: list[torch.Tensor]) -> str:
+    """SHA-256 over the raw bytes of each tensor, in order (equal fingerprints: equal bits)."""
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from .config import MoKConfig, get_shape
+    from .distributed import _rank_run_class
+    from .validate import OUTPUTS, TOLERANCE, bitwise_equal, forward_backward, random_problem, relative_error
+
+    rank, world, device = init_distributed(args.device)
+    shape = get_shape(args.shape)
+    if args.tokens:
+        shape = shape.with_tokens(args.tokens)
+    if shape.tokens % world or shape.num_experts % world:
+        raise SystemExit(f"shape {shape.describe()}: tokens and experts must be divisible by the {world} ranks")
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    precision = "bf16" if dtype == torch.bfloat16 else "fp32"
+    tile = args.tile or (16 if shape.tokens * shape.top_k <= 4096 else 128)
+    config = MoKConfig(expert_padding=tile, minibatch_rows=args.minibatch, ring_rows=args.ring)
+    problem = random_problem(shape, dtype, device, seed=args.seed, skew=args.skew)
+    problem[2] = problem[2].float()
+
+    runs: dict[str, tuple[str, list[torch.Tensor]]] = {}
+    skipped: dict[str, str] = {}
+    for backend in args.backend.split(","):
+        if backend != "nccl":
+            try:
+                _rank_run_class(backend)
+            except (RuntimeError, ValueError) as err:  # same answer on every rank
+                skipped[backend] = str(err)
+                continue
+        transports = [None] if backend == "nccl" else args.transport.split(",")
+        for transport in transports:
+            name = backend if transport is None else f"{backend}/{transport}"
+            runs[name] = (backend, run_distributed(problem, backend=backend, transport=transport, config=config,
+                                                   grad_seed=args.seed + 1))
+
+    failed = 0
+    if rank == 0:
+        # The single-process runs of each backend: what its distributed run must reproduce bit for bit.
+        single: dict[tuple[str, int], list[torch.Tensor]] = {}
+        for backend in sorted({backend for backend, _ in runs.values() if backend != "nccl"}):
+            for ep in sorted({1, world}):
+                single[backend, ep] = forward_backward(backend, problem, ep_size=ep, config=config,
+                                                       grad_seed=args.seed + 1)
+        oracle = forward_backward("oracle", problem, grad_seed=args.seed + 1)
+        tolerance = TOLERANCE[precision]
+        record = {**machine_description(world, device), "command": "validate", "shape": shape.describe(),
+                  "dtype": args.dtype, "tile": tile, "minibatch_rows": args.minibatch, "ring_rows": args.ring,
+                  "seed": args.seed, "skew": args.skew, "tolerance": tolerance, "runs": {},
+                  "fingerprints": {f"{backend} ep_size=1 (single process)": fingerprint(single[backend, 1])
+                                   for backend, ep in single if ep == 1}}
+        lines = [f"{world} rank(s) on {device.type}: shape {shape.describe()} dtype {args.dtype} tile {tile}",
+                 f"{'run':<24}{'check':<34}" + "".join(f"{n:>15}" for n in OUTPUTS)]
+        for name, (backend, got) in runs.items():
+            errors = [relative_error(g, o) for g, o in zip(got, oracle)]
+            entry = {"errors_vs_fp64_oracle": dict(zip(OUTPUTS, errors)), "fingerprint": fingerprint(got)}
+            ok = all(e <= tolerance for e in errors)
+            lines.append(f"{name:<24}{'rel. error vs fp64 oracle':<34}" + "".join(f"{e:>15.2e}" for e in errors))
+            if backend != "nccl":  # the baseline is not bitwise reproducible by design
+                checks = [(f"bitwise vs 1-process EP {ep}", single[backend, ep]) for ep in sorted({world, 1},
+                                                                                               reverse=True)]
+                for label, want in checks:
+                    same = [bitwise_equal(g, w) for g, w in zip(got, want)]
+                    entry[label] = dict(zip(OUTPUTS, same))
+                    ok &= all(same)
+                    cells = "".join(f"{'same' if s else 'DIFFERENT':>15}" for s in same)
+                    lines.append(f"{name:<24}{label:<34}" + cells)
+            entry["passed"] = ok
+            record["runs"][name] = entry
+            failed += not ok
+        record["skipped"] = skipped
+        lines += [f"skipped backend {name}: {why}" for name, why in skipped.items()]
+        lines.append(("PASS" if not failed else f"FAIL ({failed} run(s))")
+                     + (f" (skipped: {', '.join(skipped)})" if skipped else ""))
+        print("\n".join(lines), flush=True)
+        out = Path(args.out or DEFAULT_RESULTS / f"validate_{device.type}_{world}rank.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(record, indent=2))
+        print(f"wrote {out}")
+    verdict = torch.tensor([failed], dtype=torch.int64, device=device)
+    dist.broadcast(verdict, src=0)
+    return 1 if int(verdict) else 0
+
+
+# --------------------------------------------------------------------------------------------------------
+# bench
+# --------------------------------------------------------------------------------------------------------
+
+def _model_specs(models: str):
+    """Comma-separated names from :data:`mok.config.MODELS`, or one custom model as ``H,I,E,K``."""
+    from .config import MODELS, ModelSpec
+
+    if models.count(",") == 3 and models.replace(",", "").isdigit():
+        h, i, e, k = (int(v) for v in models.split(","))
+        return [ModelSpec(f"custom-{h}x{i}x{e}x{k}", e, h, i, k)]
+    unknown = [name for name in models.split(",") if name not in MODELS]
+    if unknown:
+        raise SystemExit(f"unknown model(s) {unknown}: choose from {sorted(MODELS)} or give one 'H,I,E,K'")
+    return [MODELS[name] for name in models.split(",")]
+
+
+def _slowest(ms: float, device: torch.device, group=None) -> float:
+    slowest = torch.tensor([ms], dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
+    return float(slowest)
+
+
+def _timed(fn, *, iters: int, warmup: int, device: torch.device, group=None) -> float:
+    """Milliseconds per call of ``fn`` run back to back (for short transfers): the slowest rank's mean over
+    ``iters`` calls after ``warmup``."""
+    for _ in range(warmup):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    dist.barrier(group=group)
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        ms = start.elapsed_time(end) / iters
+    else:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        ms = (time.perf_counter() - t0) * 1e3 / iters
+    return _slowest(ms, device, group)
+
+
+def _timed_each(fn, setup=None, *, iters: int, warmup: int, device: torch.device, group=None) -> float:
+    """Milliseconds of ``fn(setup())``, timing only ``fn``, every call started together on all ranks (for a
+    layer's forward or backward, whose backward needs a fresh forward each time): slowest rank's mean."""
+    total = 0.0
+    for i in range(warmup + iters):
+        arg = setup() if setup is not None else None
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dist.barrier(group=group)
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(arg)
+            end.record()
+            end.synchronize()
+            ms = start.elapsed_time(end)
+        else:
+            t0 = time.perf_counter()
+            fn(arg)
+            ms = (time.perf_counter() - t0) * 1e3
+        total += ms if i >= warmup else 0.0
+    return _slowest(total / iters, device, group)
+
+
+def _routing(tokens: int, num_experts: int, top_k: int, kind: str, seed: int, device: torch.device):
+    """``(topk_weights fp32, topk_ids int32)`` for ``tokens`` tokens: ``"uniform"`` (random logits) or
+    ``"zipf"`` (expert e drawn with probability ~ 1/(e+1), without replacement: low ids, hence low ranks,
+    are hot)."""
+    from .routing import route
+
+    gen = torch.Generator().manual_seed(seed)
+    if kind == "uniform":
+        return route(torch.randn(tokens, num_experts, generator=gen).to(device), top_k)
+    if kind != "zipf":
+        raise ValueError(f"routing must be 'uniform' or 'zipf', got {kind!r}")
+    probs = 1.0 / torch.arange(1, num_experts + 1, dtype=torch.float64)
+    ids = torch.multinomial(probs.expand(tokens, -1), top_k, replacement=False, generator=gen)
+    weights = torch.softmax(torch.randn(tokens, top_k, generator=gen), dim=1)
+    return weights.float().to(device), ids.to(torch.int32).to(device)
+
+
+def _weight_bytes(spec, world: int, backend: str) -> int:
+    """Bytes one GPU needs for its experts' weights and gradients (activations are small beside them):
+    bf16 weights and gradients, plus, for the reference, fp32 weight copies and fp32 gradient accumulators."""
+    per_gpu = 3 * spec.hidden * spec.intermediate * (spec.num_experts // world)
+    return per_gpu * (2 + 2 + (8 if backend == "reference" else 0))
+
+
+def _layer_case(spec, args, rank: int, world: int, device: torch.device, backend: str) -> dict:
+    """Forward and forward+backward time of one backend on one model (E/world experts per GPU)."""
+    from .config import MoKConfig
+    from .distributed import distributed_moe
+
+    tokens, local_experts = args.tokens_per_gpu, spec.num_experts // world
+    gen = torch.Generator().manual_seed(1000 + rank)
+    dtype = torch.bfloat16
+    x = torch.randn(tokens, spec.hidden, generator=gen).to(device, dtype).requires_grad_(True)
+    weights, ids = _routing(tokens, spec.num_experts, spec.top_k, args.routing, 2000 + rank, device)
+    weights.requires_grad_(True)
+
+    def param(*size, fan_in):
+        return (torch.randn(*size, generator=gen) * fan_in ** -0.5).to(device, dtype).requires_grad_(True)
+
+    wg = param(local_experts, spec.intermediate, spec.hidden, fan_in=spec.hidden)
+    wu = param(local_experts, spec.intermediate, spec.hidden, fan_in=spec.hidden)
+    wd = param(local_experts, spec.hidden, spec.intermediate, fan_in=spec.intermediate)
+    grad = torch.randn(tokens, spec.hidden, generator=gen).to(device, dtype)
+    config = MoKConfig(expert_padding=args.tile)
+
+    def forward(_=None):
+        return distributed_moe(x, ids, weights, wg, wu, wd, num_experts=spec.num_experts, backend=backend,
+                               config=config, check_inputs=False)
+
+    def backward(out):
+        out.backward(grad)
+
+    fwd = _timed_each(forward, iters=args.iters, warmup=args.warmup, device=device)
+    bwd = _timed_each(backward, forward, iters=args.iters, warmup=args.warmup, device=device)
+    flops = 6 * tokens * spec.top_k * spec.hidden * spec.intermediate  # per GPU
+    return {"forward_ms": fwd, "backward_ms": bwd, "forward_tflops": flops / fwd / 1e9,
+            "backward_tflops": 2 * flops / bwd / 1e9}
+
+
+def _transfer_case(spec, args, rank: int, world: int, device: torch.device, routing: str, peers) -> dict:
+    """Pull vs push, dispatch and combine, through peer memory, plus NCCL all-to-all for the same rows.
+
+    Bandwidth counts the bytes that cross between GPUs (rows whose source and expert ranks differ), per GPU:
+    ``avg`` = all ranks' remote bytes / world / time, ``busiest`` = the most any one rank receives (dispatch)
+    or sends (combine) / time. Each timed call ends with the peer barrier (the completion signal a push needs;
+    a pull needs none once the source data is published, so the barrier is charged to both for fairness and
+    reported alone as ``barrier_us``).
+    """
+    from .distributed import exchange_rows, gather_routing
+    from .schedule import build_schedule
+
+    tokens, hidden, top_k = args.tokens_per_gpu, spec.hidden, spec.top_k
+    _, ids = _routing(tokens, spec.num_experts, top_k, routing, 3000 + rank, device)
+    schedule = build_schedule(gather_routing(ids, None), spec.num_experts, world, args.tile)
+    capacity, slots = schedule.capacity, tokens * top_k
+    x_buf = peers.buffer("bench_x", (tokens, hidden), torch.bfloat16)
+    recv_buf = peers.buffer("bench_recv", (capacity, hidden), torch.bfloat16)
+    slot_buf = peers.buffer("bench_slots", (slots, hidden), torch.bfloat16)
+    x_buf[rank].copy_(torch.randn(tokens, hidden).to(device, torch.bfloat16))
+    recv_buf[rank].copy_(torch.randn(capacity, hidden).to(device, torch.bfloat16))
+    peers.barrier()
+
+    # Index lists per peer, prepared once (a kernel would read them from the schedule table on the fly).
+    src_rank, src_slot = schedule.src_rank.long(), schedule.src_slot.long()
+    mine = [(src_rank[rank] == p).nonzero().squeeze(1) for p in range(world)]          # my rows from p
+    theirs = [(src_rank[d] == rank).nonzero().squeeze(1) for d in range(world)]         # d's rows from me
+    pull_src = [src_slot[rank][rows] // top_k for rows in mine]                          # tokens of p I read
+    push_dst = [rows for rows in theirs]                                                 # d's rows I write
+    push_tok = [src_slot[d][rows] // top_k for d, rows in enumerate(theirs)]             # my tokens I send
+    combine_slot = [src_slot[rank][rows] for rows in mine]                               # p's slots I write
+    gathered = torch.empty(int(sum(r.numel() for r in mine)), hidden, dtype=torch.bfloat16, device=device)
+    offsets = [0]
+    for rows in mine:
+        offsets.append(offsets[-1] + rows.numel())
+
+    def pull_dispatch():  # expert side reads the source's tokens
+        for p in range(world):
+            torch.index_select(x_buf[p], 0, pull_src[p], out=gathered[offsets[p]:offsets[p + 1]])
+        peers.barrier()
+
+    def push_dispatch():  # source side writes its tokens into the expert's receive buffer
+        for d in range(world):
+            recv_buf[d].index_copy_(0, push_dst[d], x_buf[rank].index_select(0, push_tok[d]))
+        peers.barrier()
+
+    def push_combine():  # expert side writes results into the source's (token, k) slots
+        for p in range(world):
+            slot_buf[p].index_copy_(0, combine_slot[p], gathered[offsets[p]:offsets[p + 1]])
+        peers.barrier()
+
+    def pull_combine():  # source side reads its results from the expert's rows
+        for d in range(world):
+            slot_buf[rank].index_copy_(0, src_slot[d][theirs[d]], recv_buf[d].index_select(0, push_dst[d]))
+        peers.barrier()
+
+    # MoK's two directions with the Triton transfer kernels (peer base addresses from the ptr_table).
+    table = schedule.rank(rank)
+    rows_used = int(table.segment_offsets[-1])
+    try:
+        from .triton_ref.pull_dispatch import pull_token_rows
+        from .triton_ref.push_combine import push_rows as triton_push_rows
+    except ImportError:
+        pull_token_rows = triton_push_rows = None
+
+    def triton_pull_dispatch():
+        pull_token_rows(table, 0, rows_used, x_buf, recv_buf[rank])
+        peers.barrier()
+
+    def triton_push_combine():
+        triton_push_rows(table, 0, rows_used, recv_buf[rank], slot_buf)
+        peers.barrier()
+
+    send_counts = [int(r.numel()) for r in theirs]
+    recv_counts = [int(r.numel()) for r in mine]
+    send_rows = torch.cat([x_buf[rank].index_select(0, t) for t in push_tok])
+
+    def nccl_dispatch():
+        exchange_rows(send_rows, send_counts, recv_counts, None)
+
+    # Remote bytes: rows whose two ends differ.
+    row_bytes = hidden * 2
+    remote_in = sum(recv_counts) - recv_counts[rank]
+    remote_out = sum(send_counts) - send_counts[rank]
+    totals = torch.tensor([remote_in, remote_out], dtype=torch.float64, device=device)
+    everyone = [torch.empty_like(totals) for _ in range(world)]
+    dist.all_gather(everyone, totals)
+    total_remote = sum(float(t[0]) for t in everyone)
+    busiest_in = max(float(t[0]) for t in everyone)
+    busiest_out = max(float(t[1]) for t in everyone)
+
+    result = {"remote_rows_per_gpu_avg": total_remote / world, "busiest_in_rows": busiest_in,
+              "busiest_out_rows": busiest_out}
+    timed = {"pull_dispatch": (pull_dispatch, busiest_in), "push_dispatch": (push_dispatch, busiest_in),
+             "push_combine": (push_combine, busiest_out), "pull_combine": (pull_combine, busiest_out),
+             "nccl_all_to_all_dispatch": (nccl_dispatch, busiest_in)}
+    if pull_token_rows is not None:
+        timed.update(triton_pull_dispatch=(triton_pull_dispatch, busiest_in),
+                     triton_push_combine=(triton_push_combine, busiest_out))
+    for name, (fn, busiest) in timed.items():
+        ms = _timed(fn, iters=args.iters, warmup=args.warmup, device=device)
+        result[name] = {"ms": ms, "avg_GBps_per_gpu": total_remote / world * row_bytes / ms / 1e6,
+                        "busiest_GBps": busiest * row_bytes / ms / 1e6}
+    barrier_ms = _timed(peers.barrier, iters=max(args.iters, 20), warmup=args.warmup, device=device)
+    result["barrier_us"] = barrier_ms * 1e3
+    return result
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .distributed import _rank_run_class, default_peers
+
+    rank, world, device = init_distributed(args.device)
+    specs = _model_specs(args.models)
+    for spec in specs:
+        if spec.num_experts % world:
+            raise SystemExit(f"{spec.name}: {spec.num_experts} experts do not split over {world} ranks")
+    record = {**machine_description(world, device), "command": "bench", "tokens_per_gpu": args.tokens_per_gpu,
+              "routing": args.routing, "tile": args.tile, "iters": args.iters, "layers": {}, "transfers": {}}
+    backends = []
+    for backend in args.backends.split(","):
+        try:
+            if backend != "nccl":
+                _rank_run_class(backend)
+            backends.append(backend)
+        except (RuntimeError, ValueError) as err:
+            record.setdefault("skipped", {})[backend] = str(err)
+            if rank == 0:
+                print(f"skipping backend {backend}: {err}", flush=True)
+
+    budget = (0.7 * torch.cuda.get_device_properties(device).total_memory if device.type == "cuda"
+              else float("inf"))
+    for spec in specs:
+        for backend in backends:
+            key = f"{spec.name}/{backend}"
+            need = _weight_bytes(spec, world, backend)
+            if need > budget:  # decided alike on every rank, so no rank is left waiting in a collective
+                record["layers"][key] = {"error": f"skipped: needs ~{need / 2**30:.0f} GiB of weights and "
+                                                  f"gradients per GPU"}
+                if rank == 0:
+                    print(key, record["layers"][key], flush=True)
+                continue
+            try:
+                record["layers"][key] = _layer_case(spec, args, rank, world, device, backend)
+            except torch.cuda.OutOfMemoryError as err:  # same shapes on every rank: all ranks fail alike
+                record["layers"][key] = {"error": f"out of memory: {str(err).splitlines()[0]}"}
+                torch.cuda.empty_cache()
+            if rank == 0:
+                print(key, record["layers"][key], flush=True)
+    if not args.skip_transfers:
+        peers = default_peers(None, device)
+        for spec in specs:
+            for routing in ("uniform", "zipf"):
+                key = f"{spec.name}/{routing}"
+                record["transfers"][key] = _transfer_case(spec, args, rank, world, device, routing, peers)
+                if rank == 0:
+                    print(key, record["transfers"][key], flush=True)
+
+    if rank == 0:
+        table = bench_table(record)
+        print(table)
+        stem = args.out or str(DEFAULT_RESULTS / f"bench_{device.type}_{world}rank")
+        Path(stem).parent.mkdir(parents=True, exist_ok=True)
+        Path(stem + ".json").write_text(json.dumps(record, indent=2))
+        Path(stem + ".md").write_text(table + "\n")
+        print(f"wrote {stem}.json and {stem}.md")
+    dist.barrier()
+    return 0
+
+
+def bench_table(record: dict) -> str:
+    """Markdown tables of a bench record: layer times with the ratio to the NCCL baseline, then transfers."""
+    lines = [f"## {record['machine_kind']}: {record['gpu_count']} GPU(s), {record['tokens_per_gpu']} tokens/GPU, "
+             f"{record['routing']} routing", "",
+             "| model / backend | fwd ms | bwd ms | fwd TFLOP/s/GPU | bwd TFLOP/s/GPU | fwd vs nccl |",
+             "|---|---|---|---|---|---|"]
+    for key, r in record["layers"].items():
+        if "error" in r:
+            lines.append(f"| {key} | {r['error']} | | | | |")
+            continue
+        base = record["layers"].get(key.rsplit("/", 1)[0] + "/nccl", {})
+        ratio = f"{base['forward_ms'] / r['forward_ms']:.2f}x" if "forward_ms" in base else "-"
+        lines.append(f"| {key} | {r['forward_ms']:.3f} | {r['backward_ms']:.3f} | {r['forward_tflops']:.0f} | "
+                     f"{r['backward_tflops']:.0f} | {ratio} |")
+    if record["transfers"]:
+        names = ["pull_dispatch", "push_dispatch", "push_combine", "pull_combine", "nccl_all_to_all_dispatch",
+                 "triton_pull_dispatch", "triton_push_combine"]
+        lines += ["", "Transfers: GB/s per GPU, average (busiest GPU); goal >= 360 GB/s (80% of 450) per direction",
+                  "", "| model / routing | " + " | ".join(names) + " | barrier us |",
+                  "|---|" + "---|" * (len(names) + 1)]
+        for key, r in record["transfers"].items():
+            cells = [f"{r[n]['avg_GBps_per_gpu']:.0f} ({r[n]['busiest_GBps']:.0f})" if n in r else "-" for n in names]
+            lines.append(f"| {key} | " + " | ".join(cells) + f" | {r['barrier_us']:.1f} |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="torchrun --nproc-per-node N -m mok.dist_cli",
+                                     description="mok expert parallelism across processes")
+    sub = parser.add_subparsers(dest="command", required=True)
+    val = sub.add_parser("validate", help="distributed forward/backward vs the single-process reference, bitwise")
+    val.add_argument("--shape", default="64,64,32,8,2", help="preset (mok.config.PRESETS) or T,H,I,E,K (global)")
+    val.add_argument("--tokens", type=int, help="override the shape's (global) token count")
+    val.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16")
+    val.add_argument("--backend", default="reference,nccl", help="comma-separated: reference, nccl, triton")
+    val.add_argument("--transport", default="collective,peers,peers-triton",
+                     help="comma-separated: collective (all_to_all), peers (torch over peer memory), peers-triton "
+                          "(the Triton transfer kernels over peer memory)")
+    val.add_argument("--tile", type=int, help="expert padding (default 16 for tiny shapes, else 128)")
+    val.add_argument("--minibatch", type=int, help="minibatch rows (default: the policy)")
+    val.add_argument("--ring", type=int, help="ring rows (default: the whole schedule)")
+    val.add_argument("--skew", type=float, default=1.0, help="router bias towards low expert ids")
+    val.add_argument("--seed", type=int, default=0)
+    val.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    val.add_argument("--out", help="JSON path (default experiments/results/multi_gpu/validate_<dev>_<N>rank.json)")
+    ben = sub.add_parser("bench", help="layer time vs the NCCL baseline, transfer bandwidth, signalling latency")
+    ben.add_argument("--models", default="kimi-k2.7,glm-5.2,qwen3.5-397b,deepseek-v4-pro",
+                     help="comma-separated names from mok.config.MODELS, or one custom 'H,I,E,K'")
+    ben.add_argument("--tokens-per-gpu", type=int, default=2048)
+    ben.add_argument("--backends", default="nccl,triton", help="comma-separated: nccl, reference, triton")
+    ben.add_argument("--routing", choices=["uniform", "zipf"], default="uniform", help="routing of the layer runs")
+    ben.add_argument("--tile", type=int, default=128)
+    ben.add_argument("--iters", type=int, default=10)
+    ben.add_argument("--warmup", type=int, default=3)
+    ben.add_argument("--skip-transfers", action="store_true")
+    ben.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    ben.add_argument("--out", help="path stem for .json and .md "
+                     "(default experiments/results/multi_gpu/bench_<dev>_<N>rank)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        rc = {"validate": _validate, "bench": _bench}[args.command](args)
+        from .distributed import release_default_peers
+        release_default_peers()  # collective: only on the success path, so a failing rank cannot hang here
+        return rc
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,667 @@
+"""Expert parallelism across processes: :func:`distributed_moe`, what ``MoELayer(..., ep_group=group)`` runs.
+
+Layout (one process per rank, as torchrun starts them): rank r of the group holds ``T_local`` tokens (the same
+count on every rank; globally they are tokens ``[r*T_local, (r+1)*T_local)``) and experts
+``[r*E_local, (r+1)*E_local)`` with ``E_local = num_experts / world``. Routing ids are global expert ids.
+
+What a call does
+----------------
+1. **Global routing.** ``topk_ids`` is all-gathered (``T * top_k`` integers, small) and every rank builds the
+   same :func:`mok.schedule.build_schedule` tables; each rank then works on its own row of them. Every rank
+   therefore knows, without asking, which of its tokens every peer will read and which of its (token, k) slots
+   every peer will write.
+2. **Transfers**, driven by that one table (:mod:`mok.transfers`), through one of three transports:
+
+   * ``"peers"``: real peer memory (:class:`mok.comm.symm_mem.SymmetricMemoryPeers` on GPUs,
+     :class:`~mok.comm.symm_mem.HostSharedPeers` on CPUs). Each rank publishes ``x``, the router weights and
+     (backward) ``dO`` in its symmetric buffers; after a barrier the expert side *pulls* rows straight from the
+     source ranks' buffers and *pushes* results into their (token, k) slots, exactly MoK's data flow, with
+     :func:`mok.transfers.pull_rows` / :func:`~mok.transfers.push_rows` unchanged; a second barrier ends it.
+   * ``"peers-triton"``: the same, with the Triton transfer kernels of :mod:`mok.triton_ref` (pull dispatch,
+     pull reverse-combine, push rows), which load each row's peer base address from the buffer's
+     ``ptr_table``: the transfers the Triton backend and the megakernel perform, across processes.
+   * ``"collective"`` (default; any backend, gloo included): the same rows moved by ``all_to_all_single``.
+     A pull becomes "each source sends the rows the peers' tables ask of it, in table order"; a push becomes
+     "each expert rank sends its rows to their sources, which drop them into the named slots". Both sides
+     derive the order from the shared table, so no indices travel, and rows travel as raw bytes.
+
+3. **Expert arithmetic** tile by tile, exactly as :class:`mok.backends.reference.EmulatedLayerRun` does it
+   (same products, same rounding points, same fixed order of weight-gradient accumulation), minibatch by
+   minibatch through a ring, with backward replay of overwritten minibatches.
+
+Because every segment of the schedule lists the same tokens in the same order for any EP degree, and the
+transports only copy values, the output and every gradient are **bitwise identical** to single-process
+``mok.moe(..., backend="reference", ep_size=world)`` and to ``ep_size=1``, for any number of processes.
+
+Backends: ``"reference"`` (the above), ``"nccl"`` (the all-to-all + grouped-GEMM baseline of
+:mod:`mok.backends.nccl_baseline`), ``"triton"`` (needs ``mok.triton_ref.pipeline.TritonRankRun``; see
+:func:`_rank_run_class`). The backward is collective: every rank must run it (as with any
+``torch.distributed`` model).
+
+NVLink multicast is kept off (importing :mod:`mok.comm.symm_mem` sets the environment; see there).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import torch
+import torch.distributed as dist
+
+from .backends.reference import ieee_fp32_matmul
+from .checks import require_tensor, resolve_precision
+from .comm.peers import PeerBuffer, PeerGroup
+from .comm.symm_mem import HostSharedPeers, SymmetricMemoryPeers
+from .config import MoEShape, MoKConfig
+from .heuristics import device_spec, minibatch_rows
+from .ring import RingBuffer, plan_ring
+from .schedule import Schedule, build_schedule
+from .swiglu import swiglu_backward, swiglu_forward
+from .transfers import pull_rows, push_rows, sum_over_k
+
+BACKENDS = ("reference", "nccl", "triton")
+TRANSPORTS = ("collective", "peers", "peers-triton")
+TRANSPORT_ENV = "MOK_DIST_TRANSPORT"  # default transport for callers that cannot pass one (MoELayer)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Collective helpers
+# --------------------------------------------------------------------------------------------------------
+
+def _rows_as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """``[N, ...]`` -> ``[N, row_bytes]`` uint8 view (gloo has no int16/bf16 all_to_all for every dtype;
+    bytes move everything, bit for bit)."""
+    width = 1
+    for s in t.shape[1:]:
+        width *= s
+    return t.reshape(t.shape[0], width).view(torch.uint8)
+
+
+def exchange_rows(send: torch.Tensor, send_counts: list[int], recv_counts: list[int], group) -> torch.Tensor:
+    """``all_to_all_single`` of whole rows: rows ``send[sum(send_counts[:d]) : ...]`` go to rank d; returns the
+    rows received, grouped by source rank (``recv_counts[s]`` from rank s). Any dtype, any trailing shape."""
+    send = send.contiguous()
+    recv = torch.empty((sum(recv_counts), *send.shape[1:]), dtype=send.dtype, device=send.device)
+    dist.all_to_all_single(_rows_as_bytes(recv), _rows_as_bytes(send), recv_counts, send_counts, group=group)
+    return recv
+
+
+class ExchangeRows(torch.autograd.Function):
+    """Differentiable :func:`exchange_rows`: the gradient goes back along the same rows, reversed."""
+
+    @staticmethod
+    def forward(ctx, send, send_counts, recv_counts, group):
+        ctx.counts, ctx.group = (send_counts, recv_counts), group
+        return exchange_rows(send, send_counts, recv_counts, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        send_counts, recv_counts = ctx.counts
+        return exchange_rows(grad, recv_counts, send_counts, ctx.group), None, None, None
+
+
+def gather_routing(topk_ids_local: torch.Tensor, group) -> torch.Tensor:
+    """All-gather the routing: ``[T_local, K]`` local ids -> ``[world * T_local, K]`` in rank order.
+
+    Raises ValueError (on every rank alike) if the ranks hold different token counts or top-k."""
+    world = dist.get_world_size(group)
+    size = torch.tensor([topk_ids_local.shape[0], topk_ids_local.shape[1]], dtype=torch.int64,
+                        device=topk_ids_local.device)
+    sizes = [torch.empty_like(size) for _ in range(world)]
+    dist.all_gather(sizes, size, group=group)
+    sizes = [tuple(s.tolist()) for s in sizes]
+    if len(set(sizes)) != 1:
+        raise ValueError(f"every rank must hold the same number of tokens and top_k; (T_local, top_k) per "
+                         f"rank: {sizes}")
+    parts = [torch.empty_like(topk_ids_local) for _ in range(world)]
+    dist.all_gather(parts, topk_ids_local.contiguous(), group=group)
+    return torch.cat(parts)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Transports: the same rows, moved two ways
+# --------------------------------------------------------------------------------------------------------
+
+Window = tuple[int, int]  # schedule rows [start, end) of one rank's table
+
+
+class CollectiveTransport:
+    """Pull and push of schedule rows through ``all_to_all_single`` (no peer memory needed).
+
+    Every call is a collective over the group: all ranks call it with the same ``windows`` (one row window per
+    rank, computed from the shared plans). Sources and expert sides derive the row order from the shared
+    schedule, so only values travel.
+    """
+
+    kind = "collective"
+
+    def __init__(self, schedule: Schedule, rank: int, group) -> None:
+        self.schedule, self.rank, self.group = schedule, rank, group
+        self.world = schedule.ep_size
+
+    # The "buffers" of this transport are plain local tensors.
+    def publish(self, name: str, local: torch.Tensor):
+        return local
+
+    def slots(self, name: str, shape: tuple[int, ...], dtype: torch.dtype):
+        return torch.full(shape, float("nan"), dtype=dtype, device=self.schedule.src_rank.device)
+
+    def local(self, buf) -> torch.Tensor:
+        return buf
+
+    def fence(self) -> None:
+        """Nothing to do: each exchange completes before its result is used."""
+
+    def _expert_side(self, window: Window) -> tuple[torch.Tensor, list[int]]:
+        """My table rows in ``window`` that hold real entries, grouped by source rank (row order within a
+        source), as offsets into the window; and how many come from each source."""
+        start, end = window
+        src = self.schedule.src_rank[self.rank, start:end].long()
+        real = src >= 0
+        order = torch.sort(torch.where(real, src, self.world), stable=True).indices
+        counts = torch.bincount(src[real], minlength=self.world).tolist()
+        return order[:sum(counts)], counts
+
+    def _source_side(self, windows: list[Window]) -> tuple[torch.Tensor, list[int]]:
+        """The slots of mine that each rank's window carries (rank-major, row order within a rank), and how
+        many each rank's window carries."""
+        slots, counts = [], []
+        for dest, (start, end) in enumerate(windows):
+            from_me = self.schedule.src_rank[dest, start:end] == self.rank
+            slots.append(self.schedule.src_slot[dest, start:end][from_me].long())
+            counts.append(slots[-1].numel())
+        return torch.cat(slots), counts
+
+    def pull(self, windows: list[Window], src: torch.Tensor, out: torch.Tensor, *, by_token: bool) -> None:
+        """``out[j] = src[src_rank][index]`` for my rows ``windows[rank]`` (zero on padding): the collective
+        form of :func:`mok.transfers.pull_rows`. ``src`` is this rank's local tensor."""
+        out.zero_()
+        if all(end <= start for start, end in windows):
+            return
+        slots, send_counts = self._source_side(windows)
+        index = slots // self.schedule.top_k if by_token else slots
+        rows, recv_counts = self._expert_side(windows[self.rank])
+        received = exchange_rows(src[index], send_counts, recv_counts, self.group)
+        out[rows] = received.to(out.dtype)
+
+    def pull_grad_and_weight(self, windows: list[Window], grad_src, weight_src, grad_out: torch.Tensor,
+                             weight_out: torch.Tensor) -> None:
+        """Pull reverse-combine: dO rows by token and router weights by slot."""
+        self.pull(windows, grad_src, grad_out, by_token=True)
+        self.pull(windows, weight_src, weight_out, by_token=False)
+
+    def push(self, windows: list[Window], values: torch.Tensor, dst: torch.Tensor) -> None:
+        """``dst[src_rank][src_slot] = values[j]`` for my real rows: the collective form of
+        :func:`mok.transfers.push_rows`. ``dst`` is this rank's local slot tensor."""
+        if all(end <= start for start, end in windows):
+            return
+        rows, send_counts = self._expert_side(windows[self.rank])
+        slots, recv_counts = self._source_side(windows)
+        received = exchange_rows(values[rows].to(dst.dtype), send_counts, recv_counts, self.group)
+        dst[slots] = received
+
+
+class PeerTransport:
+    """Pull and push through peer memory, with :mod:`mok.transfers` as is: one-sided, no lockstep.
+
+    ``publish`` copies a local tensor into this rank's symmetric buffer; between :meth:`fence` calls a rank
+    reads its peers' published buffers and writes into their slot buffers.
+    """
+
+    kind = "peers"
+
+    def __init__(self, schedule: Schedule, rank: int, peers: PeerGroup) -> None:
+        if peers.local_ranks != [rank]:
+            raise ValueError(f"peer group drives ranks {peers.local_ranks}, expected [{rank}]")
+        if peers.world_size != schedule.ep_size:
+            raise ValueError(f"peer group has {peers.world_size} ranks, the schedule {schedule.ep_size}")
+        self.peers, self.rank, self.table = peers, rank, schedule.rank(rank)
+
+    def publish(self, name: str, local: torch.Tensor) -> PeerBuffer:
+        buf = self.peers.buffer(name, tuple(local.shape), local.dtype)
+        buf[self.rank].copy_(local)
+        return buf
+
+    def slots(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> PeerBuffer:
+        buf = self.peers.buffer(name, shape, dtype)
+        buf[self.rank].fill_(float("nan"))  # poison: a slot nobody writes shows up as NaN
+        return buf
+
+    def local(self, buf: PeerBuffer) -> torch.Tensor:
+        return buf[self.rank]
+
+    def fence(self) -> None:
+        self.peers.barrier()
+
+    def pull(self, windows: list[Window], src: PeerBuffer, out: torch.Tensor, *, by_token: bool) -> None:
+        start, end = windows[self.rank]
+        pull_rows(self.table, start, end, src, out, by_token=by_token)
+
+    def pull_grad_and_weight(self, windows: list[Window], grad_src: PeerBuffer, weight_src: PeerBuffer,
+                             grad_out: torch.Tensor, weight_out: torch.Tensor) -> None:
+        self.pull(windows, grad_src, grad_out, by_token=True)
+        self.pull(windows, weight_src, weight_out, by_token=False)
+
+    def push(self, windows: list[Window], values: torch.Tensor, dst: PeerBuffer) -> None:
+        start, end = windows[self.rank]
+        push_rows(self.table, start, end, values, dst)
+
+
+class TritonPeerTransport(PeerTransport):
+    """:class:`PeerTransport` whose pulls and pushes are the Triton kernels of :mod:`mok.triton_ref`: each
+    program loads a peer's base address from the buffer's ``ptr_table`` and reads or writes the peer's memory
+    directly (NVLink on GPUs; mapped shared memory on CPUs under ``TRITON_INTERPRET=1``).
+
+    Per-slot fp32 buffers (router weights, dw) are kept ``[slots, 1]`` so the row kernels move them too.
+    """
+
+    kind = "peers-triton"
+
+    def __init__(self, schedule: Schedule, rank: int, peers: PeerGroup) -> None:
+        super().__init__(schedule, rank, peers)
+        from .triton_ref import pull_dispatch, push_combine
+
+        self._pull_dispatch, self._push_combine = pull_dispatch, push_combine
+        self._per_slot: set[str] = set()  # slot buffers widened from [slots] to [slots, 1]
+
+    def publish(self, name: str, local: torch.Tensor) -> PeerBuffer:
+        return super().publish(name, local if local.dim() > 1 else local.view(-1, 1))
+
+    def slots(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> PeerBuffer:
+        if len(shape) == 1:
+            self._per_slot.add(name)
+            shape = (*shape, 1)
+        return super().slots(name, shape, dtype)
+
+    def local(self, buf: PeerBuffer) -> torch.Tensor:
+        return buf[self.rank].view(-1) if buf.name in self._per_slot else buf[self.rank]
+
+    def pull(self, windows: list[Window], src: PeerBuffer, out: torch.Tensor, *, by_token: bool) -> None:
+        if not by_token:
+            raise ValueError("the Triton transport pulls per-slot values only with pull_grad_and_weight")
+        start, end = windows[self.rank]
+        self._pull_dispatch.pull_token_rows(self.table, start, max(end - start, 0), src, out)
+
+    def pull_grad_and_weight(self, windows, grad_src, weight_src, grad_out, weight_out) -> None:
+        start, end = windows[self.rank]
+        flat_weights = PeerBuffer(weight_src.name, weight_src.shape[:1], weight_src.dtype,
+                                  [v.view(-1) for v in weight_src.views], weight_src.ptr_table)
+        self._pull_dispatch.pull_reverse_combine(self.table, start, max(end - start, 0), grad_src, flat_weights,
+                                                 grad_out, weight_out)
+
+    def push(self, windows: list[Window], values: torch.Tensor, dst: PeerBuffer) -> None:
+        start, end = windows[self.rank]
+        rows = values if values.dim() > 1 else values.view(-1, 1)
+        self._push_combine.push_rows(self.table, start, max(end - start, 0), rows, dst)
+
+
+# --------------------------------------------------------------------------------------------------------
+# One rank's share of the layer (reference arithmetic)
+# --------------------------------------------------------------------------------------------------------
+
+class RankLayerRun:
+    """One forward (and its backward) of the layer on one real rank; the per-rank half of
+    :class:`mok.backends.reference.EmulatedLayerRun`.
+
+    Args:
+        x_local: ``[T_local, H]`` this rank's tokens (bf16 or fp32).
+        topk_ids: ``[world * T_local, K]`` the global routing (all ranks' ids, rank order).
+        topk_weights_local: ``[T_local, K]`` fp32 router weights of this rank's tokens.
+        w_gate, w_up: ``[E_local, I, H]``, w_down: ``[E_local, H, I]``: this rank's experts.
+        rank, world: this rank and the EP degree. num_experts: E (global).
+        config: :class:`MoKConfig` (tile, minibatch, ring, capacity).
+        transport: ``"collective"`` (needs ``group``), ``"peers"`` or ``"peers-triton"`` (need ``peers``).
+    """
+
+    def __init__(self, x_local, topk_ids, topk_weights_local, w_gate, w_up, w_down, *, rank: int, world: int,
+                 num_experts: int, config: MoKConfig, transport: str, group=None,
+                 peers: PeerGroup | None = None) -> None:
+        self.dtype, self.device = x_local.dtype, x_local.device
+        self.rank, self.world = rank, world
+        self.tokens_local, self.hidden = x_local.shape
+        self.top_k = topk_ids.shape[1]
+        self.local_experts, self.intermediate, _ = w_gate.shape
+        self.tile = config.expert_padding
+        self.weight_dtype = w_gate.dtype
+        self.x_local = x_local
+        self.weights_local = topk_weights_local.float().reshape(-1)
+
+        # Gate and up stacked as one [2I, H] fp32 matrix per expert, as in the reference.
+        self.w_gate_up = torch.cat([w_gate, w_up], dim=1).float()
+        self.w_down = w_down.float()
+
+        schedule = build_schedule(topk_ids, num_experts, world, self.tile, config.capacity_rows)
+        self.tile_expert = schedule.tile_expert[rank].tolist()
+        shape = MoEShape("rank", self.tokens_local, self.hidden, self.intermediate, self.local_experts, self.top_k)
+        mb_rows = minibatch_rows(shape, device_spec(self.device), config)
+        if config.ring_rows is not None and config.ring_rows % mb_rows:
+            raise ValueError(f"MoKConfig.ring_rows ({config.ring_rows}) must be a multiple of the minibatch "
+                             f"size ({mb_rows} rows)")
+        # Every rank's plan: the collective transport needs all windows, and every rank must agree on them.
+        self.plans = [plan_ring(rows, mb_rows, config.ring_rows) for rows in schedule.rows_used()]
+        self.steps = max(plan.num_minibatches for plan in self.plans)
+        columns = {"x": (self.hidden, self.dtype), "gate_up": (2 * self.intermediate, self.dtype)}
+        self.ring = RingBuffer(self.plans[rank], columns, self.device)
+
+        if transport == "collective":
+            self.transport = CollectiveTransport(schedule, rank, group)
+        elif transport == "peers":
+            self.transport = PeerTransport(schedule, rank, peers)
+        elif transport == "peers-triton":
+            self.transport = TritonPeerTransport(schedule, rank, peers)
+        else:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+
+    # ----------------------------------------------------------------------------------------------------
+    # Minibatches, windows and tiles
+    # ----------------------------------------------------------------------------------------------------
+    def _owns(self, i: int) -> bool:
+        return i < self.ring.plan.num_minibatches
+
+    def _windows(self, i: int, *, replay_only: bool = False) -> list[Window]:
+        """Every rank's schedule rows in step ``i`` (empty where a rank has no minibatch ``i``, or, with
+        ``replay_only``, where minibatch ``i`` is still resident in that rank's ring)."""
+        windows = []
+        for plan in self.plans:
+            skip = i >= plan.num_minibatches or (replay_only and plan.resident_after_forward(i))
+            windows.append((0, 0) if skip else plan.window(i))
+        return windows
+
+    def _tiles(self, i: int):
+        """(row range within minibatch ``i``, local expert) for each real tile of one of my minibatches."""
+        start, end = self.ring.plan.window(i)
+        for tile_start in range(start, end, self.tile):
+            local = self.tile_expert[tile_start // self.tile]
+            if local >= 0:
+                yield slice(tile_start - start, tile_start - start + self.tile), local
+
+    def _rows(self, name: str, i: int) -> torch.Tensor:
+        if self._owns(i):
+            return self.ring.rows(name, i)
+        width, dtype = self.ring.tensors[name].shape[1], self.ring.tensors[name].dtype
+        return torch.empty(0, width, dtype=dtype, device=self.device)
+
+    def _dispatch_and_project(self, i: int, windows: list[Window], x_src) -> None:
+        """Pull minibatch ``i``'s token rows into the ring and run the gate/up GEMM tile by tile (when my
+        window is non-empty; the pull itself is collective for the collective transport)."""
+        x_rows, gate_up = self._rows("x", i), self._rows("gate_up", i)
+        start, end = windows[self.rank]
+        self.transport.pull(windows, x_src, x_rows[:max(end - start, 0)], by_token=True)
+        if end <= start:
+            return
+        for rows, expert in self._tiles(i):
+            tile_x = x_rows[rows].float().contiguous()
+            gate_up[rows] = (tile_x @ self.w_gate_up[expert].T).to(self.dtype)
+        self.ring.claim(i)
+
+    # ----------------------------------------------------------------------------------------------------
+    # Forward
+    # ----------------------------------------------------------------------------------------------------
+    def forward(self) -> torch.Tensor:
+        """``[T_local, H]`` in x's dtype: this rank's tokens' outputs."""
+        tr, inter = self.transport, self.intermediate
+        slots = self.tokens_local * self.top_k
+        x_src = tr.publish("x", self.x_local)
+        tr.publish("topk_weights", self.weights_local)
+        combine = tr.slots("combine_slots", (slots, self.hidden), self.dtype)
+        tr.fence()  # every rank's x is published, and nobody still reads last call's slots
+        with ieee_fp32_matmul():
+            for i in range(self.steps):
+                windows = self._windows(i)
+                self._dispatch_and_project(i, windows, x_src)
+                gate_up = self._rows("gate_up", i)
+                y = torch.zeros(gate_up.shape[0], self.hidden, dtype=self.dtype, device=self.device)
+                if self._owns(i):
+                    for rows, expert in self._tiles(i):
+                        h = swiglu_forward(gate_up[rows, :inter], gate_up[rows, inter:]).to(self.dtype)
+                        y[rows] = (h.float() @ self.w_down[expert].T).to(self.dtype)
+                tr.push(windows, y, combine)
+        tr.fence()  # every push has landed
+        out = sum_over_k(tr.local(combine), self.top_k, self.weights_local.view(-1, self.top_k))
+        return out.to(self.dtype)
+
+    # ----------------------------------------------------------------------------------------------------
+    # Backward
+    # ----------------------------------------------------------------------------------------------------
+    def backward(self, grad_out: torch.Tensor):
+        """Gradients of this rank's inputs from ``grad_out`` ``[T_local, H]``:
+        ``(dx [T_local, H], d_topk_weights [T_local, K] fp32, d_w_gate, d_w_up [E_local, I, H], d_w_down)``."""
+        tr, inter = self.transport, self.intermediate
+        slots = self.tokens_local * self.top_k
+        # Re-publish x and the weights: another layer sharing the peer buffers may have used them since.
+        x_src = tr.publish("x", self.x_local)
+        w_src = tr.publish("topk_weights", self.weights_local)
+        g_src = tr.publish("grad_out", grad_out)
+        dx_slots = tr.slots("dx_slots", (slots, self.hidden), self.dtype)
+        dw_slots = tr.slots("dw_slots", (slots,), torch.float32)
+        tr.fence()
+        d_gate_up = torch.zeros_like(self.w_gate_up)
+        d_down = torch.zeros_like(self.w_down)
+
+        with ieee_fp32_matmul():
+            for i in range(self.steps - 1, -1, -1):
+                # Replay minibatches the ring has overwritten since the forward. Every rank derives every
+                # rank's replay decision from the plans; our own ring's record must agree.
+                replay = self._windows(i, replay_only=True)
+                start, end = replay[self.rank]
+                if self._owns(i) and (end > start) == self.ring.holds(i):
+                    raise RuntimeError(f"ring bookkeeping disagrees with the plan for minibatch {i}")
+                self._dispatch_and_project(i, replay, x_src)
+
+                windows = self._windows(i)
+                n = self._rows("x", i).shape[0]
+                # Pull reverse-combine: dO rows (unscaled) and the router weight of each row.
+                grad_rows = torch.empty(n, self.hidden, dtype=self.dtype, device=self.device)
+                weight_rows = torch.empty(n, dtype=torch.float32, device=self.device)
+                tr.pull_grad_and_weight(windows, g_src, w_src, grad_rows, weight_rows)
+
+                x_rows, gate_up = self._rows("x", i), self._rows("gate_up", i)
+                dx_rows = torch.zeros(n, self.hidden, dtype=self.dtype, device=self.device)
+                dw_rows = torch.zeros(n, dtype=torch.float32, device=self.device)
+                if self._owns(i):
+                    for rows, expert in reversed(list(self._tiles(i))):
+                        tile_grad = grad_rows[rows].float().contiguous()
+                        g = tile_grad @ self.w_down[expert]
+                        d_gate, d_up, dw, _, h_weighted = swiglu_backward(
+                            gate_up[rows, :inter], gate_up[rows, inter:], g, weight_rows[rows])
+                        d_gu = torch.cat([d_gate, d_up], dim=1).to(self.dtype).float()
+                        dx_rows[rows] = (d_gu @ self.w_gate_up[expert]).to(self.dtype)
+                        dw_rows[rows] = dw
+                        # Weight gradients: one fixed-shape product per tile, added in a fixed order.
+                        d_gate_up[expert] += d_gu.T @ x_rows[rows].float()
+                        d_down[expert] += tile_grad.T @ h_weighted.to(self.dtype).float()
+                # Push reverse-dispatch: dx and dw into the source's (token, k) slots.
+                tr.push(windows, dx_rows, dx_slots)
+                tr.push(windows, dw_rows, dw_slots)
+        tr.fence()
+        dx = sum_over_k(tr.local(dx_slots), self.top_k).to(self.dtype)
+        d_weights = tr.local(dw_slots).view(-1, self.top_k).clone()  # the buffer is reused by the next call
+        wd = self.weight_dtype
+        return dx, d_weights, d_gate_up[:, :inter].to(wd), d_gate_up[:, inter:].to(wd), d_down.to(wd)
+
+
+class DistributedMoE(torch.autograd.Function):
+    """Autograd wrapper around a per-rank layer run (forward, then an explicit collective backward)."""
+
+    @staticmethod
+    def forward(ctx, x_local, topk_weights_local, w_gate, w_up, w_down, make_run):
+        run = make_run(x_local, topk_weights_local.float(), w_gate, w_up, w_down)
+        ctx.run = run
+        ctx.weights_dtype = topk_weights_local.dtype
+        return run.forward()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        dx, d_weights, d_gate, d_up, d_down = ctx.run.backward(grad_out.contiguous())
+        ctx.run = None
+        return dx, d_weights.to(ctx.weights_dtype), d_gate, d_up, d_down, None
+
+
+# --------------------------------------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------------------------------------
+
+_DEFAULT_PEERS: dict[tuple[int, str], PeerGroup] = {}
+
+
+def default_peers(group, device: torch.device) -> PeerGroup:
+    """The peer group for ``group`` on ``device``, created on first use (a collective) and cached:
+    :class:`SymmetricMemoryPeers` on CUDA, :class:`HostSharedPeers` on CPU."""
+    group = group if group is not None else dist.group.WORLD
+    key = (id(group), str(device))
+    if key not in _DEFAULT_PEERS:
+        _DEFAULT_PEERS[key] = (SymmetricMemoryPeers(group, device) if device.type == "cuda"
+                               else HostSharedPeers(group))
+    return _DEFAULT_PEERS[key]
+
+
+def release_default_peers() -> None:
+    """Close and forget the cached peer groups (collective: every rank calls it, e.g. before
+    ``destroy_process_group``); host-shared groups delete their files."""
+    for peers in _DEFAULT_PEERS.values():
+        close = getattr(peers, "close", None)
+        if close is not None:
+            close()
+    _DEFAULT_PEERS.clear()
+
+
+def check_local_inputs(x_local, topk_ids_local, topk_weights_local, w_gate, w_up, w_down, *, world: int,
+                       num_experts: int) -> None:
+    """Shapes, dtypes and devices of one rank's arguments (see :func:`distributed_moe`)."""
+    require_tensor("x_local", x_local, 2)
+    require_tensor("topk_ids_local", topk_ids_local, 2)
+    require_tensor("topk_weights_local", topk_weights_local, 2)
+    for name, w in (("w_gate_local", w_gate), ("w_up_local", w_up), ("w_down_local", w_down)):
+        require_tensor(name, w, 3)
+    tokens, hidden = x_local.shape
+    if topk_ids_local.shape[0] != tokens or topk_weights_local.shape != topk_ids_local.shape:
+        raise ValueError(f"topk_ids_local and topk_weights_local must both be [T_local={tokens}, top_k]; got "
+                         f"{list(topk_ids_local.shape)} and {list(topk_weights_local.shape)}")
+    if topk_ids_local.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"topk_ids_local must be int32 or int64, got {topk_ids_local.dtype}")
+    if num_experts % world:
+        raise ValueError(f"num_experts={num_experts} must be divisible by the group size {world}")
+    local_experts, intermediate = num_experts // world, w_gate.shape[1]
+    want = {"w_gate_local": (local_experts, intermediate, hidden), "w_up_local": (local_experts, intermediate, hidden),
+            "w_down_local": (local_experts, hidden, intermediate)}
+    for name, w in (("w_gate_local", w_gate), ("w_up_local", w_up), ("w_down_local", w_down)):
+        if tuple(w.shape) != want[name]:
+            raise ValueError(f"{name} must have shape {list(want[name])} (num_experts / world = {local_experts} "
+                             f"local experts), got {list(w.shape)}")
+        if w.dtype != x_local.dtype:
+            raise TypeError(f"{name} must have x's dtype {x_local.dtype}, got {w.dtype}")
+    for name, t in (("topk_ids_local", topk_ids_local), ("topk_weights_local", topk_weights_local),
+                    ("w_gate_local", w_gate), ("w_up_local", w_up), ("w_down_local", w_down)):
+        if t.device != x_local.device:
+            raise ValueError(f"{name} is on {t.device} but x_local is on {x_local.device}")
+    if topk_ids_local.shape[1] > num_experts:
+        raise ValueError(f"top_k={topk_ids_local.shape[1]} exceeds num_experts={num_experts}")
+
+
+def check_global_routing(topk_ids: torch.Tensor, num_experts: int) -> None:
+    """Ids in ``[0, E)`` and no expert twice in a row, on the gathered routing (so every rank raises alike)."""
+    if not topk_ids.numel():
+        return
+    lo, hi = int(topk_ids.min()), int(topk_ids.max())
+    if lo < 0 or hi >= num_experts:
+        raise ValueError(f"topk ids must lie in [0, num_experts={num_experts}), found {lo if lo < 0 else hi}")
+    if topk_ids.shape[1] > 1:
+        ordered = topk_ids.sort(dim=1).values
+        repeated = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1)
+        if bool(repeated.any()):
+            row = int(repeated.nonzero()[0])
+            raise ValueError(f"topk ids must not repeat an expert within a row; global token {row} has "
+                             f"{topk_ids[row].tolist()}")
+
+
+def _rank_run_class(backend: str):
+    """The per-rank layer-run class of ``backend`` (constructor and ``forward``/``backward`` as
+    :class:`RankLayerRun`).
+
+    ``"triton"`` needs ``mok.triton_ref.pipeline.TritonRankRun``: the same constructor as
+    :class:`RankLayerRun` with ``transport="peers"`` and a ``peers`` group whose buffers' ``ptr_table`` its
+    kernels read (pull-dispatch, push-combine, pull reverse-combine, push reverse-dispatch), calling
+    ``peers.barrier()`` where :class:`RankLayerRun` calls ``fence()``.
+    """
+    if backend == "reference":
+        return RankLayerRun
+    if backend == "triton":
+        try:
+            module = importlib.import_module("mok.triton_ref.pipeline")
+        except ImportError as err:
+            raise RuntimeError(f"backend 'triton' is unavailable: {err}") from err
+        cls = getattr(module, "TritonRankRun", None)
+        if cls is None:
+            raise RuntimeError("backend 'triton' across processes needs mok.triton_ref.pipeline.TritonRankRun "
+                               "(a per-rank layer run over a PeerGroup; see mok.distributed._rank_run_class); "
+                               "use backend='reference' meanwhile")
+        return cls
+    raise ValueError(f"distributed backend must be one of {BACKENDS}, got {backend!r}")
+
+
+def distributed_moe(x_local: torch.Tensor, topk_ids_local: torch.Tensor, topk_weights_local: torch.Tensor,
+                    w_gate_local: torch.Tensor, w_up_local: torch.Tensor, w_down_local: torch.Tensor, *,
+                    group=None, num_experts: int, backend: str = "reference", precision: str | None = None,
+                    config: MoKConfig | None = None, transport: str | None = None,
+                    peers: PeerGroup | None = None, check_inputs: bool = True) -> torch.Tensor:
+    """The MoE layer with experts spread over the ranks of ``group`` (one process per rank).
+
+    Args:
+        x_local: ``[T_local, H]`` bf16/fp32, this rank's tokens (every rank holds the same ``T_local``).
+        topk_ids_local: ``[T_local, K]`` int32/int64 global expert ids in ``[0, num_experts)``.
+        topk_weights_local: ``[T_local, K]`` router weights (fp32).
+        w_gate_local, w_up_local: ``[E_local, I, H]``; w_down_local: ``[E_local, H, I]``; rank r holds experts
+            ``[r*E_local, (r+1)*E_local)``, ``E_local = num_experts / world``.
+        group: the ``torch.distributed`` process group (``None``: the default group).
+        num_experts: E, the global expert count.
+        backend: ``"reference"``, ``"nccl"`` (all-to-all baseline) or ``"triton"``.
+        precision: ``None`` (x's dtype), ``"bf16"`` or ``"fp32"``.
+        config: :class:`MoKConfig`; every rank must pass the same.
+        transport: ``"collective"`` (all_to_all_single; any process group), ``"peers"`` (torch pulls and pushes
+            through symmetric peer memory: :func:`default_peers` unless ``peers`` is given) or
+            ``"peers-triton"`` (the Triton transfer kernels through the same memory). ``None``: the
+            ``MOK_DIST_TRANSPORT`` environment variable, else ``"collective"`` (``"peers"`` for backend
+            ``"triton"``).
+        check_inputs: validate the gathered routing (one host synchronisation).
+
+    Returns ``[T_local, H]`` in x's dtype, differentiable with respect to x, the router weights and the local
+    expert weights. For ``"reference"`` every bit equals the matching rows of the single-process
+    ``mok.moe(..., backend="reference")`` on the gathered problem. Collective: every rank calls it (and its
+    backward) in the same order.
+    """
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    check_local_inputs(x_local, topk_ids_local, topk_weights_local, w_gate_local, w_up_local, w_down_local,
+                       world=world, num_experts=num_experts)
+    precision = resolve_precision(precision, x_local)
+    if precision not in ("bf16", "fp32"):
+        raise ValueError(f"distributed_moe supports precision 'bf16' and 'fp32', got {precision!r}")
+    config = config or MoKConfig()
+    if backend == "nccl":
+        from .backends.nccl_baseline import nccl_moe
+        return nccl_moe(x_local, topk_ids_local, topk_weights_local, w_gate_local, w_up_local, w_down_local,
+                        group=group, num_experts=num_experts, precision=precision, config=config)
+    run_class = _rank_run_class(backend)
+    if transport is None:
+        transport = os.environ.get(TRANSPORT_ENV) or ("peers" if backend == "triton" else "collective")
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+    if transport.startswith("peers") and peers is None:
+        peers = default_peers(group, x_local.device)
+
+    topk_ids = gather_routing(topk_ids_local, group)
+    if check_inputs:
+        check_global_routing(topk_ids, num_experts)
+
+    def make_run(x, weights, w_gate, w_up, w_down):
+        return run_class(x, topk_ids, weights, w_gate, w_up, w_down, rank=rank, world=world,
+                         num_experts=num_experts, config=config, transport=transport, group=group, peers=peers)
+
+    return DistributedMoE.apply(x_local, topk_weights_local, w_gate_local, w_up_local, w_down_local, make_run)
+
+
+__all__ = ["BACKENDS", "TRANSPORTS", "CollectiveTransport", "DistributedMoE", "ExchangeRows", "PeerTransport",
+           "RankLayerRun", "check_global_routing", "check_local_inputs", "default_peers", "distributed_moe",
+           "exchange_rows", "gather_routing", "release_default_peers"]

@@ -1,0 +1,15 @@
+"""Triton reference kernels for every MoK stage, forward and backward (``mok.moe(..., backend="triton")``).
+
+One module per stage, in data-flow order; each opens with what it reads and writes and why it is tiled so:
+
+* :mod:`.pull_dispatch`  -- the expert side pulls the token rows (forward) and output gradients plus router
+  weights (backward) that its schedule table names, from the source ranks' buffers, into the ring.
+* :mod:`.grouped_gemm`   -- expert-grouped GEMMs over tile-padded segments: forward, dgrad, and the
+  fixed-order weight gradient (bitwise independent of ring size and EP degree).
+* :mod:`.swiglu`         -- SwiGLU fused into the gate/up GEMM epilogue; its backward and the router-weight
+  gradient fused into the down projection's dgrad epilogue.
+* :mod:`.push_combine`   -- pushes rows into the source ranks' (token, k) slots; fixed-order sums over k.
+* :mod:`.pipeline`       -- composes them over emulated EP ranks and ring minibatches; registers the backend.
+
+Importing a submodule imports Triton; set ``TRITON_INTERPRET=1`` before that to run the kernels on CPU tensors.
+"""

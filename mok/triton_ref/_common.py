@@ -1,0 +1,225 @@
+"""What every Triton reference kernel shares: the interpreter switch, the MMA helper, program ordering, the
+fixed tile configurations and the (optional) poisoning of fresh buffers.
+
+Nothing here is tuned at run time: a kernel's tile shape depends only on the kernel, the operand dtype, the
+problem's sizes and whether we are interpreting, never on timing, so two runs always execute the same
+floating-point operations in the same order.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+# TRITON_INTERPRET=1 runs kernels on CPU tensors in NumPy. triton.jit reads it when a kernel is decorated, so
+# it must be set before this package is imported.
+INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
+
+# NOTE: the interpreter's tl.dot on bfloat16 operands multiplies the raw 16-bit patterns (garbage); fp32
+# operands are right, and a bf16 value converts to fp32 exactly, so upcasting changes no product.
+_UPCAST_DOT_OPERANDS = tl.constexpr(INTERPRETING)
+
+TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float32: tl.float32, torch.float16: tl.float16}
+
+
+def tl_dtype(dtype: torch.dtype):
+    """The Triton element type of a torch dtype (bf16, fp16, fp32)."""
+    if dtype not in TL_DTYPES:
+        raise TypeError(f"the Triton kernels handle {sorted(map(str, TL_DTYPES))}, got {dtype}")
+    return TL_DTYPES[dtype]
+
+
+def check_device(*tensors: torch.Tensor) -> None:
+    """Triton runs on CUDA tensors, or on CPU tensors under TRITON_INTERPRET=1."""
+    for t in tensors:
+        if t.device.type == "cuda" or (INTERPRETING and t.device.type == "cpu"):
+            continue
+        raise RuntimeError(f"the Triton kernels need CUDA tensors (or CPU tensors with TRITON_INTERPRET=1 set "
+                           f"before importing mok.triton_ref); got a tensor on {t.device}")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Device helpers
+# --------------------------------------------------------------------------------------------------------
+@triton.jit
+def mma(a, b, acc):
+    """``acc + a @ b`` with fp32 accumulation, one MMA chain step.
+
+    fp32 operands use IEEE products (no TF32), so fp32 mode matches an fp32 reference to rounding; bf16
+    operands use the tensor cores' bf16 MMA. Under the interpreter bf16 operands are upcast first.
+    """
+    if _UPCAST_DOT_OPERANDS:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    if a.dtype == tl.float32:
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def round_to(x, DTYPE: tl.constexpr):
+    """fp32 ``x`` rounded to ``DTYPE`` to nearest, ties to even (what ``.to`` does on the GPU).
+
+    NOTE: the interpreter's fp32 -> bf16 conversion truncates; there the rounding is done on the bit pattern
+    first (add half an ulp of bf16 plus the tie-to-even bit, clear the low 16 bits), which makes the
+    truncating conversion exact.
+    """
+    if _UPCAST_DOT_OPERANDS:
+        if DTYPE == tl.bfloat16:
+            bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+            x = bits.to(tl.float32, bitcast=True)
+    return x.to(DTYPE)
+
+
+@triton.jit
+def peer_base(ptr_table, rank, mask, DTYPE: tl.constexpr, ALIGNED: tl.constexpr):
+    """Per element of ``rank``: the base pointer (element type ``DTYPE``) of that rank's buffer, read from a
+    :class:`mok.comm.PeerBuffer`'s ``ptr_table``; masked-off lanes get a null pointer (never dereferenced).
+
+    NOTE: an address loaded from memory carries no alignment facts, so Triton would move peer rows one
+    element at a time. ``ALIGNED`` (every rank's base is 16-byte aligned; :func:`peer_aligned`) lets it use
+    16-byte vector loads and stores along a row whose stride is a multiple of 16 bytes.
+    """
+    base = tl.load(ptr_table + rank, mask=mask, other=0).to(tl.pointer_type(DTYPE))
+    if ALIGNED:
+        base = tl.multiple_of(base, 16)  # on the pointer: an integer hint does not survive the cast
+    return base
+
+
+def peer_aligned(buffer) -> bool:
+    """Whether every rank's base address of a :class:`mok.comm.PeerBuffer` is 16-byte aligned."""
+    return all(view.data_ptr() % 16 == 0 for view in buffer.views)
+
+
+@triton.jit
+def column_halves(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The left and right column halves (``[BLOCK_M, BLOCK_N // 2]`` each) of a register tile.
+
+    NOTE: an epilogue that loads or stores memory per element straight from the MMA accumulator layout holds
+    a 64-bit address for every pair of elements a thread owns; on Hopper a 128 x 128 (or wider) tile whose
+    epilogue touches several tensors (or pushes to per-row peer addresses) then runs out of registers and
+    spills. Working through the tile one column half at a time halves that footprint (checked with ptxas:
+    no local-memory traffic at the configurations in this package).
+    """
+    return tl.split(tl.permute(tl.reshape(x, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+
+
+@triton.jit
+def grouped_program_order(pid, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """Map a linear program id to (pid_m, pid_n), GROUP_M row tiles at a time.
+
+    The GROUP_M row tiles of a group sweep all column blocks together: consecutive row tiles usually belong
+    to the same expert, so the weight column blocks they read stay in L2 while the group passes over them,
+    and each row tile's A block is reused across the group's column sweep.
+    """
+    programs_per_group = GROUP_M * num_pid_n
+    group = pid // programs_per_group
+    first_m = group * GROUP_M
+    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % programs_per_group) % group_rows
+    pid_n = (pid % programs_per_group) // group_rows
+    return pid_m, pid_n
+
+
+# --------------------------------------------------------------------------------------------------------
+# Fixed tile configurations (no autotuning: reproducible runs)
+# --------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TileConfig:
+    """One kernel's launch shape.
+
+    ``block_m`` x ``block_n`` is the output tile and ``block_k`` the reduction step (for the weight-gradient
+    kernel: ``block_m`` x ``block_n`` tile of dW, ``block_k`` rows per step). ``group_m``: row tiles per
+    L2 group (:func:`grouped_program_order`).
+    """
+
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int = 8
+    num_warps: int = 8
+    num_stages: int = 3
+
+
+def _pow2_at_least(n: int, floor: int = 16) -> int:
+    return max(floor, triton.next_power_of_2(max(int(n), 1)))
+
+
+# Hopper, bf16 operands. 128-row tiles match the schedule's default expert padding (one expert per tile);
+# K steps of 64 bf16 = 128 bytes per row feed the 128-byte shared-memory swizzle. See each kernel's docstring
+# for why its N width was chosen.
+# Register use was read from ptxas (offline sm_90 compiles): every entry runs without spills.
+_GPU_BF16 = {
+    "gate_up_swiglu": TileConfig(128, 128, 64, 8, 8, 3),   # block_n per gate and per up: 256 output columns
+    "down_forward": TileConfig(128, 256, 64, 8, 8, 3),     # push epilogue in column halves
+    "down_dgrad_swiglu": TileConfig(128, 128, 64, 8, 8, 3),  # SwiGLU-backward epilogue in column halves
+    "dx_dgrad": TileConfig(128, 256, 64, 8, 8, 3),         # push epilogue in column halves
+    "wgrad": TileConfig(128, 128, 64, 8, 8, 3),            # 128 x 128 block of dW, 64 rows per step
+}
+# fp32 operands (correctness mode): 4-byte operands, so smaller tiles to fit shared memory.
+_GPU_FP32 = {name: TileConfig(64, 64, 32, 8, 4, 2) for name in _GPU_BF16}
+_GPU_FP32["gate_up_swiglu"] = TileConfig(64, 32, 32, 8, 4, 2)
+
+
+def gemm_config(kernel: str, dtype: torch.dtype, tile_rows: int, n: int, k: int) -> TileConfig:
+    """The fixed configuration of ``kernel`` for an ``n``-wide output with a ``k``-deep reduction.
+
+    ``block_m`` never exceeds the schedule tile (``tile_rows``), so a row tile never spans two experts.
+    Under the interpreter the blocks are as large as the (tiny) problem: the interpreter pays per program
+    and per operation, not per element.
+    """
+    if INTERPRETING:
+        cfg = TileConfig(tile_rows, min(_pow2_at_least(n), 128), min(_pow2_at_least(k), 128), 4, 4, 1)
+    else:
+        table = _GPU_FP32 if dtype == torch.float32 else _GPU_BF16
+        cfg = table[kernel]
+        cfg = TileConfig(min(cfg.block_m, tile_rows), min(cfg.block_n, _pow2_at_least(n)),
+                         min(cfg.block_k, _pow2_at_least(k)), cfg.group_m, cfg.num_warps, cfg.num_stages)
+    return cfg
+
+
+def wgrad_config(dtype: torch.dtype, tile_rows: int, p: int, q: int) -> TileConfig:
+    """The weight-gradient kernel's configuration: a ``block_m`` x ``block_n`` block of a ``[P, Q]`` dW per
+    program, ``block_k`` rows per MMA step (never more than a schedule tile, so a step stays in one tile)."""
+    if INTERPRETING:
+        return TileConfig(min(_pow2_at_least(p), 128), min(_pow2_at_least(q), 128), tile_rows, 4, 4, 1)
+    cfg = (_GPU_FP32 if dtype == torch.float32 else _GPU_BF16)["wgrad"]
+    return TileConfig(min(cfg.block_m, _pow2_at_least(p)), min(cfg.block_n, _pow2_at_least(q)),
+                      min(cfg.block_k, tile_rows), cfg.group_m, cfg.num_warps, cfg.num_stages)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Buffers
+# --------------------------------------------------------------------------------------------------------
+_POISON = {"on": os.environ.get("MOK_TRITON_POISON") == "1"}
+
+
+def set_poison(enabled: bool) -> bool:
+    """Fill every buffer the pipeline allocates with NaN (tests: an element no kernel wrote shows up as NaN
+    instead of stale memory). Returns the previous setting."""
+    previous = _POISON["on"]
+    _POISON["on"] = bool(enabled)
+    return previous
+
+
+def poisoning() -> bool:
+    return _POISON["on"]
+
+
+def poison_(t: torch.Tensor) -> torch.Tensor:
+    """NaN-fill ``t`` in place when poisoning is on (floating tensors only)."""
+    if _POISON["on"] and t.is_floating_point():
+        t.fill_(float("nan"))
+    return t
+
+
+def fresh(shape, dtype: torch.dtype, device) -> torch.Tensor:
+    """``torch.empty`` (NaN-filled when poisoning is on)."""
+    return poison_(torch.empty(shape, dtype=dtype, device=device))

@@ -1,0 +1,128 @@
+"""Pull dispatch (forward) and pull reverse-combine (backward): the expert side reads the rows its table names.
+
+Reads
+    * a window ``[start, start + n_rows)`` of one expert-side rank's schedule table: ``src_rank``, ``src_slot``
+      (``src_slot = local_token * top_k + k``; ``-1`` on padding rows);
+    * the source ranks' token buffers (``x`` forward, ``dO`` backward; ``[T_local, H]`` on every rank) through
+      a :class:`mok.comm.PeerBuffer`'s ``ptr_table``: the peer is picked at run time from ``src_rank``, so the
+      same kernel reads emulated ranks in one process now and peer GPUs' mapped memory later;
+    * backward only: the source ranks' router weights (``[T_local * top_k]`` fp32), by slot.
+
+Writes
+    rows ``[0, n_rows)`` of an expert-side buffer (a ring minibatch, or backward scratch): row ``j`` is the token
+    row that table row ``start + j`` names, zeros on padding rows (so padded GEMM rows contribute nothing);
+    backward also ``weight_out[j]`` (0 on padding rows).
+
+Tiling
+    Pure data movement: a program copies ``BLOCK_ROWS`` table rows x ``BLOCK_COLS`` columns. Each row is one
+    contiguous run on its source rank, so the loads are coalesced along columns whichever peer each row comes
+    from; splitting columns gives enough programs to keep every SM's memory pipe busy and bounds registers.
+    Programs whose rows all lie past the rank's rows in use (``segment_offsets[-1]``, read on the device) exit
+    at once, so the grid can cover the whole window without a host synchronisation. A peer's base address is
+    loaded from memory, so the kernel is told (after a host-side check) that it is 16-byte aligned: that keeps
+    16-byte vector loads (:func:`mok.triton_ref._common.peer_base`).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..comm import PeerBuffer
+from ..schedule import RankSchedule
+from ._common import INTERPRETING, check_device, peer_aligned, peer_base, tl_dtype
+
+
+@triton.jit
+def _pull_rows_kernel(
+    src_ptr_table,          # int64 [R]: base address of the token buffer ([T_local, width]) on each rank
+    src_stride,             # row stride of that buffer (elements; the buffers are contiguous)
+    table_src_rank,         # int32 [n_rows]: window of the table (source rank, -1 on padding)
+    table_src_slot,         # int32 [n_rows]: window of the table (token * top_k + k, -1 on padding)
+    rows_in_use_ptr,        # int32 [1]: rows in use in the whole table (segment_offsets[-1])
+    window_start,           # table row of window row 0
+    out_ptr, out_stride,    # [n_rows, width] destination
+    weight_ptr_table,       # int64 [R]: base address of the fp32 router weights ([T_local * top_k]); PULL_WEIGHT
+    weight_out_ptr,         # fp32 [n_rows]; PULL_WEIGHT
+    n_rows, width, top_k,
+    SRC_DTYPE: tl.constexpr, SRC_ALIGNED: tl.constexpr, PULL_WEIGHT: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    pid_r = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    first_row = pid_r * BLOCK_ROWS
+    if window_start + first_row >= tl.load(rows_in_use_ptr):
+        return  # past the rows in use: nothing reads these ring rows
+
+    # ---- which rows, from which peer ------------------------------------------------------------------
+    rows = first_row + tl.arange(0, BLOCK_ROWS)
+    in_window = rows < n_rows
+    src_rank = tl.load(table_src_rank + rows, mask=in_window, other=-1)
+    real = src_rank >= 0
+    src_slot = tl.load(table_src_slot + rows, mask=real, other=0)
+    token = (src_slot // top_k).to(tl.int64)
+    src_base = peer_base(src_ptr_table, src_rank, real, SRC_DTYPE, SRC_ALIGNED)
+
+    # ---- copy the row segments (padding rows read nothing and store zeros) --------------------------
+    cols = pid_c * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+    col_ok = cols < width
+    values = tl.load(src_base[:, None] + token[:, None] * src_stride + cols[None, :],
+                     mask=real[:, None] & col_ok[None, :], other=0.0)
+    out = out_ptr + rows.to(tl.int64)[:, None] * out_stride + cols[None, :]
+    tl.store(out, values.to(out_ptr.dtype.element_ty), mask=in_window[:, None] & col_ok[None, :])
+
+    # ---- backward: the router weight of each row, by slot (once per row: column block 0) --------------
+    if PULL_WEIGHT:
+        if pid_c == 0:
+            weight_base = peer_base(weight_ptr_table, src_rank, real, tl.float32, False)
+            weight = tl.load(weight_base + src_slot, mask=real, other=0.0)
+            tl.store(weight_out_ptr + rows, weight, mask=in_window)
+
+
+def _launch_pull(table: RankSchedule, start: int, n_rows: int, src: PeerBuffer, out: torch.Tensor,
+                 weights: PeerBuffer | None, weight_out: torch.Tensor | None) -> None:
+    if n_rows <= 0:
+        return
+    width = out.shape[1]
+    if src.shape[1:] != (width,) or out.shape[0] < n_rows or out.stride(1) != 1:
+        raise ValueError(f"pull: source rows {src.shape} and destination {tuple(out.shape)} disagree "
+                         f"(need [{n_rows}+, {width}] with unit column stride)")
+    check_device(out, src.ptr_table)
+    block_cols = min(triton.next_power_of_2(width), 4096 if INTERPRETING else 1024)
+    block_rows = 64 if INTERPRETING else 16
+    grid = (triton.cdiv(n_rows, block_rows), triton.cdiv(width, block_cols))
+    pull_weight = weights is not None
+    _pull_rows_kernel[grid](
+        src.ptr_table, width, table.src_rank[start:], table.src_slot[start:], table.segment_offsets[-1:], start,
+        out, out.stride(0),
+        weights.ptr_table if pull_weight else src.ptr_table, weight_out if pull_weight else out,
+        n_rows, width, table.top_k,
+        SRC_DTYPE=tl_dtype(src.dtype), SRC_ALIGNED=peer_aligned(src), PULL_WEIGHT=pull_weight,
+        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=4)
+
+
+def pull_token_rows(table: RankSchedule, start: int, n_rows: int, src: PeerBuffer, out: torch.Tensor) -> None:
+    """Forward pull dispatch: ``out[j] = src[src_rank[start+j]][src_slot[start+j] // top_k]``, 0 on padding.
+
+    Args:
+        table: the expert-side rank's schedule table.
+        start, n_rows: the window of table rows (a ring minibatch).
+        src: the token buffers, ``[T_local, H]`` on every rank.
+        out: ``[>= n_rows, H]`` expert-side rows (a ring minibatch view), src's dtype or wider.
+
+    Rows past the table's rows in use are left untouched (no kernel reads them).
+    """
+    _launch_pull(table, start, n_rows, src, out, None, None)
+
+
+def pull_reverse_combine(table: RankSchedule, start: int, n_rows: int, grad: PeerBuffer, weights: PeerBuffer,
+                         grad_out: torch.Tensor, weight_out: torch.Tensor) -> None:
+    """Backward pull reverse-combine: the output gradient of each row's token, unscaled, and its router weight.
+
+    ``grad_out[j] = grad[src_rank][src_slot // top_k]`` (``[T_local, H]`` buffers) and
+    ``weight_out[j] = weights[src_rank][src_slot]`` (fp32 ``[T_local * top_k]`` buffers), zeros on padding.
+    """
+    if weights.dtype != torch.float32 or weight_out.dtype != torch.float32:
+        raise TypeError("router weights travel as fp32")
+    _launch_pull(table, start, n_rows, grad, grad_out, weights, weight_out)

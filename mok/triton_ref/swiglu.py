@@ -1,0 +1,259 @@
+"""SwiGLU fused into the expert GEMMs: the forward into the gate/up GEMM's epilogue, the backward (with the
+router-weight gradient) into the down projection's dgrad epilogue. Arithmetic and rounding follow
+:mod:`mok.swiglu`.
+
+Forward (:func:`gate_up_swiglu`)
+    Reads the dispatched rows ``x`` ``[n, H]`` and the local experts' ``W_gate``, ``W_up`` ``[E_local, I, H]``.
+    Writes ``gate_up`` ``[n, 2I]`` (gate in columns ``[0, I)``, up in ``[I, 2I)``, rounded to the activation
+    dtype: what the backward reads) and, optionally, ``h = silu(gate) * up`` ``[n, I]`` computed in fp32 from
+    the *rounded* gate and up and rounded once (the down GEMM's A operand).
+    A program owns a ``BLOCK_M`` x ``BLOCK_N`` block of gate **and** the matching block of up: both
+    accumulators share every x tile load, and the epilogue has the gate and up values of the same columns in
+    registers, so h costs no extra pass. 128 x (128 + 128) on Hopper: a 128 x 256 output tile, two warpgroups
+    of 64 rows, 128 fp32 accumulator registers per thread.
+
+Backward (:func:`down_dgrad_swiglu_backward`)
+    Reads the pulled, unscaled output gradients ``dO`` ``[n, H]``, ``W_down`` ``[E_local, H, I]``, the router
+    weight of each row (fp32 ``[n]``) and the stored ``gate_up``. The main loop computes
+    ``g = dO @ W_down[e]`` (``[BLOCK_M, BLOCK_N]`` of ``[n, I]``, fp32 registers); the epilogue then, per row:
+
+    * ``dw_partial[r, pid_n] = <g, h>`` over this column block (the router-weight gradient, SonicMoE-style: no
+      ``y`` is ever stored); the block partials are summed in a fixed order by
+      :func:`mok.triton_ref.push_combine.push_router_grad`, so no atomics and no dependence on scheduling;
+    * ``dh = w * g``; ``d_gate = dh * up * silu'(gate)``, ``d_up = dh * silu(gate)`` -> ``d_gate_up`` ``[n, 2I]``
+      (activation dtype: the operand of the dx and W_gate/W_up gradient GEMMs);
+    * ``w * h`` -> ``hw`` ``[n, I]`` (activation dtype: the operand of the W_down gradient).
+
+    128 x 128 tiles, and the epilogue works through g one column half at a time: it loads gate and up and
+    stores three tensors per element, and addressing all of that straight from the accumulator layout would
+    otherwise spill (:func:`mok.triton_ref._common.column_halves`). The row's partial for the block is
+    left half + right half, in that order.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import check_device, column_halves, gemm_config, grouped_program_order, mma, round_to, tl_dtype
+
+
+# ========================================================================================================
+# Forward: gate/up GEMM with the SwiGLU epilogue
+# ========================================================================================================
+@triton.jit
+def _gate_up_swiglu_kernel(
+    x_ptr, stride_xm,                    # [n_rows, H] dispatched rows (unit column stride)
+    wg_ptr, wu_ptr, stride_we, stride_wi,  # W_gate, W_up: [E_local, I, H] (unit stride on H)
+    tile_expert_ptr,                     # int32 [n_rows // TILE_ROWS]
+    gate_up_ptr, stride_gu,              # out [n_rows, 2I]
+    h_ptr, stride_h,                     # out [n_rows, I] (STORE_H)
+    n_rows, H, I,
+    TILE_ROWS: tl.constexpr, STORE_H: tl.constexpr, ACT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    # ---- which tile, which expert --------------------------------------------------------------------
+    pid_m, pid_n = grouped_program_order(tl.program_id(0), tl.cdiv(n_rows, BLOCK_M), tl.cdiv(I, BLOCK_N), GROUP_M)
+    expert = tl.load(tile_expert_ptr + (pid_m * BLOCK_M) // TILE_ROWS)
+    if expert < 0:
+        return
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    row_ok = rows < n_rows
+    col_ok = cols < I
+    rows64 = rows.to(tl.int64)
+
+    # ---- main loop: gate = x @ W_gate[e]^T and up = x @ W_up[e]^T, sharing each x tile ----------------
+    acc_gate = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    x_rows = x_ptr + rows64[:, None] * stride_xm
+    w_cols = expert.to(tl.int64) * stride_we + cols[None, :] * stride_wi   # W[e][col, k] read as [k, col]
+    for k in range(0, H, BLOCK_K):
+        k_ok = (k + ks) < H
+        x = tl.load(x_rows + (k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        w_mask = k_ok[:, None] & col_ok[None, :]
+        wg = tl.load(wg_ptr + w_cols + (k + ks)[:, None], mask=w_mask, other=0.0)
+        wu = tl.load(wu_ptr + w_cols + (k + ks)[:, None], mask=w_mask, other=0.0)
+        acc_gate = mma(x, wg, acc_gate)
+        acc_up = mma(x, wu, acc_up)
+
+    # ---- epilogue: round gate/up (what the backward reads), then h from the rounded values -------------
+    mask = row_ok[:, None] & col_ok[None, :]
+    gate = round_to(acc_gate, ACT_DTYPE)
+    up = round_to(acc_up, ACT_DTYPE)
+    gate_up = gate_up_ptr + rows64[:, None] * stride_gu + cols[None, :]
+    tl.store(gate_up, gate, mask=mask)
+    tl.store(gate_up + I, up, mask=mask)
+    if STORE_H:
+        gate32 = gate.to(tl.float32)
+        h = gate32 * tl.sigmoid(gate32) * up.to(tl.float32)
+        tl.store(h_ptr + rows64[:, None] * stride_h + cols[None, :], round_to(h, ACT_DTYPE), mask=mask)
+
+
+def gate_up_swiglu(x_rows: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, tile_expert: torch.Tensor,
+                   tile_rows: int, *, gate_up_out: torch.Tensor, h_out: torch.Tensor | None = None,
+                   n_rows: int | None = None) -> None:
+    """The gate/up GEMM of a window of schedule rows, with the SwiGLU forward in its epilogue.
+
+    Args:
+        x_rows: ``[>= n_rows, H]`` dispatched rows (bf16 or fp32; padding rows are zeros).
+        w_gate, w_up: ``[E_local, I, H]`` contiguous, x's dtype (the rank's local experts).
+        tile_expert: int32 ``[n_rows // tile_rows]`` local expert per schedule tile, -1 for unused tiles.
+        tile_rows: the schedule tile (``MoKConfig.expert_padding``).
+        gate_up_out: ``[>= n_rows, 2I]`` (x's dtype): gate columns ``[0, I)``, up columns ``[I, 2I)``.
+        h_out: ``[>= n_rows, I]`` (x's dtype) or None (a replay in the backward only needs gate/up).
+        n_rows: window rows (default ``x_rows.shape[0]``), a multiple of ``tile_rows``.
+    """
+    n_rows = x_rows.shape[0] if n_rows is None else n_rows
+    experts, inter, hidden = w_gate.shape
+    dtype = x_rows.dtype
+    if n_rows % tile_rows or x_rows.shape[1] != hidden or x_rows.stride(1) != 1:
+        raise ValueError(f"x_rows must be [{n_rows} (whole tiles of {tile_rows}), H={hidden}] with unit column stride")
+    if w_up.shape != w_gate.shape or not (w_gate.is_contiguous() and w_up.is_contiguous()) \
+            or w_gate.dtype != dtype or w_up.dtype != dtype:
+        raise ValueError("w_gate and w_up must be contiguous [E_local, I, H] tensors of x's dtype")
+    for name, t, width in (("gate_up_out", gate_up_out, 2 * inter), ("h_out", h_out, inter)):
+        if t is not None and (t.shape[0] < n_rows or t.shape[1] != width or t.stride(1) != 1 or t.dtype != dtype):
+            raise ValueError(f"{name} must be [>= {n_rows}, {width}] of x's dtype with unit column stride")
+    check_device(x_rows, w_gate, w_up, tile_expert, gate_up_out)
+    cfg = gemm_config("gate_up_swiglu", dtype, tile_rows, inter, hidden)
+    grid = (triton.cdiv(n_rows, cfg.block_m) * triton.cdiv(inter, cfg.block_n),)
+    store_h = h_out is not None
+    h = h_out if store_h else gate_up_out
+    _gate_up_swiglu_kernel[grid](
+        x_rows, x_rows.stride(0), w_gate, w_up, w_gate.stride(0), w_gate.stride(1), tile_expert,
+        gate_up_out, gate_up_out.stride(0), h, h.stride(0), n_rows, hidden, inter,
+        TILE_ROWS=tile_rows, STORE_H=store_h, ACT_DTYPE=tl_dtype(dtype),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+# ========================================================================================================
+# Backward: down-projection dgrad with the SwiGLU backward and the router-weight gradient in its epilogue
+# ========================================================================================================
+@triton.jit
+def _swiglu_backward_columns(g, weight, rows64, row_ok, cols, I, gate_up_ptr, stride_gu, d_gate_up_ptr, stride_dgu,
+                             hw_ptr, stride_hw, ACT_DTYPE: tl.constexpr):
+    """The SwiGLU backward of one column slice: stores d_gate, d_up and w*h; returns the rows' <g, h>."""
+    mask = row_ok[:, None] & (cols < I)[None, :]
+    # h from the stored (rounded) gate/up, in fp32
+    gate_up = gate_up_ptr + rows64[:, None] * stride_gu + cols[None, :]
+    gate = tl.load(gate_up, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(gate_up + I, mask=mask, other=0.0).to(tl.float32)
+    sig = tl.sigmoid(gate)
+    silu = gate * sig
+    h = silu * up
+    # dh = w * g, then d_gate and d_up; w * h for the W_down gradient
+    dh = weight * g
+    d_gate = dh * up * (sig * (1.0 + gate * (1.0 - sig)))
+    d_up = dh * silu
+    d_gate_up = d_gate_up_ptr + rows64[:, None] * stride_dgu + cols[None, :]
+    tl.store(d_gate_up, round_to(d_gate, ACT_DTYPE), mask=mask)
+    tl.store(d_gate_up + I, round_to(d_up, ACT_DTYPE), mask=mask)
+    tl.store(hw_ptr + rows64[:, None] * stride_hw + cols[None, :], round_to(weight * h, ACT_DTYPE), mask=mask)
+    # router-weight gradient: the slice's share of <g, h>
+    return tl.sum(g * h, axis=1)
+
+
+@triton.jit
+def _down_dgrad_swiglu_backward_kernel(
+    dout_ptr, stride_dm,                 # [n_rows, H] pulled output gradients, unscaled
+    wd_ptr, stride_we, stride_wh,        # W_down: [E_local, H, I] (unit stride on I)
+    weight_ptr,                          # fp32 [n_rows] router weight per row (0 on padding)
+    gate_up_ptr, stride_gu,              # [n_rows, 2I] stored pre-activations
+    tile_expert_ptr,                     # int32 [n_rows // TILE_ROWS]
+    d_gate_up_ptr, stride_dgu,           # out [n_rows, 2I]
+    hw_ptr, stride_hw,                   # out [n_rows, I]: w * h
+    dw_partial_ptr,                      # out fp32 [n_rows, cdiv(I, BLOCK_N)]
+    n_rows, H, I,
+    TILE_ROWS: tl.constexpr, ACT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    # ---- which tile, which expert --------------------------------------------------------------------
+    num_pid_n = tl.cdiv(I, BLOCK_N)
+    pid_m, pid_n = grouped_program_order(tl.program_id(0), tl.cdiv(n_rows, BLOCK_M), num_pid_n, GROUP_M)
+    expert = tl.load(tile_expert_ptr + (pid_m * BLOCK_M) // TILE_ROWS)
+    if expert < 0:
+        return
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    row_ok = rows < n_rows
+    col_ok = cols < I
+    rows64 = rows.to(tl.int64)
+
+    # ---- main loop: g = dO @ W_down[e] (fp32, stays in registers) -------------------------------------
+    g = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    dout_rows = dout_ptr + rows64[:, None] * stride_dm
+    w_cols = wd_ptr + expert.to(tl.int64) * stride_we + cols[None, :]
+    for k in range(0, H, BLOCK_K):
+        k_ok = (k + ks) < H
+        d = tl.load(dout_rows + (k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        w = tl.load(w_cols + (k + ks)[:, None] * stride_wh, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        g = mma(d, w, g)
+
+    # ---- epilogue, one column half at a time (register budget: see column_halves) -------------------
+    weight = tl.load(weight_ptr + rows, mask=row_ok, other=0.0)[:, None]
+    g_left, g_right = column_halves(g, BLOCK_M, BLOCK_N)
+    half_cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N // 2)
+    dw_partial = _swiglu_backward_columns(g_left, weight, rows64, row_ok, half_cols, I, gate_up_ptr, stride_gu,
+                                          d_gate_up_ptr, stride_dgu, hw_ptr, stride_hw, ACT_DTYPE)
+    dw_partial += _swiglu_backward_columns(g_right, weight, rows64, row_ok, half_cols + BLOCK_N // 2, I, gate_up_ptr,
+                                           stride_gu, d_gate_up_ptr, stride_dgu, hw_ptr, stride_hw, ACT_DTYPE)
+    # This column block's share of the router-weight gradient <g, h> (left half + right half, in that order).
+    tl.store(dw_partial_ptr + rows64 * num_pid_n + pid_n, dw_partial, mask=row_ok)
+
+
+def router_grad_partials(intermediate: int, hidden: int, dtype: torch.dtype, tile_rows: int) -> int:
+    """How many per-column-block partial dots :func:`down_dgrad_swiglu_backward` writes per row."""
+    cfg = gemm_config("down_dgrad_swiglu", dtype, tile_rows, intermediate, hidden)
+    return triton.cdiv(intermediate, cfg.block_n)
+
+
+def down_dgrad_swiglu_backward(grad_rows: torch.Tensor, w_down: torch.Tensor, weight_rows: torch.Tensor,
+                               gate_up: torch.Tensor, tile_expert: torch.Tensor, tile_rows: int, *,
+                               d_gate_up_out: torch.Tensor, hw_out: torch.Tensor, dw_partial_out: torch.Tensor,
+                               n_rows: int | None = None) -> None:
+    """The down projection's dgrad of a window, with the SwiGLU backward and router gradient fused in.
+
+    Args:
+        grad_rows: ``[>= n_rows, H]`` pulled output gradients (unscaled; zeros on padding rows).
+        w_down: ``[E_local, H, I]`` contiguous, grad_rows' dtype.
+        weight_rows: fp32 ``[>= n_rows]`` router weight of each row (0 on padding rows).
+        gate_up: ``[>= n_rows, 2I]`` the forward's stored pre-activations.
+        tile_expert, tile_rows, n_rows: as :func:`gate_up_swiglu`.
+        d_gate_up_out: ``[>= n_rows, 2I]`` (activation dtype) ``[d_gate | d_up]``.
+        hw_out: ``[>= n_rows, I]`` (activation dtype) ``w * h``.
+        dw_partial_out: fp32 contiguous ``[>= n_rows, router_grad_partials(I, H, dtype, tile_rows)]``.
+    """
+    n_rows = grad_rows.shape[0] if n_rows is None else n_rows
+    experts, hidden, inter = w_down.shape
+    dtype = grad_rows.dtype
+    partials = router_grad_partials(inter, hidden, dtype, tile_rows)
+    if n_rows % tile_rows or grad_rows.shape[1] != hidden or grad_rows.stride(1) != 1:
+        raise ValueError(f"grad_rows must be [{n_rows} (whole tiles of {tile_rows}), H={hidden}], unit column stride")
+    if not w_down.is_contiguous() or w_down.dtype != dtype:
+        raise ValueError("w_down must be a contiguous [E_local, H, I] tensor of the activation dtype")
+    for name, t, width in (("gate_up", gate_up, 2 * inter), ("d_gate_up_out", d_gate_up_out, 2 * inter),
+                           ("hw_out", hw_out, inter)):
+        if t.shape[0] < n_rows or t.shape[1] != width or t.stride(1) != 1 or t.dtype != dtype:
+            raise ValueError(f"{name} must be [>= {n_rows}, {width}] of the activation dtype, unit column stride")
+    if weight_rows.dtype != torch.float32 or weight_rows.numel() < n_rows:
+        raise TypeError("weight_rows must be fp32 with one weight per row")
+    if (dw_partial_out.dtype != torch.float32 or not dw_partial_out.is_contiguous()
+            or dw_partial_out.shape[0] < n_rows or dw_partial_out.shape[1] != partials):
+        raise ValueError(f"dw_partial_out must be contiguous fp32 [>= {n_rows}, {partials}]")
+    check_device(grad_rows, w_down, weight_rows, gate_up, tile_expert, d_gate_up_out, hw_out, dw_partial_out)
+    cfg = gemm_config("down_dgrad_swiglu", dtype, tile_rows, inter, hidden)
+    grid = (triton.cdiv(n_rows, cfg.block_m) * partials,)
+    _down_dgrad_swiglu_backward_kernel[grid](
+        grad_rows, grad_rows.stride(0), w_down, w_down.stride(0), w_down.stride(1), weight_rows,
+        gate_up, gate_up.stride(0), tile_expert, d_gate_up_out, d_gate_up_out.stride(0), hw_out, hw_out.stride(0),
+        dw_partial_out, n_rows, hidden, inter,
+        TILE_ROWS=tile_rows, ACT_DTYPE=tl_dtype(dtype),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)

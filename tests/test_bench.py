@@ -1,0 +1,171 @@
+"""The benchmark harness on the CPU: exact accounting, the --quick run's files, and non-terminal output."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from mok.bench import harness
+from mok.bench.cli import main, parse_shapes
+from mok.config import MoEShape
+
+REPO = Path(__file__).resolve().parents[1]
+METADATA_FIELDS = ("date", "gpu", "sm_count", "torch", "triton", "git_commit", "source_digest", "device_type")
+
+
+def test_flops_and_bytes_exact_for_anchor_1():
+    shape = MoEShape("a1", 24576, 1536, 256, 128, 8)
+    t, h, i, e, k = 24576, 1536, 256, 128, 8
+    assert harness.layer_flops(shape, "fwd") == 6 * t * k * h * i == 463_856_467_968
+    assert harness.layer_flops(shape, "bwd") == 2 * 6 * t * k * h * i
+    # Forward: x and out (bf16), three weight tensors (bf16), routing (int32 id + fp32 weight per slot).
+    assert harness.layer_traffic(shape, "fwd") == {"x": t * h * 2, "weights": 3 * e * i * h * 2,
+                                                   "out": t * h * 2, "routing": t * k * 8}
+    assert harness.layer_bytes(shape, "fwd") == 2 * t * h * 2 + 3 * e * i * h * 2 + t * k * 8 == 454_557_696
+    # Backward: dO, x, weights, routing in; dx, dW, d router weights out.
+    assert harness.layer_bytes(shape, "bwd") == (3 * t * h * 2 + 2 * 3 * e * i * h * 2 + t * k * 8 + t * k * 4)
+    # MXFP8 weights: one byte per element plus one scale byte per 32 elements.
+    assert harness.layer_traffic(shape, "fwd", "mxfp8")["weights"] == 3 * e * i * h + 3 * e * i * h // 32
+    assert harness.tflops(1e12, 1.0) == pytest.approx(1000.0)
+    assert harness.gbps(4e9, 2.0) == pytest.approx(2000.0)
+    with pytest.raises(ValueError, match="pass_"):
+        harness.layer_flops(shape, "both")
+
+
+def test_records_ratios_and_geomean():
+    shape = MoEShape("s", 128, 64, 32, 8, 2)
+    fast = harness.make_record(shape, "triton", "bf16", "fwd", harness.Timing(1.0, 0.9, 1.1, 10, "x"))
+    base = harness.make_record(shape, "torch", "bf16", "fwd", harness.Timing(4.0, 3.9, 4.1, 10, "x"))
+    harness.add_ratios([fast, base])
+    assert fast["ratios"] == {"torch": 4.0}
+    assert fast["tflops"] == pytest.approx(shape.forward_flops / 1e-3 / 1e12)
+    assert harness.geomean([2.0, 8.0]) == pytest.approx(4.0)
+    assert harness.geomean([None, -1.0]) is None
+    summary = harness.geomean_summary([fast, base])
+    assert summary["triton"]["bf16/fwd"]["vs_torch"] == pytest.approx(4.0)
+    assert "vs_torch" not in summary["torch"]["bf16/fwd"]  # no ratio of a baseline to itself
+
+
+def test_time_fn_rotates_input_sets():
+    seen = []
+    timing = harness.time_fn(seen.append, device="cpu", n_sets=3, warmup=2, iters=5)
+    assert seen == [0, 1, 0, 1, 2, 0, 1]
+    assert timing.iters == 5 and timing.method == "host-clock" and timing.median_ms >= 0
+
+
+def test_parse_shapes_groups_custom_and_scale():
+    shapes = parse_shapes("tiny,anchor-1,128:64:32:8:2", tokens_scale=1.0, ep_size=1)
+    assert [s.name for s in shapes][:3] == ["tiny", "tiny-wide", "tiny-top1"]
+    assert shapes[3].tokens == 24576 and shapes[-1].hidden == 64
+    scaled = parse_shapes("anchor-1", tokens_scale=0.25, ep_size=4)
+    assert scaled[0].tokens == 6144 and scaled[0].hidden == 1536
+
+
+def _run_quick(tmp_path, capsys, monkeypatch, *extra):
+    monkeypatch.delenv("OUT", raising=False)
+    rc = main(["--quick", "--backends", "torch,naive", "--shapes", "tiny", "--warmup", "0", "--iters", "2",
+               "--out", str(tmp_path), *extra])
+    return rc, capsys.readouterr()
+
+
+def test_quick_run_writes_json_and_markdown_with_metadata(tmp_path, capsys, monkeypatch):
+    rc, captured = _run_quick(tmp_path, capsys, monkeypatch, "--progress", "on")
+    assert rc == 0, captured.out + captured.err
+    doc = json.loads((tmp_path / "bench_latest.json").read_text())
+    assert doc["schema"] == harness.SCHEMA
+    for name in METADATA_FIELDS:
+        assert name in doc["metadata"], name
+    assert doc["metadata"]["date"] and doc["metadata"]["torch"] and doc["metadata"]["source_digest"]
+    keys = {(r["backend"], r["pass"]) for r in doc["results"]}
+    assert keys == {("torch", "fwd"), ("torch", "bwd"), ("naive", "fwd"), ("naive", "bwd")}
+    fwd = next(r for r in doc["results"] if r["backend"] == "naive" and r["pass"] == "fwd")
+    shape = MoEShape("tiny", 64, 64, 32, 8, 2)
+    assert fwd["flops"] == shape.forward_flops and fwd["bytes"] == harness.layer_bytes(shape, "fwd")
+    assert fwd["ms"] > 0 and fwd["error"] is None and "torch" in fwd["ratios"]
+    md = (tmp_path / "bench_latest.md").read_text()
+    assert "| shape | T,H,I,E,K |" in md and "Geometric means" in md and "| naive |" in md
+    stamped = list(tmp_path.glob("bench_2*.json"))
+    assert len(stamped) == 1 and json.loads(stamped[0].read_text()) == doc
+    # Non-terminal output: the progress bar goes to stderr, stdout keeps one clean line per result.
+    lines = [ln for ln in captured.out.splitlines() if ln.startswith("tiny ")]
+    assert len(lines) == 4 and "\r" not in captured.out
+    assert all(("ms" in ln and "TFLOP/s" in ln) or "n/a" in ln for ln in lines)
+
+
+def test_unknown_backend_is_recorded_not_raised(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("OUT", raising=False)
+    rc = main(["--quick", "--backends", "no-such-backend", "--shapes", "tiny", "--passes", "fwd",
+               "--warmup", "0", "--iters", "1", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 1 and "ERROR" in out and "no-such-backend" in out
+    doc = json.loads((tmp_path / "bench_latest.json").read_text())
+    assert all(r["error"] for r in doc["results"])
+
+
+def test_summarize_prints_saved_results(tmp_path, capsys):
+    shape = MoEShape("s", 128, 64, 32, 8, 2)
+    records = [harness.make_record(shape, name, "bf16", "fwd", harness.Timing(ms, ms, ms, 3, "x"))
+               for name, ms in (("torch", 2.0), ("triton", 0.5))]
+    doc = harness.result_document(records, harness.collect_metadata("cpu"), {})
+    harness.write_json(doc, tmp_path / "r.json")
+    assert main(["--summarize", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "geomean triton" in out and "vs_torch=4.00x" in out and out.count("s ") >= 2
+
+
+def test_train_tiny_moe_quick_is_bitwise_reproducible(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    import torch
+
+    monkeypatch.delenv("OUT", raising=False)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    spec = importlib.util.spec_from_file_location("train_tiny_moe", REPO / "experiments" / "train_tiny_moe.py")
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "train_tiny_moe", script)  # dataclasses look their module up there
+    spec.loader.exec_module(script)
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    try:
+        rc = script.main(["--quick", "--backends", "reference", "--steps", "2", "--out", str(tmp_path)])
+    finally:  # the script switches on deterministic algorithms for the whole process
+        torch.use_deterministic_algorithms(was_deterministic)
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "repeat bit-identical: yes" in out and "EP1 vs EP4 bit-identical: yes" in out
+    doc = json.loads((tmp_path / "train_tiny_moe.json").read_text())
+    runs = {run["role"]: run for run in doc["runs"]}
+    assert runs["first"]["loss_bits"] == runs["repeat"]["loss_bits"] == runs["ep4"]["loss_bits"]
+    assert len(runs["first"]["losses"]) == 2 and all(math.isfinite(v) for v in runs["first"]["losses"])
+
+
+@pytest.mark.gpu
+def test_gpu_bench_records_cuda_event_timings(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("OUT", raising=False)
+    rc = main(["--backends", "torch", "--shapes", "2048:512:256:8:2", "--warmup", "2", "--iters", "5",
+               "--no-sonic", "--out", str(tmp_path)])
+    assert rc == 0, capsys.readouterr().out
+    doc = json.loads((tmp_path / "bench_latest.json").read_text())
+    assert doc["metadata"]["gpu"] and doc["metadata"]["sm_count"] > 0
+    assert "CUDA events" in doc["settings"]["timing"]
+    assert all(r["ms"] and r["ms"] > 0 and r["tflops"] > 0 for r in doc["results"])
+    assert (tmp_path / "bench_latest.png").is_file()
+
+
+@pytest.mark.gpu
+def test_gpu_tile_gemm_matches_fp64():
+    import torch
+    from mok.bench.wave_gemm import tile_count, tile_gemm
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(300, 7168, generator=gen).to("cuda", torch.bfloat16)
+    b = (torch.randn(4096, 7168, generator=gen) * 7168 ** -0.5).to("cuda", torch.bfloat16)
+    out = torch.full((300, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)  # poison
+    tile_gemm(a, b, out=out)
+    want = a.double() @ b.double().T
+    assert not out.isnan().any(), "some output tile was never written"
+    assert float((out.double() - want).norm() / want.norm()) < 1e-2
+    assert tile_count(300, 4096) == 3 * 16

@@ -1,0 +1,248 @@
+"""GPU tests of the SM90 megakernel forward (``backend="cuda"``); Hopper only.
+
+Accuracy: against the reference backend (same rounding points, different fp32 summation order inside the
+GEMMs) and, at small shapes, against an fp64 oracle: the megakernel's error must stay within 1.25x the
+reference's own bf16 error. Against the Triton backend when it is available.
+
+Determinism: bit for bit across repeated launches, both variants, CTA counts, emulated EP degrees 1/2/4/8,
+minibatch and ring sizes, and CUDA-graph replay. Every launch here runs with outputs, combine slots and
+ring poisoned with NaN, and with the kernel's error record checked.
+
+Run on the H200: ``python -m pytest -q tests/test_cuda_gpu.py -x``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mok
+from mok.config import ANCHOR_SHAPES, EP64_SLICES, MoKConfig
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not HOPPER, reason="the SM90 megakernel needs a Hopper GPU (compute capability 9.x)")]
+
+VARIANTS = ["simple", "pipelined"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def extension():
+    """Build (or load) the extension once, outside any timing."""
+    from mok.cuda.build import load_extension
+    return load_extension()
+
+
+def make_inputs(tokens, hidden, intermediate, experts, top_k, *, seed=0, skew=0.0):
+    from mok.cuda.sanitize_check import make_inputs as make
+    return make(tokens, hidden, intermediate, experts, top_k, seed=seed, skew=skew)
+
+
+def cuda_forward(problem, *, ep_size=1, config=None, variant="simple", num_ctas=0, poison=True):
+    from mok.cuda.backend import sm90_forward
+    return sm90_forward(*problem, ep_size=ep_size, config=config, variant=variant, num_ctas=num_ctas, check=True,
+                        poison=poison)
+
+
+def reference_forward(problem, *, ep_size=1, config=None):
+    with torch.no_grad():
+        return mok.moe(*problem, backend="reference", ep_size=ep_size, config=config, check_inputs=False)
+
+
+def oracle_forward(x, ids, w, wg, wu, wd):
+    """fp64 per-expert loop on the bf16 inputs, no intermediate rounding (mok.backends.naive)."""
+    from mok.backends.naive import naive_moe
+    with torch.no_grad():
+        return naive_moe(x.double(), ids, w.double(), wg.double(), wu.double(), wd.double())
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int16)
+
+
+def assert_same_bits(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    diff = bits(a) != bits(b)
+    assert not bool(diff.any()), f"{what}: {int(diff.sum())} of {a.numel()} elements differ bitwise"
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def check_accuracy(out, problem, *, ep_size=1, config=None, with_oracle=True):
+    assert bool(torch.isfinite(out).all()), "non-finite output (an unwritten element or a stale read)"
+    ref = reference_forward(problem, ep_size=ep_size, config=config)
+    err_ref = rel_err(out, ref)
+    assert err_ref < 1e-2, f"relative error vs reference {err_ref:.3e}"
+    if with_oracle:
+        oracle = oracle_forward(*problem)
+        err_cuda, err_reference = rel_err(out, oracle), rel_err(ref, oracle)
+        assert err_cuda <= 1.25 * err_reference + 1e-4, (
+            f"cuda error vs fp64 {err_cuda:.3e} exceeds 1.25x the reference's {err_reference:.3e}")
+    return err_ref
+
+
+# ------------------------------------------------------------------------------------------------------
+# Accuracy
+# ------------------------------------------------------------------------------------------------------
+
+SMALL_SHAPES = {
+    # name: (T, H, I, E, K, skew)
+    "basic": (256, 256, 128, 8, 2, 0.0),
+    "tiny-hidden": (192, 64, 64, 4, 1, 0.0),
+    "ragged-tokens": (300, 512, 192, 4, 2, 0.0),   # T % 128 != 0, I % 128 == 64
+    "h-not-256": (160, 320, 256, 8, 4, 0.0),       # the last down column block is partly outside H
+    "empty-experts": (512, 256, 128, 16, 2, 4.0),  # strong skew: many experts receive nothing
+    "one-hot-expert": (256, 256, 256, 8, 1, 30.0), # top-1 with extreme skew: (almost) all rows on expert 0
+    "wide": (128, 1024, 512, 8, 8, 0.0),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", list(SMALL_SHAPES))
+def test_small_shapes_match_reference_and_oracle(name, variant):
+    t, h, i, e, k, skew = SMALL_SHAPES[name]
+    problem = make_inputs(t, h, i, e, k, skew=skew, seed=list(SMALL_SHAPES).index(name))
+    out = cuda_forward(problem, variant=variant)
+    check_accuracy(out, problem)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("shape", EP64_SLICES, ids=lambda s: s.name)
+def test_ep64_slices_reduced_tokens(shape, variant):
+    s = shape.with_tokens(1024)
+    problem = make_inputs(s.tokens, s.hidden, s.intermediate, s.num_experts, s.top_k, seed=3)
+    out = cuda_forward(problem, variant=variant)
+    check_accuracy(out, problem, with_oracle=False)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("shape", ANCHOR_SHAPES, ids=lambda s: s.name)
+def test_anchor_shapes_reduced_tokens(shape, variant):
+    s = shape.with_tokens(512)
+    problem = make_inputs(s.tokens, s.hidden, s.intermediate, s.num_experts, s.top_k, seed=4)
+    out = cuda_forward(problem, variant=variant)
+    check_accuracy(out, problem, with_oracle=False)
+
+
+@pytest.mark.parametrize("ep_size", [2, 4, 8])
+def test_emulated_ep_matches_reference(ep_size):
+    problem = make_inputs(512, 256, 128, 16, 4, seed=5)
+    config = MoKConfig(minibatch_rows=256)
+    out = cuda_forward(problem, ep_size=ep_size, config=config, variant="pipelined")
+    check_accuracy(out, problem, ep_size=ep_size, config=config)
+
+
+def test_matches_triton_backend():
+    try:
+        mok.get_backend("triton")
+    except (RuntimeError, ValueError) as err:
+        pytest.skip(f"triton backend unavailable: {err}")
+    problem = make_inputs(384, 512, 256, 8, 2, seed=6)
+    out = cuda_forward(problem, variant="pipelined")
+    with torch.no_grad():
+        tri = mok.moe(*problem, backend="triton", check_inputs=False)
+    assert rel_err(out, tri) < 1e-2
+
+
+# ------------------------------------------------------------------------------------------------------
+# Determinism
+# ------------------------------------------------------------------------------------------------------
+
+def test_bitwise_repeatable_across_runs_variants_and_cta_counts():
+    problem = make_inputs(640, 512, 256, 8, 4, seed=7, skew=0.5)
+    config = MoKConfig(minibatch_rows=256, ring_rows=256)
+    first = cuda_forward(problem, config=config, variant="simple")
+    for variant in VARIANTS:
+        for num_ctas in (0, 1, 3, 0):
+            out = cuda_forward(problem, config=config, variant=variant, num_ctas=num_ctas)
+            assert_same_bits(out, first, f"variant={variant} num_ctas={num_ctas}")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_bitwise_identical_across_ep_minibatch_and_ring(variant):
+    problem = make_inputs(512, 384, 192, 16, 4, seed=8, skew=1.0)
+    base = cuda_forward(problem, variant=variant)
+    for ep_size in (1, 2, 4, 8):
+        for config in (MoKConfig(), MoKConfig(minibatch_rows=128, ring_rows=128),
+                       MoKConfig(minibatch_rows=256, ring_rows=768), MoKConfig(minibatch_rows=384)):
+            out = cuda_forward(problem, ep_size=ep_size, config=config, variant=variant)
+            assert_same_bits(out, base, f"ep={ep_size} minibatch={config.minibatch_rows} ring={config.ring_rows}")
+
+
+def test_poisoning_does_not_change_bits():
+    problem = make_inputs(300, 256, 128, 8, 2, seed=9)
+    poisoned = cuda_forward(problem, variant="pipelined", poison=True)
+    clean = cuda_forward(problem, variant="pipelined", poison=False)
+    assert bool(torch.isfinite(poisoned).all())
+    assert_same_bits(poisoned, clean, "poisoned vs clean buffers")
+
+
+def test_cuda_graph_replay_matches_eager():
+    from mok.cuda.backend import check_error, launch, prepare
+    problem = make_inputs(256, 256, 128, 8, 2, seed=10)
+    eager = cuda_forward(problem, variant="pipelined")
+    prep = prepare(*problem, config=MoKConfig(minibatch_rows=128, ring_rows=128), poison=True)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        launch(prep, variant="pipelined")  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    check_error(prep)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch(prep, variant="pipelined")
+    for _ in range(2):
+        prep.out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check_error(prep)
+        assert_same_bits(prep.out, eager, "graph replay")
+
+
+# ------------------------------------------------------------------------------------------------------
+# Errors and the public API
+# ------------------------------------------------------------------------------------------------------
+
+def test_inconsistent_schedule_reports_an_error_instead_of_hanging():
+    from mok.cuda.backend import Sm90KernelError, check_error, launch, prepare
+    problem = make_inputs(256, 256, 128, 8, 2, seed=11)
+    prep = prepare(*problem)
+    prep.schedule.tile_expert[0, 0] = -1  # a used tile without an expert
+    launch(prep, variant="pipelined", timeout_s=5.0)
+    with pytest.raises(Sm90KernelError, match="schedule"):
+        check_error(prep)
+
+
+def test_unsupported_sizes_are_rejected_with_a_clear_error():
+    problem = make_inputs(64, 96, 64, 4, 1, seed=12)  # H = 96 is not a multiple of 64
+    with pytest.raises(ValueError, match="multiple of 64"):
+        cuda_forward(problem)
+
+
+def test_mok_moe_cuda_backend_forward_equals_kernel():
+    problem = make_inputs(256, 256, 128, 8, 2, seed=13)
+    with torch.no_grad():
+        out = mok.moe(*problem, backend="cuda", check_inputs=False)
+    assert_same_bits(out, cuda_forward(problem, variant="simple"), "mok.moe(backend='cuda')")
+
+
+def test_training_backward_through_triton():
+    try:
+        mok.get_backend("triton")
+    except (RuntimeError, ValueError) as err:
+        pytest.skip(f"triton backend unavailable: {err}")
+    problem = make_inputs(256, 256, 128, 8, 2, seed=14)
+
+    def forward_backward(backend):
+        leaves = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in problem]
+        out = mok.moe(*leaves, backend=backend, check_inputs=False)
+        grad = torch.randn(out.shape, generator=torch.Generator(device="cuda").manual_seed(1), device="cuda")
+        out.backward(grad.to(out.dtype))
+        return [out.detach()] + [leaves[j].grad for j in (0, 2, 3, 4, 5)]
+
+    cuda, ref = forward_backward("cuda"), forward_backward("reference")
+    for name, a, b in zip(["out", "dx", "d_topk_weights", "d_w_gate", "d_w_up", "d_w_down"], cuda, ref):
+        assert a is not None and bool(torch.isfinite(a).all()), name
+        assert rel_err(a, b) < 2e-2, f"{name}: relative error {rel_err(a, b):.3e}"

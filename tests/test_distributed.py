@@ -1,0 +1,248 @@
+"""Expert parallelism across processes, on CPUs: 2 and 4 gloo ranks spawned with torch.multiprocessing.
+
+Each world size is one spawn (process start-up dominates); the ranks run every scenario, rank 0 saves the
+gathered results, and the checks run here against single-process runs:
+
+* ``distributed_moe(backend="reference")`` through the three transports (``all_to_all_single``; torch indexing
+  over host-shared peer memory; the Triton transfer kernels over the same memory, interpreted), fp32 and bf16,
+  with a ring small enough to force backward replay: output and all five gradients bitwise equal to
+  ``mok.moe(..., ep_size=world)`` and ``ep_size=1``;
+* the NCCL-style baseline (all-to-all over gloo, grouped GEMM loop) against the fp64 oracle, by tolerance;
+* ``MoELayer(..., ep_group=WORLD)`` forward/backward (default transport, whole-schedule minibatch) against a
+  one-process layer with all experts;
+* ranks that disagree on the token count raise the same ValueError everywhere (no hang).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import shutil
+import socket
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import mok
+from mok import MoKConfig
+from mok.config import MoEShape
+from mok.schedule import build_schedule
+from mok.validate import TOLERANCE, random_problem
+
+from conftest import OUTPUT_NAMES, assert_bitwise_equal, rel_err, run_layer
+
+SHAPE = MoEShape("dist", 64, 32, 16, 8, 2)
+SKEW = 1.5  # hot and empty experts, uneven rows per rank
+SEED = 5
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+# 16-row minibatches through a 2-minibatch ring: ranks with more rows replay in the backward.
+RING = MoKConfig(expert_padding=16, minibatch_rows=16, ring_rows=32)
+WHOLE = MoKConfig(expert_padding=16)
+LAYER = dict(hidden_size=32, intermediate_size=16, num_experts=8, top_k=2)
+
+
+def _problem(dtype_name: str) -> list[torch.Tensor]:
+    problem = random_problem(SHAPE, DTYPES[dtype_name], "cpu", seed=SEED, skew=SKEW)
+    problem[2] = problem[2].float()
+    return problem
+
+
+def _full_layer() -> mok.MoELayer:
+    torch.manual_seed(7)
+    return mok.MoELayer(**LAYER, config=WHOLE, dtype=torch.bfloat16)
+
+
+def _layer_input() -> torch.Tensor:
+    return torch.randn(SHAPE.tokens, LAYER["hidden_size"], generator=torch.Generator().manual_seed(8)).bfloat16()
+
+
+# --------------------------------------------------------------------------------------------------------
+# Worker (runs in each spawned rank)
+# --------------------------------------------------------------------------------------------------------
+
+def _worker(rank: int, world: int, ports: tuple[int, int], out_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(ports[0]))
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # the Triton transfer kernels run on CPU tensors
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    from mok.dist_cli import all_gather_rows, run_distributed
+    from mok.distributed import distributed_moe, release_default_peers
+
+    results: dict = {}
+    for dtype_name in DTYPES:
+        problem = _problem(dtype_name)
+        for transport in ("collective", "peers", "peers-triton"):
+            results[f"reference/{transport}/ring/{dtype_name}"] = run_distributed(
+                problem, backend="reference", transport=transport, config=RING, grad_seed=SEED + 1)
+        results[f"nccl/{dtype_name}"] = run_distributed(problem, backend="nccl", grad_seed=SEED + 1)
+
+    # MoELayer with an EP group: this rank's experts copied from the one-process layer.
+    full = _full_layer()
+    layer = mok.MoELayer(**LAYER, config=WHOLE, dtype=torch.bfloat16, ep_group=dist.group.WORLD)
+    local, tokens = LAYER["num_experts"] // world, SHAPE.tokens // world
+    experts, own = slice(rank * local, (rank + 1) * local), slice(rank * tokens, (rank + 1) * tokens)
+    with torch.no_grad():
+        layer.router.weight.copy_(full.router.weight)
+        for name in ("w_gate", "w_up", "w_down"):
+            getattr(layer, name).copy_(getattr(full, name)[experts])
+    x = _layer_input()[own].clone().requires_grad_(True)
+    out = layer(x.view(2, -1, LAYER["hidden_size"]))  # any leading shape
+    out.float().pow(2).sum().backward()
+    results["layer"] = [all_gather_rows(t) for t in (out.reshape(tokens, -1), x.grad, layer.w_gate.grad,
+                                                     layer.w_up.grad, layer.w_down.grad)]
+
+    # Ranks that disagree on T_local must all raise (gather_routing checks sizes before gathering ids).
+    problem = _problem("fp32")
+    n = 4 + rank
+    try:
+        distributed_moe(problem[0][:n], problem[1][:n], problem[2][:n], problem[3][:local], problem[4][:local],
+                        problem[5][:local], num_experts=8)
+        results["mismatch"] = "no error"
+    except ValueError as err:
+        results["mismatch"] = str(err)
+    mismatch = [None] * world
+    dist.all_gather_object(mismatch, results["mismatch"])
+    results["mismatch"] = mismatch
+
+    release_default_peers()
+    if rank == 0:
+        torch.save(results, os.path.join(out_dir, "results.pt"))
+    dist.destroy_process_group()
+    if world == 2:  # the torchrun entry points, in the same processes (a spawn costs more than the runs)
+        _run_cli(rank, world, ports[1], out_dir)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@functools.lru_cache(maxsize=None)
+def _spawn(world: int) -> tuple[dict, str]:
+    """Run the workers once per world size (pytest may set a parametrized module fixture up twice).
+    Returns rank 0's results and the folder the entry points wrote to (kept until the session ends)."""
+    out_dir = tempfile.mkdtemp(prefix=f"mok-dist-{world}-")
+    atexit.register(shutil.rmtree, out_dir, True)
+    mp.spawn(_worker, args=(world, (_free_port(), _free_port()), out_dir), nprocs=world, join=True)
+    return torch.load(os.path.join(out_dir, "results.pt")), out_dir
+
+
+@functools.lru_cache(maxsize=None)
+def _single_process(dtype_name: str):
+    problem = _problem(dtype_name)
+    return (dtype_name, problem, run_layer("reference", problem, config=WHOLE, grad_seed=SEED + 1),
+            run_layer("oracle", problem, grad_seed=SEED + 1))
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["world2", "world4"])
+def spawned(request):
+    return request.param, _spawn(request.param)[0]
+
+
+@pytest.fixture(scope="module", params=list(DTYPES))
+def single_process(request):
+    """One-process reference at EP 1 (the bits every run must reproduce) and the fp64 oracle."""
+    return _single_process(request.param)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Checks
+# --------------------------------------------------------------------------------------------------------
+
+def test_ring_config_forces_replay():
+    """The RING config must make some rank hold more minibatches than its ring (else replay is untested)."""
+    problem = _problem("fp32")
+    for world in (2, 4):
+        rows = build_schedule(problem[1], SHAPE.num_experts, world, RING.expert_padding).rows_used()
+        assert max(rows) > RING.ring_rows, f"world {world}: rows per rank {rows} all fit the ring"
+
+
+@pytest.mark.parametrize("run", ["reference/collective/ring", "reference/peers/ring", "reference/peers-triton/ring"])
+def test_reference_bitwise_equals_single_process(spawned, single_process, run):
+    world, results = spawned
+    dtype_name, problem, ep1, _ = single_process
+    got = results[f"{run}/{dtype_name}"]
+    ep_world = run_layer("reference", problem, ep_size=world, config=RING, grad_seed=SEED + 1)
+    for name, g, a, b in zip(OUTPUT_NAMES, got, ep_world, ep1):
+        assert not torch.isnan(g).any(), f"{name}: NaN (an unwritten slot)"
+        assert_bitwise_equal(g, a, f"{run} {dtype_name} {name} vs 1-process EP {world}")
+        assert_bitwise_equal(g, b, f"{run} {dtype_name} {name} vs 1-process EP 1")
+
+
+def test_nccl_baseline_matches_oracle(spawned, single_process):
+    world, results = spawned
+    dtype_name, _, _, oracle = single_process
+    tolerance = TOLERANCE[dtype_name]
+    for name, g, o in zip(OUTPUT_NAMES, results[f"nccl/{dtype_name}"], oracle):
+        err = rel_err(g, o)
+        assert err <= tolerance, f"nccl baseline {dtype_name} {name} at {world} ranks: rel. error {err:.2e}"
+
+
+def test_moe_layer_with_ep_group(spawned):
+    world, results = spawned
+    out, dx, d_gate, d_up, d_down = results["layer"]
+    full = _full_layer()
+    x = _layer_input().requires_grad_(True)
+    want = full(x)
+    want.float().pow(2).sum().backward()
+    assert_bitwise_equal(out, want.detach(), f"layer output at {world} ranks")
+    assert_bitwise_equal(d_gate, full.w_gate.grad, "d_w_gate")
+    assert_bitwise_equal(d_up, full.w_up.grad, "d_w_up")
+    assert_bitwise_equal(d_down, full.w_down.grad, "d_w_down")
+    # dx also carries the router's backward (a [T, E] x [E, H] product whose blocking may depend on T).
+    assert rel_err(dx, x.grad) < 1e-2
+
+
+def test_token_count_mismatch_raises_everywhere(spawned):
+    world, results = spawned
+    assert len(results["mismatch"]) == world
+    for message in results["mismatch"]:
+        assert "same number of tokens" in message, message
+
+
+# --------------------------------------------------------------------------------------------------------
+# The torchrun entry points, run by the 2-rank workers (what `torchrun --nproc-per-node 2 -m mok.dist_cli` runs)
+# --------------------------------------------------------------------------------------------------------
+
+def _run_cli(rank: int, world: int, port: int, out_dir: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    from mok.dist_cli import main
+
+    rc = main(["validate", "--device", "cpu", "--shape", "32,16,8,4,2", "--dtype", "fp32", "--minibatch", "16",
+               "--ring", "16", "--out", os.path.join(out_dir, "validate.json")])
+    if rc != 0:
+        raise SystemExit(f"validate returned {rc} on rank {rank}")
+    rc = main(["bench", "--device", "cpu", "--models", "16,8,4,2", "--tokens-per-gpu", "16", "--backends",
+               "nccl,reference", "--tile", "16", "--iters", "1", "--warmup", "0", "--out",
+               os.path.join(out_dir, "bench")])
+    if rc != 0:
+        raise SystemExit(f"bench returned {rc} on rank {rank}")
+
+
+def test_dist_cli_validate_and_bench():
+    import json
+    from pathlib import Path
+
+    tmp_path = Path(_spawn(2)[1])
+    record = json.loads((tmp_path / "validate.json").read_text())
+    assert record["gpu_count"] == 2
+    assert set(record["runs"]) == {"reference/collective", "reference/peers", "reference/peers-triton", "nccl"}
+    assert all(run["passed"] for run in record["runs"].values())
+    ref_fingerprints = {record["runs"][name]["fingerprint"]
+                        for name in ("reference/collective", "reference/peers", "reference/peers-triton")}
+    assert ref_fingerprints == {record["fingerprints"]["reference ep_size=1 (single process)"]}
+
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    assert {"custom-16x8x4x2/nccl", "custom-16x8x4x2/reference"} <= set(bench["layers"])
+    for routing in ("uniform", "zipf"):
+        transfer = bench["transfers"][f"custom-16x8x4x2/{routing}"]
+        for name in ("pull_dispatch", "push_dispatch", "push_combine", "pull_combine", "nccl_all_to_all_dispatch",
+                     "triton_pull_dispatch", "triton_push_combine"):
+            assert transfer[name]["ms"] > 0
+    assert "fwd vs nccl" in (tmp_path / "bench.md").read_text()
