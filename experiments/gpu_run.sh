@@ -9,6 +9,7 @@
 # Stages
 #   tests      python3 -m pytest -q -m gpu tests/            (every GPU test of every helper)
 #   bench      python3 -m mok.bench: $MOK_BENCH_SHAPES (default anchors,ep64), fwd+bwd, every backend that runs
+#   cuda       the SM90 megakernel: JIT build, smoke check, tests/test_cuda_gpu.py, kernel timing ($MOK_CUDA_BENCH)
 #   pushpull   experiments/push_pull.py (push vs pull kernels; the notebook stage measures this too)
 #   notebooks  notebooks/*.ipynb in full mode (re-measured: MOK_NOTEBOOK_REFRESH=1), executed copies in $OUT/notebooks
 #   train      experiments/train_tiny_moe.py (tokens/s per backend; bitwise loss curves, EP 1 vs EP 4)
@@ -121,6 +122,12 @@ for stage in $STAGES; do
       # shellcheck disable=SC2086
       run_stage bench "$cap" python3 -m mok.bench --shapes "${MOK_BENCH_SHAPES:-anchors,ep64}" --passes fwd,bwd \
         --max-seconds 8 "${SONIC_ARGS[@]}" ${MOK_BENCH_ARGS:-} ;;
+    cuda)
+      # The megakernel in its own processes: a fault there must not poison the other stages' CUDA context.
+      run_stage cuda "${MOK_TIMEOUT_CUDA:-200}" bash -c "python3 -m mok.cuda.build --jit \
+        && python3 -m mok.cuda.sanitize_check \
+        && python3 -m pytest -q -x -p no:cacheprovider -rfEs --timeout 60 tests/test_cuda_gpu.py \
+        && for s in \${MOK_CUDA_BENCH:-kimi-k2.7/ep64 anchor-4}; do python3 -m mok.cuda.sanitize_check --bench \$s; done" ;;
     pushpull)
       run_stage pushpull "${MOK_TIMEOUT_PUSHPULL:-120}" python3 experiments/push_pull.py ;;
     notebooks)
