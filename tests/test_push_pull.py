@@ -119,6 +119,22 @@ def test_signalling_counts_every_row_and_keeps_the_data(direction):
     assert all(torch.isnan(v.float()).all() for v in untouched.views)
 
 
+def test_one_signal_state_serves_dispatch_and_combine():
+    """Dispatch and combine expect different row counts per rank (skewed routing); sharing one state must still
+    complete every wait (a target of epoch * expected did not: found on the H200, 2026-11-29)."""
+    ranks = 3
+    schedule, plan, peers, x, y = make_case(ranks, skew=1.5, seed=4)
+    hidden = x.shape[-1]
+    signal = push_pull.SignalState.create(ranks, DEVICE)
+    plan.dispatch(x, poisoned(peers, "recv", (schedule.capacity, hidden)), "push", signal=signal)
+    plan.combine(y, poisoned(peers, "slots", (schedule.slots_per_rank, hidden)), "push", signal=signal)
+    signal.check()
+    per_expert_rank = schedule.segment_counts.sum(1).to(torch.int64).cpu()
+    per_source_rank = torch.full((ranks,), schedule.slots_per_rank, dtype=torch.int64)
+    assert not torch.equal(per_expert_rank, per_source_rank), "the case must skew the two transfers apart"
+    assert torch.equal(signal.arrivals.cpu(), per_expert_rank + per_source_rank)
+
+
 def test_transfer_rows_rejects_bad_arguments():
     schedule, plan, peers, x, _ = make_case(2)
     recv = peers.buffer("recv", (schedule.capacity, x.shape[-1]), torch.bfloat16)

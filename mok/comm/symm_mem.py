@@ -59,7 +59,9 @@ def symmetric_memory_available(device: torch.device | str | None = None) -> tupl
     if device is not None and torch.device(device).type != "cuda":
         return False, f"device {device} is not a CUDA device"
     try:
-        import torch.distributed._symmetric_memory  # noqa: F401
+        # NOTE: `from ... import`, not `import torch.distributed._symmetric_memory`: the latter binds `torch`
+        # as a local name of this function and breaks the torch.cuda lookup above.
+        from torch.distributed import _symmetric_memory  # noqa: F401
     except ImportError as err:
         return False, f"torch.distributed._symmetric_memory is unavailable: {err}"
     return True, ""

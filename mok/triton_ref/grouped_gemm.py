@@ -229,7 +229,9 @@ def _grouped_wgrad_kernel(
     # ---- start the chain: zeros, or the fp32 running sum of the windows already visited --------------
     acc = tl.zeros((BLOCK_P, BLOCK_Q), tl.float32)
     if load_chain != 0:
-        acc = tl.load(chain_ptr + block, mask=pq_mask, other=0.0)
+        # NOTE: .to() keeps one type on both branches: when no chain buffer exists, chain_ptr aliases `out`
+        # (a bf16 pointer) and this branch is compiled, though never taken.
+        acc = tl.load(chain_ptr + block, mask=pq_mask, other=0.0).to(tl.float32)
 
     # ---- tiles in descending order, BLOCK_R rows per step (ascending inside a tile) --------------------
     rs = tl.arange(0, BLOCK_R)

@@ -100,9 +100,10 @@ def _count_arrivals(arrivals_ptr, peer_rank, real, R: tl.constexpr, R_POW2: tl.c
 
 
 @triton.jit
-def _wait_arrivals(arrivals_ptr, expected_ptr, timeouts_ptr, rank, epoch, MAX_SPINS: tl.constexpr):
-    """The push receiver: spin (acquire) until ``epoch * expected[rank]`` rows have arrived."""
-    target = tl.load(expected_ptr + rank) * epoch
+def _wait_arrivals(arrivals_ptr, target_ptr, timeouts_ptr, rank, MAX_SPINS: tl.constexpr):
+    """The push receiver: spin (acquire) until the counter reaches ``target[rank]``, the rows every push so far
+    should have delivered to this rank."""
+    target = tl.load(target_ptr + rank)
     seen = tl.atomic_add(arrivals_ptr + rank, 0, sem="acquire", scope="gpu")
     spins = 0
     while (seen < target) & (spins < MAX_SPINS):
@@ -158,7 +159,7 @@ def _transfer_rows_kernel(
         own_ptrs, peer_ptrs,                # int64 [R]: base address of the own / peer buffer on each rank
         base_ptr, base_addr,                # own rank 0's buffer and its address: rows are offsets from it
         peer_rank_ptr, peer_row_ptr,        # int32 [R, N]: the peer (rank, row) of each own row; rank -1 = skip
-        arrivals_ptr, expected_ptr,         # int64 [R]: push arrival counters; rows each rank expects per call
+        arrivals_ptr, target_ptr,           # int64 [R]: push arrival counters; rows expected so far
         ready_ptr, timeouts_ptr,            # int32 [R]: pull ready flags; int32 [1]: waits that gave up
         epoch, N, H, own_stride, peer_stride,
         R: tl.constexpr, R_POW2: tl.constexpr, OWN_DIV: tl.constexpr, PEER_DIV: tl.constexpr,
@@ -186,7 +187,7 @@ def _transfer_rows_kernel(
                            own_stride, peer_stride, OWN_DIV, PEER_DIV, PULL, BLOCK_COLS)
             _count_arrivals(arrivals_ptr, peer_rank, real, R, R_POW2)
         else:
-            _wait_arrivals(arrivals_ptr, expected_ptr, timeouts_ptr, pid - n_data, epoch, MAX_SPINS)
+            _wait_arrivals(arrivals_ptr, target_ptr, timeouts_ptr, pid - n_data, MAX_SPINS)
     else:
         rank, rows, peer_rank, peer_row, real = _block_rows(pid, peer_rank_ptr, peer_row_ptr, N, BLOCK_ROWS)
         _move_rows(own_ptrs, peer_ptrs, base_ptr, base_addr, rank, rows, peer_rank, peer_row, real, H, own_stride,
@@ -202,12 +203,16 @@ class SignalState:
 
     Attributes:
         arrivals: ``[R]`` int64, rows delivered to each rank so far by push transfers.
+        targets: ``[R]`` int64, rows each rank should have received once the latest push is complete: the
+            running sum of every push's expected counts (dispatch and combine expect different counts, so a
+            target of ``epoch * expected`` would be wrong as soon as both share one state). Updated in-stream.
         ready: ``[R]`` int32, the last epoch each rank published as "buffer ready" (pull transfers).
         timeouts: ``[1]`` int32, waits that gave up after ``MAX_SPINS``; must stay 0.
         epoch: the epoch of the last call.
     """
 
     arrivals: torch.Tensor
+    targets: torch.Tensor
     ready: torch.Tensor
     timeouts: torch.Tensor
     epoch: int = 0
@@ -215,6 +220,7 @@ class SignalState:
     @classmethod
     def create(cls, world_size: int, device: torch.device | str) -> "SignalState":
         return cls(torch.zeros(world_size, dtype=torch.int64, device=device),
+                   torch.zeros(world_size, dtype=torch.int64, device=device),
                    torch.zeros(world_size, dtype=torch.int32, device=device),
                    torch.zeros(1, dtype=torch.int32, device=device))
 
@@ -273,13 +279,15 @@ def transfer_rows(own: PeerBuffer, peer: PeerBuffer, peer_rank: torch.Tensor, pe
     if signal is not None and not pull and expected is None:
         raise ValueError("push with signalling needs `expected` (rows each rank receives)")
     epoch = signal.next_epoch() if signal is not None else 0
+    if signal is not None and not pull:
+        signal.targets += expected.to(signal.targets.dtype)  # in-stream, before the launch that waits on it
     dummy = own.ptr_table  # stands in for signalling pointers the data-only variant never touches
     blocks = world * triton.cdiv(n_rows, block_rows)
     grid = (blocks + (world if signal is not None else 0),)
     _transfer_rows_kernel[grid](
         own.ptr_table, peer.ptr_table, own.views[0], own.views[0].data_ptr(), peer_rank, peer_row,
         signal.arrivals if signal is not None else dummy,
-        expected if expected is not None else dummy,
+        signal.targets if signal is not None else dummy,
         signal.ready if signal is not None else dummy,
         signal.timeouts if signal is not None else dummy,
         epoch, n_rows, hidden, own.views[0].stride(0), peer.views[0].stride(0),
