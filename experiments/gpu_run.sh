@@ -10,6 +10,7 @@
 #   tests      python3 -m pytest -q -m gpu tests/            (every GPU test of every helper)
 #   bench      python3 -m mok.bench: $MOK_BENCH_SHAPES (default anchors,ep64), fwd+bwd, every backend that runs
 #   cuda       the SM90 megakernel: JIT build, smoke check, tests/test_cuda_gpu.py, kernel timing ($MOK_CUDA_BENCH)
+#   sanitize   compute-sanitizer memcheck and racecheck on one small megakernel forward
 #   pushpull   experiments/push_pull.py (push vs pull kernels; the notebook stage measures this too)
 #   notebooks  notebooks/*.ipynb in full mode (re-measured: MOK_NOTEBOOK_REFRESH=1), executed copies in $OUT/notebooks
 #   train      experiments/train_tiny_moe.py (tokens/s per backend; bitwise loss curves, EP 1 vs EP 4)
@@ -126,8 +127,13 @@ for stage in $STAGES; do
       # The megakernel in its own processes: a fault there must not poison the other stages' CUDA context.
       run_stage cuda "${MOK_TIMEOUT_CUDA:-200}" bash -c "python3 -m mok.cuda.build --jit \
         && python3 -m mok.cuda.sanitize_check \
-        && python3 -m pytest -q -x -p no:cacheprovider -rfEs --timeout 60 tests/test_cuda_gpu.py \
-        && for s in \${MOK_CUDA_BENCH:-kimi-k2.7/ep64 anchor-4}; do python3 -m mok.cuda.sanitize_check --bench \$s; done" ;;
+        && python3 -m pytest -q -x -p no:cacheprovider -rfEs --timeout 60 tests/test_cuda_gpu.py; \
+        for s in \${MOK_CUDA_BENCH:-kimi-k2.7/ep64 anchor-4}; do python3 -m mok.cuda.sanitize_check --bench \$s; done" ;;
+    sanitize)
+      # compute-sanitizer on one small forward of the megakernel: memcheck, then racecheck.
+      run_stage sanitize "${MOK_TIMEOUT_SANITIZE:-200}" bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 \
+        python3 -m mok.cuda.sanitize_check; echo memcheck rc=\$?; compute-sanitizer --tool racecheck \
+        --error-exitcode 9 python3 -m mok.cuda.sanitize_check; echo racecheck rc=\$?" ;;
     pushpull)
       run_stage pushpull "${MOK_TIMEOUT_PUSHPULL:-120}" python3 experiments/push_pull.py ;;
     notebooks)
