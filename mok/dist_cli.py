@@ -17,10 +17,12 @@ SHA-256 fingerprint of every tensor's bits (so runs on 1, 2, 4 and 8 GPUs can be
 exits non-zero on any failure.
 
 ``bench``: per model at ``--tokens-per-gpu`` tokens and E/world experts per GPU: layer forward and backward
-time for each backend (the NCCL all-to-all baseline included); the four transfers' bandwidth through peer
-memory (pull and push, dispatch and combine, uniform and Zipf routing) next to NCCL all-to-all for the same
-rows; barrier (completion-signal) latency. Rank 0 writes JSON and a Markdown table with the machine kind and
-GPU count.
+time for each backend (the NCCL all-to-all baseline included); push vs pull across processes with the
+:mod:`mok.triton_ref.push_pull` kernels (each GPU launches its own rank's programs; rows, arrival counters and
+ready flags live in symmetric memory): the bandwidth of the four transfers (pull and push, dispatch and combine,
+uniform and Zipf routing) with and without their in-kernel completion signal, the signalling latency alone, and
+NCCL all-to-all for the same rows; one symmetric-memory barrier's latency. Rank 0 writes JSON and Markdown
+tables with the machine kind and GPU count.
 """
 
 from __future__ import annotations
@@ -353,111 +355,132 @@ def _layer_case(spec, args, rank: int, world: int, device: torch.device, backend
             "backward_tflops": 2 * flops / bwd / 1e9}
 
 
+TRANSFERS = ("pull_dispatch", "push_dispatch", "push_combine", "pull_combine")  # MoK's pair: pull dispatch,
+# push combine; the other two are the opposite choice, with everything else equal.
+
+
 def _transfer_case(spec, args, rank: int, world: int, device: torch.device, routing: str, peers) -> dict:
-    """Pull vs push, dispatch and combine, through peer memory, plus NCCL all-to-all for the same rows.
+    """Push vs pull across processes with the kernels of :mod:`mok.triton_ref.push_pull` (each process launches
+    only its own rank's programs; peers' rows, counters and flags are reached through symmetric memory), beside
+    NCCL ``all_to_all_single`` moving the same rows.
+
+    For each of :data:`TRANSFERS`, three variants:
+
+    * ``data+signal`` (the headline): the rows and the in-kernel completion signal (push: arrival counters the
+      receiver waits on; pull: "buffer ready" flags the readers wait on), so a call is complete when every
+      rank's launch returns. Checked once, before timing, against the torch semantics (``bitwise_ok``).
+    * ``data``: the rows alone (no completion signal: raw bandwidth).
+    * ``signal``: the signalling alone (its latency; MoK measured dispatch signalling at 103 us push vs 18 us
+      pull).
 
     Bandwidth counts the bytes that cross between GPUs (rows whose source and expert ranks differ), per GPU:
     ``avg`` = all ranks' remote bytes / world / time, ``busiest`` = the most any one rank receives (dispatch)
-    or sends (combine) / time. Each timed call ends with the peer barrier (the completion signal a push needs;
-    a pull needs none once the source data is published, so the barrier is charged to both for fairness and
-    reported alone as ``barrier_us``).
+    or sends (combine) / time; ``all_rows_GBps_per_gpu`` counts every row (local ones too; the only non-zero
+    figure at world size 1). ``barrier_us`` is one symmetric-memory barrier, the completion signal a torch or
+    NCCL path needs instead.
     """
     from .distributed import exchange_rows, gather_routing
     from .schedule import build_schedule
+    from .triton_ref.push_pull import PushPullPlan, SignalState
+    from .transfers import pull_rows
 
     tokens, hidden, top_k = args.tokens_per_gpu, spec.hidden, spec.top_k
     _, ids = _routing(tokens, spec.num_experts, top_k, routing, 3000 + rank, device)
-    schedule = build_schedule(gather_routing(ids, None), spec.num_experts, world, args.tile)
-    capacity, slots = schedule.capacity, tokens * top_k
-    x_buf = peers.buffer("bench_x", (tokens, hidden), torch.bfloat16)
-    recv_buf = peers.buffer("bench_recv", (capacity, hidden), torch.bfloat16)
+    ids = gather_routing(ids, None)
+    # A capacity just large enough (the worst case would make every expert-side launch mostly padding).
+    loose = build_schedule(ids, spec.num_experts, world, args.tile)
+    capacity = max(args.tile, -(-max(loose.rows_used()) // args.tile) * args.tile)
+    schedule = build_schedule(ids, spec.num_experts, world, args.tile, capacity)
+    slots = tokens * top_k
+    scope = None if args.scope == "auto" else args.scope
+    plan = PushPullPlan(schedule, local_ranks=peers.local_ranks, scope=scope)
+    signal = SignalState.on_peers(peers, "bench_signals")
+    gen = torch.Generator().manual_seed(4000 + rank)
+    x = peers.buffer("bench_x", (tokens, hidden), torch.bfloat16)
+    y = peers.buffer("bench_y", (capacity, hidden), torch.bfloat16)
+    recv = peers.buffer("bench_recv", (capacity, hidden), torch.bfloat16)
     slot_buf = peers.buffer("bench_slots", (slots, hidden), torch.bfloat16)
-    x_buf[rank].copy_(torch.randn(tokens, hidden).to(device, torch.bfloat16))
-    recv_buf[rank].copy_(torch.randn(capacity, hidden).to(device, torch.bfloat16))
+    x[rank].copy_(torch.randn(tokens, hidden, generator=gen).to(device, torch.bfloat16))
+    y[rank].copy_(torch.randn(capacity, hidden, generator=gen).to(device, torch.bfloat16))
     peers.barrier()
 
-    # Index lists per peer, prepared once (a kernel would read them from the schedule table on the fly).
+    def call(name: str, variant: str) -> None:
+        direction, transfer = name.split("_")
+        sig = signal if variant != "data" else None
+        if transfer == "dispatch":
+            plan.dispatch(x, recv, direction, signal=sig, move_data=variant != "signal")
+        else:
+            plan.combine(y, slot_buf, direction, signal=sig, move_data=variant != "signal")
+
+    # What this rank must receive, in torch (reading the peers' buffers through their mapping).
+    real = schedule.src_rank[rank] >= 0
+    want_recv = torch.empty(capacity, hidden, dtype=torch.bfloat16, device=device)
+    pull_rows(schedule.rank(rank), 0, capacity, x, want_recv, by_token=True)
+    want_slots = torch.empty(slots, hidden, dtype=torch.bfloat16, device=device)
+    for d in range(world):
+        take = schedule.dest_rank[rank] == d
+        want_slots[take] = y[d][schedule.dest_row[rank][take].long()]
+
+    def bitwise_ok(name: str) -> bool:
+        """One signalled call into a poisoned buffer: this rank's rows must be complete and right when its own
+        launch returns (no barrier in between), on every rank."""
+        dispatch = name.endswith("dispatch")
+        target = recv if dispatch else slot_buf
+        target[rank].fill_(float("nan"))
+        peers.barrier()
+        call(name, "data+signal")
+        got, want = (target[rank][real], want_recv[real]) if dispatch else (target[rank], want_slots)
+        ok = torch.tensor([int(torch.equal(got.view(torch.int16), want.view(torch.int16)))], device=device)
+        peers.barrier()
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        return bool(ok.item())
+
+    # Who sends what to whom (NCCL all-to-all of the same rows, and the remote-byte accounting).
     src_rank, src_slot = schedule.src_rank.long(), schedule.src_slot.long()
-    mine = [(src_rank[rank] == p).nonzero().squeeze(1) for p in range(world)]          # my rows from p
-    theirs = [(src_rank[d] == rank).nonzero().squeeze(1) for d in range(world)]         # d's rows from me
-    pull_src = [src_slot[rank][rows] // top_k for rows in mine]                          # tokens of p I read
-    push_dst = [rows for rows in theirs]                                                 # d's rows I write
-    push_tok = [src_slot[d][rows] // top_k for d, rows in enumerate(theirs)]             # my tokens I send
-    combine_slot = [src_slot[rank][rows] for rows in mine]                               # p's slots I write
-    gathered = torch.empty(int(sum(r.numel() for r in mine)), hidden, dtype=torch.bfloat16, device=device)
-    offsets = [0]
-    for rows in mine:
-        offsets.append(offsets[-1] + rows.numel())
-
-    def pull_dispatch():  # expert side reads the source's tokens
-        for p in range(world):
-            torch.index_select(x_buf[p], 0, pull_src[p], out=gathered[offsets[p]:offsets[p + 1]])
-        peers.barrier()
-
-    def push_dispatch():  # source side writes its tokens into the expert's receive buffer
-        for d in range(world):
-            recv_buf[d].index_copy_(0, push_dst[d], x_buf[rank].index_select(0, push_tok[d]))
-        peers.barrier()
-
-    def push_combine():  # expert side writes results into the source's (token, k) slots
-        for p in range(world):
-            slot_buf[p].index_copy_(0, combine_slot[p], gathered[offsets[p]:offsets[p + 1]])
-        peers.barrier()
-
-    def pull_combine():  # source side reads its results from the expert's rows
-        for d in range(world):
-            slot_buf[rank].index_copy_(0, src_slot[d][theirs[d]], recv_buf[d].index_select(0, push_dst[d]))
-        peers.barrier()
-
-    # MoK's two directions with the Triton transfer kernels (peer base addresses from the ptr_table).
-    table = schedule.rank(rank)
-    rows_used = int(table.segment_offsets[-1])
-    try:
-        from .triton_ref.pull_dispatch import pull_token_rows
-        from .triton_ref.push_combine import push_rows as triton_push_rows
-    except ImportError:
-        pull_token_rows = triton_push_rows = None
-
-    def triton_pull_dispatch():
-        pull_token_rows(table, 0, rows_used, x_buf, recv_buf[rank])
-        peers.barrier()
-
-    def triton_push_combine():
-        triton_push_rows(table, 0, rows_used, recv_buf[rank], slot_buf)
-        peers.barrier()
-
+    mine = [(src_rank[rank] == p).nonzero().squeeze(1) for p in range(world)]   # my rows from p
+    theirs = [(src_rank[d] == rank).nonzero().squeeze(1) for d in range(world)]  # d's rows from me
     send_counts = [int(r.numel()) for r in theirs]
     recv_counts = [int(r.numel()) for r in mine]
-    send_rows = torch.cat([x_buf[rank].index_select(0, t) for t in push_tok])
+    dispatch_rows = torch.cat([x[rank].index_select(0, src_slot[d][rows] // top_k) for d, rows in enumerate(theirs)])
+    combine_rows = torch.cat([y[rank].index_select(0, rows) for rows in mine])
 
     def nccl_dispatch():
-        exchange_rows(send_rows, send_counts, recv_counts, None)
+        exchange_rows(dispatch_rows, send_counts, recv_counts, None)
 
-    # Remote bytes: rows whose two ends differ.
+    def nccl_combine():
+        exchange_rows(combine_rows, recv_counts, send_counts, None)
+
     row_bytes = hidden * 2
     remote_in = sum(recv_counts) - recv_counts[rank]
     remote_out = sum(send_counts) - send_counts[rank]
-    totals = torch.tensor([remote_in, remote_out], dtype=torch.float64, device=device)
+    totals = torch.tensor([remote_in, remote_out, sum(recv_counts)], dtype=torch.float64, device=device)
     everyone = [torch.empty_like(totals) for _ in range(world)]
     dist.all_gather(everyone, totals)
     total_remote = sum(float(t[0]) for t in everyone)
+    total_rows = sum(float(t[2]) for t in everyone)
     busiest_in = max(float(t[0]) for t in everyone)
     busiest_out = max(float(t[1]) for t in everyone)
 
-    result = {"remote_rows_per_gpu_avg": total_remote / world, "busiest_in_rows": busiest_in,
-              "busiest_out_rows": busiest_out}
-    timed = {"pull_dispatch": (pull_dispatch, busiest_in), "push_dispatch": (push_dispatch, busiest_in),
-             "push_combine": (push_combine, busiest_out), "pull_combine": (pull_combine, busiest_out),
-             "nccl_all_to_all_dispatch": (nccl_dispatch, busiest_in)}
-    if pull_token_rows is not None:
-        timed.update(triton_pull_dispatch=(triton_pull_dispatch, busiest_in),
-                     triton_push_combine=(triton_push_combine, busiest_out))
-    for name, (fn, busiest) in timed.items():
-        ms = _timed(fn, iters=args.iters, warmup=args.warmup, device=device)
-        result[name] = {"ms": ms, "avg_GBps_per_gpu": total_remote / world * row_bytes / ms / 1e6,
-                        "busiest_GBps": busiest * row_bytes / ms / 1e6}
-    barrier_ms = _timed(peers.barrier, iters=max(args.iters, 20), warmup=args.warmup, device=device)
-    result["barrier_us"] = barrier_ms * 1e3
+    def rates(ms: float, busiest: float) -> dict:
+        return {"ms": ms, "avg_GBps_per_gpu": total_remote / world * row_bytes / ms / 1e6,
+                "busiest_GBps": busiest * row_bytes / ms / 1e6,
+                "all_rows_GBps_per_gpu": total_rows / world * row_bytes / ms / 1e6}
+
+    result = {"scope": scope or ("gpu" if world == 1 else "sys"), "capacity_rows": capacity, "remote_rows_per_gpu_avg": total_remote / world,
+              "busiest_in_rows": busiest_in, "busiest_out_rows": busiest_out}
+    timing = dict(iters=args.iters, warmup=args.warmup, device=device)
+    for name in TRANSFERS:
+        busiest = busiest_in if name.endswith("dispatch") else busiest_out
+        entry = rates(_timed(lambda: call(name, "data+signal"), **timing), busiest)
+        data_only = rates(_timed(lambda: call(name, "data"), **timing), busiest)
+        entry.update({f"data_only_{k}": v for k, v in data_only.items()})
+        entry["signal_only_us"] = _timed(lambda: call(name, "signal"), **timing) * 1e3
+        entry["bitwise_ok"] = bitwise_ok(name)
+        result[name] = entry
+    signal.check()
+    result["nccl_all_to_all_dispatch"] = rates(_timed(nccl_dispatch, **timing), busiest_in)
+    result["nccl_all_to_all_combine"] = rates(_timed(nccl_combine, **timing), busiest_out)
+    result["barrier_us"] = _timed(peers.barrier, iters=max(args.iters, 20), warmup=args.warmup, device=device) * 1e3
     return result
 
 
@@ -537,14 +560,30 @@ def bench_table(record: dict) -> str:
         lines.append(f"| {key} | {r['forward_ms']:.3f} | {r['backward_ms']:.3f} | {r['forward_tflops']:.0f} | "
                      f"{r['backward_tflops']:.0f} | {ratio} |")
     if record["transfers"]:
-        names = ["pull_dispatch", "push_dispatch", "push_combine", "pull_combine", "nccl_all_to_all_dispatch",
-                 "triton_pull_dispatch", "triton_push_combine"]
-        lines += ["", "Transfers: GB/s per GPU, average (busiest GPU); goal >= 360 GB/s (80% of 450) per direction",
-                  "", "| model / routing | " + " | ".join(names) + " | barrier us |",
-                  "|---|" + "---|" * (len(names) + 1)]
+        names = [*TRANSFERS, "nccl_all_to_all_dispatch", "nccl_all_to_all_combine"]
+        lines += ["", "Transfers (mok.triton_ref.push_pull across GPUs, rows + completion signal): GB/s per GPU of "
+                  "remote bytes, average (busiest GPU) [rows only, no signal]; goal >= 360 GB/s (80% of 450) per "
+                  "direction", "", "| model / routing | " + " | ".join(names) + " |",
+                  "|---|" + "---|" * len(names)]
         for key, r in record["transfers"].items():
-            cells = [f"{r[n]['avg_GBps_per_gpu']:.0f} ({r[n]['busiest_GBps']:.0f})" if n in r else "-" for n in names]
-            lines.append(f"| {key} | " + " | ".join(cells) + f" | {r['barrier_us']:.1f} |")
+            cells = []
+            for n in names:
+                if n not in r:
+                    cells.append("-")
+                    continue
+                cell = f"{r[n]['avg_GBps_per_gpu']:.0f} ({r[n]['busiest_GBps']:.0f})"
+                if "data_only_avg_GBps_per_gpu" in r[n]:
+                    cell += f" [{r[n]['data_only_avg_GBps_per_gpu']:.0f}]"
+                if r[n].get("bitwise_ok") is False:
+                    cell += " WRONG"
+                cells.append(cell)
+            lines.append(f"| {key} | " + " | ".join(cells) + " |")
+        lines += ["", "Completion signalling alone, us per call (MoK: dispatch 103 push vs 18 pull)", "",
+                  "| model / routing | scope | " + " | ".join(TRANSFERS) + " | symm-mem barrier |",
+                  "|---|---|" + "---|" * (len(TRANSFERS) + 1)]
+        for key, r in record["transfers"].items():
+            cells = [f"{r[n]['signal_only_us']:.1f}" if n in r else "-" for n in TRANSFERS]
+            lines.append(f"| {key} | {r.get('scope', '-')} | " + " | ".join(cells) + f" | {r['barrier_us']:.1f} |")
     return "\n".join(lines)
 
 
@@ -581,6 +620,9 @@ def build_parser() -> argparse.ArgumentParser:
     ben.add_argument("--iters", type=int, default=10)
     ben.add_argument("--warmup", type=int, default=3)
     ben.add_argument("--skip-transfers", action="store_true")
+    ben.add_argument("--scope", choices=["auto", "gpu", "sys"], default="auto",
+                     help="memory scope of the push/pull signal atomics: auto = gpu at world size 1, sys across "
+                          "GPUs (gpu across GPUs is outside the PTX memory model's guarantees: measurement only)")
     ben.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     ben.add_argument("--out", help="path stem for .json and .md "
                      "(default experiments/results/multi_gpu/bench_<dev>_<N>rank)")

@@ -12,22 +12,27 @@ What a call does
    every peer will write.
 2. **Transfers**, driven by that one table (:mod:`mok.transfers`), through one of three transports:
 
-   * ``"peers"``: real peer memory (:class:`mok.comm.symm_mem.SymmetricMemoryPeers` on GPUs,
-     :class:`~mok.comm.symm_mem.HostSharedPeers` on CPUs). Each rank publishes ``x``, the router weights and
-     (backward) ``dO`` in its symmetric buffers; after a barrier the expert side *pulls* rows straight from the
-     source ranks' buffers and *pushes* results into their (token, k) slots, exactly MoK's data flow, with
-     :func:`mok.transfers.pull_rows` / :func:`~mok.transfers.push_rows` unchanged; a second barrier ends it.
-   * ``"peers-triton"``: the same, with the Triton transfer kernels of :mod:`mok.triton_ref` (pull dispatch,
-     pull reverse-combine, push rows), which load each row's peer base address from the buffer's
-     ``ptr_table``: the transfers the Triton backend and the megakernel perform, across processes.
-   * ``"collective"`` (default; any backend, gloo included): the same rows moved by ``all_to_all_single``.
-     A pull becomes "each source sends the rows the peers' tables ask of it, in table order"; a push becomes
-     "each expert rank sends its rows to their sources, which drop them into the named slots". Both sides
-     derive the order from the shared table, so no indices travel, and rows travel as raw bytes.
+   * ``"peers"`` (:class:`~mok.comm.transport.PeerTransport`): real peer memory
+     (:class:`mok.comm.symm_mem.SymmetricMemoryPeers` on GPUs, :class:`~mok.comm.symm_mem.HostSharedPeers` on
+     CPUs). Each rank publishes ``x``, the router weights and (backward) ``dO`` in its symmetric buffers; after
+     a barrier the expert side *pulls* rows straight from the source ranks' buffers and *pushes* results into
+     their (token, k) slots, exactly MoK's data flow, with :func:`mok.transfers.pull_rows` /
+     :func:`~mok.transfers.push_rows` unchanged; a second barrier ends it.
+   * ``"peers-triton"`` (:class:`~mok.comm.transport.TritonPeerTransport`): the same, with the Triton transfer
+     kernels of :mod:`mok.triton_ref` (pull dispatch, pull reverse-combine, push rows), which load each row's
+     peer base address from the buffer's ``ptr_table``: the transfers the Triton backend and the megakernel
+     perform, across processes.
+   * ``"collective"`` (:class:`CollectiveTransport`; the default; any backend, gloo included): the same rows
+     moved by ``all_to_all_single``. A pull becomes "each source sends the rows the peers' tables ask of it, in
+     table order"; a push becomes "each expert rank sends its rows to their sources, which drop them into the
+     named slots". Both sides derive the order from the shared table, so no indices travel, and rows travel as
+     raw bytes.
 
-3. **Expert arithmetic** tile by tile, exactly as :class:`mok.backends.reference.EmulatedLayerRun` does it
-   (same products, same rounding points, same fixed order of weight-gradient accumulation), minibatch by
-   minibatch through a ring, with backward replay of overwritten minibatches.
+3. **Expert arithmetic and the ring walk** are not repeated here: :class:`RankLayerRun` *is*
+   :class:`mok.backends.reference.LayerRun` (the code behind ``EmulatedLayerRun``) with one local rank and one
+   of the transports above (:mod:`mok.comm.transport`): the same tile products, rounding points, fixed order
+   of weight-gradient accumulation, lockstep minibatches through a ring, and backward replay of overwritten
+   minibatches.
 
 Because every segment of the schedule lists the same tokens in the same order for any EP degree, and the
 transports only copy values, the output and every gradient are **bitwise identical** to single-process
@@ -49,16 +54,13 @@ import os
 import torch
 import torch.distributed as dist
 
-from .backends.reference import ieee_fp32_matmul
+from .backends.reference import LayerRun
 from .checks import require_tensor, resolve_precision
-from .comm.peers import PeerBuffer, PeerGroup
+from .comm.peers import PeerGroup
 from .comm.symm_mem import HostSharedPeers, SymmetricMemoryPeers
-from .config import MoEShape, MoKConfig
-from .heuristics import device_spec, minibatch_rows
-from .ring import RingBuffer, plan_ring
+from .comm.transport import PEER_TRANSPORTS, PeerTransport, Transport, TritonPeerTransport, Window
+from .config import MoKConfig
 from .schedule import Schedule, build_schedule
-from .swiglu import swiglu_backward, swiglu_forward
-from .transfers import pull_rows, push_rows, sum_over_k
 
 BACKENDS = ("reference", "nccl", "triton")
 TRANSPORTS = ("collective", "peers", "peers-triton")
@@ -120,18 +122,16 @@ def gather_routing(topk_ids_local: torch.Tensor, group) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------------------------
-# Transports: the same rows, moved two ways
+# The collective transport: the same rows as the peer transports, moved by all_to_all_single
 # --------------------------------------------------------------------------------------------------------
 
-Window = tuple[int, int]  # schedule rows [start, end) of one rank's table
+class CollectiveTransport(Transport):
+    """Pull and push of schedule rows through ``all_to_all_single`` (no peer memory needed): the
+    :class:`~mok.comm.transport.Transport` of :mod:`mok.comm.transport` for one local rank.
 
-
-class CollectiveTransport:
-    """Pull and push of schedule rows through ``all_to_all_single`` (no peer memory needed).
-
-    Every call is a collective over the group: all ranks call it with the same ``windows`` (one row window per
-    rank, computed from the shared plans). Sources and expert sides derive the row order from the shared
-    schedule, so only values travel.
+    Every transfer is a collective over the group: all ranks call it with the same ``windows`` (one row window
+    per rank, computed from the shared plans). Sources and expert sides derive the row order from the shared
+    schedule, so only values travel. Its "buffers" are plain local tensors.
     """
 
     kind = "collective"
@@ -139,15 +139,21 @@ class CollectiveTransport:
     def __init__(self, schedule: Schedule, rank: int, group) -> None:
         self.schedule, self.rank, self.group = schedule, rank, group
         self.world = schedule.ep_size
+        self.local_ranks = [rank]
 
-    # The "buffers" of this transport are plain local tensors.
-    def publish(self, name: str, local: torch.Tensor):
+    def _check(self, rank: int) -> None:
+        if rank != self.rank:
+            raise ValueError(f"the collective transport of rank {self.rank} was asked to move rank {rank}'s rows")
+
+    def publish(self, name: str, rank: int, local: torch.Tensor) -> torch.Tensor:
+        self._check(rank)
         return local
 
-    def slots(self, name: str, shape: tuple[int, ...], dtype: torch.dtype):
+    def slots(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         return torch.full(shape, float("nan"), dtype=dtype, device=self.schedule.src_rank.device)
 
-    def local(self, buf) -> torch.Tensor:
+    def local(self, buf: torch.Tensor, rank: int) -> torch.Tensor:
+        self._check(rank)
         return buf
 
     def fence(self) -> None:
@@ -173,9 +179,11 @@ class CollectiveTransport:
             counts.append(slots[-1].numel())
         return torch.cat(slots), counts
 
-    def pull(self, windows: list[Window], src: torch.Tensor, out: torch.Tensor, *, by_token: bool) -> None:
+    def pull(self, rank: int, windows: list[Window], src: torch.Tensor, out: torch.Tensor, *,
+             by_token: bool) -> None:
         """``out[j] = src[src_rank][index]`` for my rows ``windows[rank]`` (zero on padding): the collective
         form of :func:`mok.transfers.pull_rows`. ``src`` is this rank's local tensor."""
+        self._check(rank)
         out.zero_()
         if all(end <= start for start, end in windows):
             return
@@ -185,15 +193,10 @@ class CollectiveTransport:
         received = exchange_rows(src[index], send_counts, recv_counts, self.group)
         out[rows] = received.to(out.dtype)
 
-    def pull_grad_and_weight(self, windows: list[Window], grad_src, weight_src, grad_out: torch.Tensor,
-                             weight_out: torch.Tensor) -> None:
-        """Pull reverse-combine: dO rows by token and router weights by slot."""
-        self.pull(windows, grad_src, grad_out, by_token=True)
-        self.pull(windows, weight_src, weight_out, by_token=False)
-
-    def push(self, windows: list[Window], values: torch.Tensor, dst: torch.Tensor) -> None:
+    def push(self, rank: int, windows: list[Window], values: torch.Tensor, dst: torch.Tensor) -> None:
         """``dst[src_rank][src_slot] = values[j]`` for my real rows: the collective form of
         :func:`mok.transfers.push_rows`. ``dst`` is this rank's local slot tensor."""
+        self._check(rank)
         if all(end <= start for start, end in windows):
             return
         rows, send_counts = self._expert_side(windows[self.rank])
@@ -202,107 +205,29 @@ class CollectiveTransport:
         dst[slots] = received
 
 
-class PeerTransport:
-    """Pull and push through peer memory, with :mod:`mok.transfers` as is: one-sided, no lockstep.
-
-    ``publish`` copies a local tensor into this rank's symmetric buffer; between :meth:`fence` calls a rank
-    reads its peers' published buffers and writes into their slot buffers.
-    """
-
-    kind = "peers"
-
-    def __init__(self, schedule: Schedule, rank: int, peers: PeerGroup) -> None:
-        if peers.local_ranks != [rank]:
-            raise ValueError(f"peer group drives ranks {peers.local_ranks}, expected [{rank}]")
-        if peers.world_size != schedule.ep_size:
-            raise ValueError(f"peer group has {peers.world_size} ranks, the schedule {schedule.ep_size}")
-        self.peers, self.rank, self.table = peers, rank, schedule.rank(rank)
-
-    def publish(self, name: str, local: torch.Tensor) -> PeerBuffer:
-        buf = self.peers.buffer(name, tuple(local.shape), local.dtype)
-        buf[self.rank].copy_(local)
-        return buf
-
-    def slots(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> PeerBuffer:
-        buf = self.peers.buffer(name, shape, dtype)
-        buf[self.rank].fill_(float("nan"))  # poison: a slot nobody writes shows up as NaN
-        return buf
-
-    def local(self, buf: PeerBuffer) -> torch.Tensor:
-        return buf[self.rank]
-
-    def fence(self) -> None:
-        self.peers.barrier()
-
-    def pull(self, windows: list[Window], src: PeerBuffer, out: torch.Tensor, *, by_token: bool) -> None:
-        start, end = windows[self.rank]
-        pull_rows(self.table, start, end, src, out, by_token=by_token)
-
-    def pull_grad_and_weight(self, windows: list[Window], grad_src: PeerBuffer, weight_src: PeerBuffer,
-                             grad_out: torch.Tensor, weight_out: torch.Tensor) -> None:
-        self.pull(windows, grad_src, grad_out, by_token=True)
-        self.pull(windows, weight_src, weight_out, by_token=False)
-
-    def push(self, windows: list[Window], values: torch.Tensor, dst: PeerBuffer) -> None:
-        start, end = windows[self.rank]
-        push_rows(self.table, start, end, values, dst)
-
-
-class TritonPeerTransport(PeerTransport):
-    """:class:`PeerTransport` whose pulls and pushes are the Triton kernels of :mod:`mok.triton_ref`: each
-    program loads a peer's base address from the buffer's ``ptr_table`` and reads or writes the peer's memory
-    directly (NVLink on GPUs; mapped shared memory on CPUs under ``TRITON_INTERPRET=1``).
-
-    Per-slot fp32 buffers (router weights, dw) are kept ``[slots, 1]`` so the row kernels move them too.
-    """
-
-    kind = "peers-triton"
-
-    def __init__(self, schedule: Schedule, rank: int, peers: PeerGroup) -> None:
-        super().__init__(schedule, rank, peers)
-        from .triton_ref import pull_dispatch, push_combine
-
-        self._pull_dispatch, self._push_combine = pull_dispatch, push_combine
-        self._per_slot: set[str] = set()  # slot buffers widened from [slots] to [slots, 1]
-
-    def publish(self, name: str, local: torch.Tensor) -> PeerBuffer:
-        return super().publish(name, local if local.dim() > 1 else local.view(-1, 1))
-
-    def slots(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> PeerBuffer:
-        if len(shape) == 1:
-            self._per_slot.add(name)
-            shape = (*shape, 1)
-        return super().slots(name, shape, dtype)
-
-    def local(self, buf: PeerBuffer) -> torch.Tensor:
-        return buf[self.rank].view(-1) if buf.name in self._per_slot else buf[self.rank]
-
-    def pull(self, windows: list[Window], src: PeerBuffer, out: torch.Tensor, *, by_token: bool) -> None:
-        if not by_token:
-            raise ValueError("the Triton transport pulls per-slot values only with pull_grad_and_weight")
-        start, end = windows[self.rank]
-        self._pull_dispatch.pull_token_rows(self.table, start, max(end - start, 0), src, out)
-
-    def pull_grad_and_weight(self, windows, grad_src, weight_src, grad_out, weight_out) -> None:
-        start, end = windows[self.rank]
-        flat_weights = PeerBuffer(weight_src.name, weight_src.shape[:1], weight_src.dtype,
-                                  [v.view(-1) for v in weight_src.views], weight_src.ptr_table)
-        self._pull_dispatch.pull_reverse_combine(self.table, start, max(end - start, 0), grad_src, flat_weights,
-                                                 grad_out, weight_out)
-
-    def push(self, windows: list[Window], values: torch.Tensor, dst: PeerBuffer) -> None:
-        start, end = windows[self.rank]
-        rows = values if values.dim() > 1 else values.view(-1, 1)
-        self._push_combine.push_rows(self.table, start, max(end - start, 0), rows, dst)
+def make_transport(kind: str, schedule: Schedule, rank: int, *, group=None,
+                   peers: PeerGroup | None = None) -> Transport:
+    """Rank ``rank``'s transport of ``kind`` (:data:`TRANSPORTS`): ``"collective"`` over ``group``, or
+    ``"peers"`` / ``"peers-triton"`` over ``peers`` (a group whose only local rank is ``rank``)."""
+    if kind == "collective":
+        return CollectiveTransport(schedule, rank, group)
+    if kind not in PEER_TRANSPORTS:
+        raise ValueError(f"transport must be one of {TRANSPORTS}, got {kind!r}")
+    if peers is None:
+        raise ValueError(f"transport {kind!r} needs a peer group")
+    if list(peers.local_ranks) != [rank]:
+        raise ValueError(f"peer group drives ranks {peers.local_ranks}, expected [{rank}]")
+    return PEER_TRANSPORTS[kind](schedule, peers)
 
 
 # --------------------------------------------------------------------------------------------------------
 # One rank's share of the layer (reference arithmetic)
 # --------------------------------------------------------------------------------------------------------
 
-class RankLayerRun:
-    """One forward (and its backward) of the layer on one real rank; the per-rank half of
-    :class:`mok.backends.reference.EmulatedLayerRun`.
+class RankLayerRun(LayerRun):
+    """One forward (and its backward) of the layer on one real rank: :class:`mok.backends.reference.LayerRun`
+    (the same per-rank arithmetic and ring walk as :class:`~mok.backends.reference.EmulatedLayerRun`) with
+    this process's one rank local and a transport between processes.
 
     Args:
         x_local: ``[T_local, H]`` this rank's tokens (bf16 or fp32).
@@ -312,173 +237,18 @@ class RankLayerRun:
         rank, world: this rank and the EP degree. num_experts: E (global).
         config: :class:`MoKConfig` (tile, minibatch, ring, capacity).
         transport: ``"collective"`` (needs ``group``), ``"peers"`` or ``"peers-triton"`` (need ``peers``).
+
+    ``forward()`` returns ``[T_local, H]``; ``backward(grad_out)`` returns ``(dx [T_local, H],
+    d_topk_weights [T_local, K] fp32, d_w_gate, d_w_up [E_local, I, H], d_w_down [E_local, H, I])``.
     """
 
     def __init__(self, x_local, topk_ids, topk_weights_local, w_gate, w_up, w_down, *, rank: int, world: int,
                  num_experts: int, config: MoKConfig, transport: str, group=None,
                  peers: PeerGroup | None = None) -> None:
-        self.dtype, self.device = x_local.dtype, x_local.device
-        self.rank, self.world = rank, world
-        self.tokens_local, self.hidden = x_local.shape
-        self.top_k = topk_ids.shape[1]
-        self.local_experts, self.intermediate, _ = w_gate.shape
-        self.tile = config.expert_padding
-        self.weight_dtype = w_gate.dtype
-        self.x_local = x_local
-        self.weights_local = topk_weights_local.float().reshape(-1)
-
-        # Gate and up stacked as one [2I, H] fp32 matrix per expert, as in the reference.
-        self.w_gate_up = torch.cat([w_gate, w_up], dim=1).float()
-        self.w_down = w_down.float()
-
-        schedule = build_schedule(topk_ids, num_experts, world, self.tile, config.capacity_rows)
-        self.tile_expert = schedule.tile_expert[rank].tolist()
-        shape = MoEShape("rank", self.tokens_local, self.hidden, self.intermediate, self.local_experts, self.top_k)
-        mb_rows = minibatch_rows(shape, device_spec(self.device), config)
-        if config.ring_rows is not None and config.ring_rows % mb_rows:
-            raise ValueError(f"MoKConfig.ring_rows ({config.ring_rows}) must be a multiple of the minibatch "
-                             f"size ({mb_rows} rows)")
-        # Every rank's plan: the collective transport needs all windows, and every rank must agree on them.
-        self.plans = [plan_ring(rows, mb_rows, config.ring_rows) for rows in schedule.rows_used()]
-        self.steps = max(plan.num_minibatches for plan in self.plans)
-        columns = {"x": (self.hidden, self.dtype), "gate_up": (2 * self.intermediate, self.dtype)}
-        self.ring = RingBuffer(self.plans[rank], columns, self.device)
-
-        if transport == "collective":
-            self.transport = CollectiveTransport(schedule, rank, group)
-        elif transport == "peers":
-            self.transport = PeerTransport(schedule, rank, peers)
-        elif transport == "peers-triton":
-            self.transport = TritonPeerTransport(schedule, rank, peers)
-        else:
-            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
-
-    # ----------------------------------------------------------------------------------------------------
-    # Minibatches, windows and tiles
-    # ----------------------------------------------------------------------------------------------------
-    def _owns(self, i: int) -> bool:
-        return i < self.ring.plan.num_minibatches
-
-    def _windows(self, i: int, *, replay_only: bool = False) -> list[Window]:
-        """Every rank's schedule rows in step ``i`` (empty where a rank has no minibatch ``i``, or, with
-        ``replay_only``, where minibatch ``i`` is still resident in that rank's ring)."""
-        windows = []
-        for plan in self.plans:
-            skip = i >= plan.num_minibatches or (replay_only and plan.resident_after_forward(i))
-            windows.append((0, 0) if skip else plan.window(i))
-        return windows
-
-    def _tiles(self, i: int):
-        """(row range within minibatch ``i``, local expert) for each real tile of one of my minibatches."""
-        start, end = self.ring.plan.window(i)
-        for tile_start in range(start, end, self.tile):
-            local = self.tile_expert[tile_start // self.tile]
-            if local >= 0:
-                yield slice(tile_start - start, tile_start - start + self.tile), local
-
-    def _rows(self, name: str, i: int) -> torch.Tensor:
-        if self._owns(i):
-            return self.ring.rows(name, i)
-        width, dtype = self.ring.tensors[name].shape[1], self.ring.tensors[name].dtype
-        return torch.empty(0, width, dtype=dtype, device=self.device)
-
-    def _dispatch_and_project(self, i: int, windows: list[Window], x_src) -> None:
-        """Pull minibatch ``i``'s token rows into the ring and run the gate/up GEMM tile by tile (when my
-        window is non-empty; the pull itself is collective for the collective transport)."""
-        x_rows, gate_up = self._rows("x", i), self._rows("gate_up", i)
-        start, end = windows[self.rank]
-        self.transport.pull(windows, x_src, x_rows[:max(end - start, 0)], by_token=True)
-        if end <= start:
-            return
-        for rows, expert in self._tiles(i):
-            tile_x = x_rows[rows].float().contiguous()
-            gate_up[rows] = (tile_x @ self.w_gate_up[expert].T).to(self.dtype)
-        self.ring.claim(i)
-
-    # ----------------------------------------------------------------------------------------------------
-    # Forward
-    # ----------------------------------------------------------------------------------------------------
-    def forward(self) -> torch.Tensor:
-        """``[T_local, H]`` in x's dtype: this rank's tokens' outputs."""
-        tr, inter = self.transport, self.intermediate
-        slots = self.tokens_local * self.top_k
-        x_src = tr.publish("x", self.x_local)
-        tr.publish("topk_weights", self.weights_local)
-        combine = tr.slots("combine_slots", (slots, self.hidden), self.dtype)
-        tr.fence()  # every rank's x is published, and nobody still reads last call's slots
-        with ieee_fp32_matmul():
-            for i in range(self.steps):
-                windows = self._windows(i)
-                self._dispatch_and_project(i, windows, x_src)
-                gate_up = self._rows("gate_up", i)
-                y = torch.zeros(gate_up.shape[0], self.hidden, dtype=self.dtype, device=self.device)
-                if self._owns(i):
-                    for rows, expert in self._tiles(i):
-                        h = swiglu_forward(gate_up[rows, :inter], gate_up[rows, inter:]).to(self.dtype)
-                        y[rows] = (h.float() @ self.w_down[expert].T).to(self.dtype)
-                tr.push(windows, y, combine)
-        tr.fence()  # every push has landed
-        out = sum_over_k(tr.local(combine), self.top_k, self.weights_local.view(-1, self.top_k))
-        return out.to(self.dtype)
-
-    # ----------------------------------------------------------------------------------------------------
-    # Backward
-    # ----------------------------------------------------------------------------------------------------
-    def backward(self, grad_out: torch.Tensor):
-        """Gradients of this rank's inputs from ``grad_out`` ``[T_local, H]``:
-        ``(dx [T_local, H], d_topk_weights [T_local, K] fp32, d_w_gate, d_w_up [E_local, I, H], d_w_down)``."""
-        tr, inter = self.transport, self.intermediate
-        slots = self.tokens_local * self.top_k
-        # Re-publish x and the weights: another layer sharing the peer buffers may have used them since.
-        x_src = tr.publish("x", self.x_local)
-        w_src = tr.publish("topk_weights", self.weights_local)
-        g_src = tr.publish("grad_out", grad_out)
-        dx_slots = tr.slots("dx_slots", (slots, self.hidden), self.dtype)
-        dw_slots = tr.slots("dw_slots", (slots,), torch.float32)
-        tr.fence()
-        d_gate_up = torch.zeros_like(self.w_gate_up)
-        d_down = torch.zeros_like(self.w_down)
-
-        with ieee_fp32_matmul():
-            for i in range(self.steps - 1, -1, -1):
-                # Replay minibatches the ring has overwritten since the forward. Every rank derives every
-                # rank's replay decision from the plans; our own ring's record must agree.
-                replay = self._windows(i, replay_only=True)
-                start, end = replay[self.rank]
-                if self._owns(i) and (end > start) == self.ring.holds(i):
-                    raise RuntimeError(f"ring bookkeeping disagrees with the plan for minibatch {i}")
-                self._dispatch_and_project(i, replay, x_src)
-
-                windows = self._windows(i)
-                n = self._rows("x", i).shape[0]
-                # Pull reverse-combine: dO rows (unscaled) and the router weight of each row.
-                grad_rows = torch.empty(n, self.hidden, dtype=self.dtype, device=self.device)
-                weight_rows = torch.empty(n, dtype=torch.float32, device=self.device)
-                tr.pull_grad_and_weight(windows, g_src, w_src, grad_rows, weight_rows)
-
-                x_rows, gate_up = self._rows("x", i), self._rows("gate_up", i)
-                dx_rows = torch.zeros(n, self.hidden, dtype=self.dtype, device=self.device)
-                dw_rows = torch.zeros(n, dtype=torch.float32, device=self.device)
-                if self._owns(i):
-                    for rows, expert in reversed(list(self._tiles(i))):
-                        tile_grad = grad_rows[rows].float().contiguous()
-                        g = tile_grad @ self.w_down[expert]
-                        d_gate, d_up, dw, _, h_weighted = swiglu_backward(
-                            gate_up[rows, :inter], gate_up[rows, inter:], g, weight_rows[rows])
-                        d_gu = torch.cat([d_gate, d_up], dim=1).to(self.dtype).float()
-                        dx_rows[rows] = (d_gu @ self.w_gate_up[expert]).to(self.dtype)
-                        dw_rows[rows] = dw
-                        # Weight gradients: one fixed-shape product per tile, added in a fixed order.
-                        d_gate_up[expert] += d_gu.T @ x_rows[rows].float()
-                        d_down[expert] += tile_grad.T @ h_weighted.to(self.dtype).float()
-                # Push reverse-dispatch: dx and dw into the source's (token, k) slots.
-                tr.push(windows, dx_rows, dx_slots)
-                tr.push(windows, dw_rows, dw_slots)
-        tr.fence()
-        dx = sum_over_k(tr.local(dx_slots), self.top_k).to(self.dtype)
-        d_weights = tr.local(dw_slots).view(-1, self.top_k).clone()  # the buffer is reused by the next call
-        wd = self.weight_dtype
-        return dx, d_weights, d_gate_up[:, :inter].to(wd), d_gate_up[:, inter:].to(wd), d_down.to(wd)
+        schedule = build_schedule(topk_ids, num_experts, world, config.expert_padding, config.capacity_rows)
+        super().__init__(x_local, topk_weights_local, w_gate, w_up, w_down, schedule=schedule,
+                         transport=make_transport(transport, schedule, rank, group=group, peers=peers),
+                         config=config)
 
 
 class DistributedMoE(torch.autograd.Function):
@@ -663,5 +433,5 @@ def distributed_moe(x_local: torch.Tensor, topk_ids_local: torch.Tensor, topk_we
 
 
 __all__ = ["BACKENDS", "TRANSPORTS", "CollectiveTransport", "DistributedMoE", "ExchangeRows", "PeerTransport",
-           "RankLayerRun", "check_global_routing", "check_local_inputs", "default_peers", "distributed_moe",
-           "exchange_rows", "gather_routing", "release_default_peers"]
+           "RankLayerRun", "TritonPeerTransport", "check_global_routing", "check_local_inputs", "default_peers",
+           "distributed_moe", "exchange_rows", "gather_routing", "make_transport", "release_default_peers"]

@@ -157,7 +157,9 @@ def build_schedule(topk_ids: torch.Tensor, num_experts: int, ep_size: int = 1, t
     slots_by_expert = torch.sort(expert_of_slot, stable=True).indices
     expert_sorted = expert_of_slot[slots_by_expert]
 
-    counts = torch.bincount(expert_of_slot, minlength=num_experts)
+    # NOTE: not torch.bincount, whose output size depends on the data and so reads it back to the host on CUDA.
+    counts = torch.zeros(num_experts, dtype=torch.int64, device=device).scatter_add_(
+        0, expert_of_slot, torch.ones_like(expert_of_slot))
     padded = (counts + tile - 1) // tile * tile
     segment_offsets = torch.zeros(ep_size, local_experts + 1, dtype=torch.int64, device=device)
     segment_offsets[:, 1:] = padded.view(ep_size, local_experts).cumsum(1)

@@ -1,10 +1,14 @@
-"""CPU checks of the SM90 megakernel (no GPU needed; skipped without nvcc).
+"""CPU checks of the SM90 megakernel (no GPU needed; the compile checks are skipped without nvcc).
 
 * it compiles for sm_90a with plain nvcc, without spills, with setmaxnreg honoured;
 * its SASS uses wgmma (HGMMA) and no local memory (LDL/STL);
 * its static task order (scheduler.cuh, compiled for the host) cannot deadlock and never overwrites ring rows
-  a reader still needs, replayed on real schedule tables from mok.build_schedule;
-* its wgmma shared-memory descriptor has the bit layout CuTe builds for the same K-major SW128 tile.
+  a reader still needs, replayed on real schedule tables from mok.build_schedule, with and without the fused
+  top-1 combine (no combine tasks);
+* its wgmma shared-memory descriptor has the bit layout CuTe builds for the same K-major SW128 tile;
+* the counter block size computed in Python equals CounterLayout::make's;
+* the backend's sync-free schedule tables equal mok.build_schedule's, bit for bit;
+* the workspace cache reuses fixed buffers for equal sizes only, and builds the right pointer tables.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import mok
 from mok.cuda import build
 
 NVCC = build.find_nvcc()
-pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found (PATH, CUDA_HOME, /usr/local/cuda)")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (PATH, CUDA_HOME, /usr/local/cuda)")
 
 FORWARD_KERNEL = "sm90_moe_forward_kernel"
 
@@ -48,6 +52,7 @@ def _forward_kernel_reports(ptxas: str) -> dict[str, str]:
     return reports
 
 
+@needs_nvcc
 def test_compiles_for_sm90a_without_spills(kernel_object):
     _, ptxas = kernel_object
     reports = _forward_kernel_reports(ptxas)
@@ -73,6 +78,7 @@ def _sass_functions(sass: str) -> dict[str, str]:
     return functions
 
 
+@needs_nvcc
 def test_sass_uses_wgmma_and_no_local_memory(kernel_object):
     if build.find_cuobjdump() is None:
         pytest.skip("cuobjdump not found (triton wheel or PATH)")
@@ -212,6 +218,7 @@ def schedule_simulator(tmp_path_factory):
 
 
 # (ranks, tokens, top_k, experts, hidden, intermediate, minibatch_rows, ring_slots, skew)
+# Top-1 cases run with the fused combine (the kernel's default there): no combine tasks at all.
 SCHEDULE_CASES = [
     (1, 512, 4, 8, 256, 128, 256, 1, 0.0),
     (1, 300, 2, 4, 512, 192, 128, 2, 0.0),      # tokens not a tile multiple, I % 128 == 64
@@ -219,6 +226,8 @@ SCHEDULE_CASES = [
     (4, 1024, 2, 16, 256, 128, 384, 1, 3.0),    # skewed: empty and hot experts, ring of one minibatch
     (8, 1024, 8, 64, 512, 256, 256, 3, 0.0),
     (8, 64, 2, 8, 64, 64, 128, 1, 8.0),         # almost everything on one expert
+    (1, 2048, 1, 6, 7168, 2048, 2176, 4, 0.0),  # an EP-64 slice in miniature: top-1, fused combine
+    (4, 512, 1, 8, 256, 128, 128, 1, 4.0),      # top-1, fused, skewed, ring of one minibatch
 ]
 
 
@@ -228,9 +237,11 @@ def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, miniba
     _, ids = mok.route(logits, top_k)
     sched = mok.build_schedule(ids, experts, ranks, tile=128)
     rank_tiles = (sched.segment_offsets[:, -1] // 128).tolist()
+    fused = top_k == 1  # csrc/sm90_moe_forward.cu: no combine blocks when the top-1 combine is fused
+    combine_blocks = 0 if fused else math.ceil(tokens // ranks / 16)
     lines = [" ".join(str(v) for v in (ranks, sched.capacity // 128, minibatch_rows // 128, ring_slots,
                                        math.ceil(intermediate / 128), math.ceil(hidden / 256),
-                                       math.ceil(tokens // ranks / 16), tokens // ranks * top_k)),
+                                       combine_blocks, tokens // ranks * top_k)),
              " ".join(str(t) for t in rank_tiles)]
     for r in range(ranks):
         for m in range(rank_tiles[r]):
@@ -240,6 +251,7 @@ def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, miniba
 
 
 @pytest.mark.parametrize("case", SCHEDULE_CASES, ids=lambda c: "R{}-T{}-K{}-E{}-H{}-I{}-mb{}-slots{}-skew{}".format(*c))
+@needs_nvcc
 def test_task_order_cannot_deadlock(schedule_simulator, case):
     proc = subprocess.run([str(schedule_simulator)], input=_simulator_input(*case), capture_output=True, text=True,
                           timeout=60)
@@ -278,6 +290,7 @@ int main() {
 """
 
 
+@needs_nvcc
 def test_wgmma_descriptor_matches_cute(tmp_path):
     cutlass = build.cutlass_include_dirs()
     if not cutlass:
@@ -291,3 +304,212 @@ def test_wgmma_descriptor_matches_cute(tmp_path):
     assert proc.returncode == 0, proc.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+# ------------------------------------------------------------------------------------------------------
+# The counter block size: Python (mok/cuda/workspace.py) against CounterLayout::make (workspace.cuh)
+# ------------------------------------------------------------------------------------------------------
+
+COUNTER_SOURCE = r"""
+#include <cstdio>
+#include "mok/workspace.cuh"
+int main() {
+  int ranks, capacity, minibatch_rows;
+  while (scanf("%d %d %d", &ranks, &capacity, &minibatch_rows) == 3) {
+    const int max_minibatches = (capacity + minibatch_rows - 1) / minibatch_rows;
+    printf("%d\n", mok::sm90::CounterLayout::make(ranks, capacity / 128, max_minibatches).total);
+  }
+  return 0;
+}
+"""
+
+
+@needs_nvcc
+def test_counter_block_size_matches_the_kernel_layout(tmp_path):
+    from mok.cuda.workspace import counter_ints
+    src = tmp_path / "counters.cu"
+    src.write_text(COUNTER_SOURCE)
+    exe = tmp_path / "counters"
+    proc = subprocess.run([NVCC, "-std=c++17", f"-I{build.INCLUDE_DIR}", str(src), "-o", str(exe)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    cases = [(1, 128, 128), (2, 1024, 256), (8, 17152, 2176), (64, 556800, 16896), (3, 384, 384)]
+    run = subprocess.run([str(exe)], input="".join(f"{r} {c} {m}\n" for r, c, m in cases), capture_output=True,
+                         text=True, timeout=60)
+    assert [int(v) for v in run.stdout.split()] == [counter_ints(*case) for case in cases]
+
+
+# ------------------------------------------------------------------------------------------------------
+# The backend's schedule tables (no host synchronisation) against mok.build_schedule
+# ------------------------------------------------------------------------------------------------------
+
+def _random_routing(seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    ranks = (1, 2, 4, 8)[seed % 4]
+    experts = ranks * int(torch.randint(1, 9, (1,), generator=gen))
+    top_k = int(torch.randint(1, min(experts, 8) + 1, (1,), generator=gen))
+    tokens = ranks * int(torch.randint(1, 300, (1,), generator=gen))
+    skew = 6.0 * float(torch.rand(1, generator=gen)) if seed % 3 == 0 else 0.0
+    logits = torch.randn(tokens, experts, generator=gen) - skew * torch.arange(experts, dtype=torch.float32)
+    _, ids = mok.route(logits, top_k)
+    return (ids if seed % 2 else ids.long()), experts, ranks
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_kernel_schedule_equals_build_schedule(seed):
+    from mok.cuda.schedule_tables import build_kernel_schedule
+    ids, experts, ranks = _random_routing(seed)
+    full = mok.build_schedule(ids, experts, ranks, tile=128)
+    mine = build_kernel_schedule(ids, experts, ranks, tile=128)
+    assert mine.capacity == full.capacity
+    for name in ("src_rank", "src_slot", "segment_offsets", "tile_expert"):
+        a, b = getattr(mine, name), getattr(full, name)
+        assert a.dtype == b.dtype == torch.int32 and a.shape == b.shape, name
+        assert torch.equal(a, b), f"{name} differs from mok.build_schedule's"
+
+
+def test_kernel_schedule_with_explicit_capacity_is_checked():
+    from mok.cuda.schedule_tables import build_kernel_schedule
+    from mok.schedule import ScheduleCapacityError
+    ids, experts, ranks = _random_routing(5)
+    with pytest.raises(ScheduleCapacityError):
+        build_kernel_schedule(ids, experts, ranks, tile=128, capacity=128)
+
+
+# ------------------------------------------------------------------------------------------------------
+# The workspace cache (CPU tensors: only the bookkeeping is checked here; launches run on the GPU)
+# ------------------------------------------------------------------------------------------------------
+
+def _cpu_problem(tokens=256, hidden=128, intermediate=64, experts=8, top_k=2, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(tokens, hidden, generator=gen).to(torch.bfloat16)
+    weights, ids = mok.route(torch.randn(tokens, experts, generator=gen), top_k)
+    w_gate = torch.randn(experts, intermediate, hidden, generator=gen).to(torch.bfloat16)
+    w_up = torch.randn(experts, intermediate, hidden, generator=gen).to(torch.bfloat16)
+    w_down = torch.randn(experts, hidden, intermediate, generator=gen).to(torch.bfloat16)
+    return x, ids, weights, w_gate, w_up, w_down
+
+
+def test_workspace_is_reused_for_equal_sizes_only():
+    from mok.cuda import backend, workspace
+    workspace.release_workspaces()
+    a = backend.prepare(*_cpu_problem(seed=1), ep_size=2, reuse_workspace=True)
+    b = backend.prepare(*_cpu_problem(seed=2), ep_size=2, reuse_workspace=True)
+    assert a.workspace is b.workspace and a.out.data_ptr() != b.out.data_ptr()
+    c = backend.prepare(*_cpu_problem(seed=1), ep_size=4, reuse_workspace=True)
+    assert c.workspace is not a.workspace
+    private = backend.prepare(*_cpu_problem(seed=1), ep_size=2)
+    assert private.workspace is not a.workspace
+    for k in range(workspace.MAX_CACHED_WORKSPACES + 2):
+        backend.prepare(*_cpu_problem(tokens=128 * (k + 1)), reuse_workspace=True)
+    assert len(workspace.cached_workspaces()) == workspace.MAX_CACHED_WORKSPACES
+    workspace.release_workspaces()
+    assert not workspace.cached_workspaces()
+
+
+def test_pointer_tables_address_each_ranks_rows():
+    from mok.cuda import backend, workspace
+    x, ids, weights, wg, wu, wd = _cpu_problem(tokens=256, hidden=128, top_k=2)
+    prep = backend.prepare(x, ids, weights, wg, wu, wd, ep_size=4)
+    per_rank = 256 // 4
+    assert prep.x_ptrs.tolist() == [prep.x.data_ptr() + r * per_rank * 128 * 2 for r in range(4)]
+    assert prep.weight_ptrs.tolist() == [prep.weights.data_ptr() + r * per_rank * 2 * 4 for r in range(4)]
+    assert prep.out_ptrs.tolist() == [prep.out.data_ptr() + r * per_rank * 128 * 2 for r in range(4)]
+    combine = prep.workspace.combine
+    assert combine.shape == (4, per_rank * 2, 128)
+    assert prep.combine_ptrs.tolist() == [combine[r].data_ptr() for r in range(4)]
+    assert prep.counters.numel() == workspace.counter_ints(4, prep.schedule.capacity, prep.minibatch_rows)
+    assert not prep.fuse_top1
+
+
+def test_top1_fuses_the_combine_and_needs_no_slots():
+    from mok.cuda import backend
+    problem = _cpu_problem(top_k=1)
+    fused = backend.prepare(*problem)
+    assert fused.fuse_top1 and fused.workspace.combine is None
+    assert fused.combine_ptrs.tolist() == fused.out_ptrs.tolist()
+    unfused = backend.prepare(*problem, fuse_top1=False)
+    assert not unfused.fuse_top1 and unfused.workspace.combine is not None
+    with pytest.raises(ValueError, match="top_k == 1"):
+        backend.prepare(*_cpu_problem(top_k=2), fuse_top1=True)
+
+
+# ------------------------------------------------------------------------------------------------------
+# The device schedule-table logic (include/mok/schedule_tables.cuh), replayed on the host
+# ------------------------------------------------------------------------------------------------------
+
+TABLES_SOURCE = r"""
+#include <cstdio>
+#include <vector>
+#include "mok/schedule_tables.cuh"
+using namespace mok::sm90;
+int main() {
+  int n, experts, ranks, tile, capacity, slots_per_rank;
+  if (scanf("%d %d %d %d %d %d", &n, &experts, &ranks, &tile, &capacity, &slots_per_rank) != 6) return 2;
+  std::vector<int> expert_sorted(n);
+  std::vector<long long> slot_read(n);
+  std::vector<int64_t> slot_sorted(n);
+  for (int i = 0; i < n; ++i) if (scanf("%d", &expert_sorted[i]) != 1) return 2;
+  for (int i = 0; i < n; ++i) { if (scanf("%lld", &slot_read[i]) != 1) return 2; slot_sorted[i] = slot_read[i]; }
+  std::vector<int> run_start(experts + 1);
+  for (int e = 0; e <= experts; ++e) run_start[e] = lower_bound_i32(expert_sorted.data(), n, e);
+  const int local = experts / ranks;
+  std::vector<int> offsets(ranks * (local + 1));
+  for (int r = 0; r < ranks; ++r) rank_segment_offsets(run_start.data(), r, local, tile, &offsets[r * (local + 1)]);
+  for (int v : offsets) printf("%d ", v);
+  printf("\n");
+  std::vector<int> tile_expert;
+  for (int r = 0; r < ranks; ++r) {
+    for (int row = 0; row < capacity; ++row) {
+      const ScheduleRow s = schedule_row(run_start.data(), slot_sorted.data(), &offsets[r * (local + 1)], r, local,
+                                         row, slots_per_rank);
+      printf("%d %d ", s.src_rank, s.src_slot);
+      if (row % tile == 0) tile_expert.push_back(s.tile_expert);
+    }
+  }
+  printf("\n");
+  for (int v : tile_expert) printf("%d ", v);
+  printf("\n");
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def tables_replay(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tables")
+    src = tmp / "tables.cu"
+    src.write_text(TABLES_SOURCE)
+    exe = tmp / "tables"
+    proc = subprocess.run([NVCC, "-std=c++17", f"-I{build.INCLUDE_DIR}", str(src), "-o", str(exe)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return exe
+
+
+@needs_nvcc
+@pytest.mark.parametrize("seed", range(8))
+def test_device_schedule_logic_equals_build_schedule(tables_replay, seed):
+    from mok.schedule import worst_case_capacity
+    ids, experts, ranks = _random_routing(100 + seed)
+    tokens, top_k = ids.shape
+    capacity = worst_case_capacity(tokens, experts, top_k, ranks, 128)
+    expert_sorted, slot_sorted = torch.sort(ids.reshape(-1).to(torch.int32), stable=True)
+    head = f"{ids.numel()} {experts} {ranks} 128 {capacity} {tokens // ranks * top_k}\n"
+    text = head + " ".join(map(str, expert_sorted.tolist())) + "\n" + " ".join(map(str, slot_sorted.tolist())) + "\n"
+    run = subprocess.run([str(tables_replay)], input=text, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    offsets, rows, tiles = (torch.tensor([int(v) for v in line.split()], dtype=torch.int32)
+                            for line in run.stdout.splitlines())
+    full = mok.build_schedule(ids, experts, ranks, tile=128)
+    assert torch.equal(offsets.view(ranks, -1), full.segment_offsets)
+    assert torch.equal(rows.view(ranks, capacity, 2)[..., 0], full.src_rank)
+    assert torch.equal(rows.view(ranks, capacity, 2)[..., 1], full.src_slot)
+    assert torch.equal(tiles.view(ranks, -1), full.tile_expert)
+
+
+@needs_nvcc
+def test_schedule_table_kernels_compile_for_sm90a(tmp_path):
+    proc = build.compile_object(tmp_path / "schedule_tables.o", verbose=True, source=build.SCHEDULE_SOURCE)
+    assert proc.returncode == 0, proc.stderr
+    assert "spill stores" in proc.stderr and not re.search(r"[1-9]\d* bytes spill", proc.stderr), proc.stderr

@@ -5,8 +5,13 @@ GEMMs) and, at small shapes, against an fp64 oracle: the megakernel's error must
 reference's own bf16 error. Against the Triton backend when it is available.
 
 Determinism: bit for bit across repeated launches, both variants, CTA counts, emulated EP degrees 1/2/4/8,
-minibatch and ring sizes, and CUDA-graph replay. Every launch here runs with outputs, combine slots and
-ring poisoned with NaN, and with the kernel's error record checked.
+minibatch and ring sizes, CUDA-graph replay, the fused top-1 combine against the unfused one, and reused
+workspaces. Every launch here runs with outputs, combine slots and ring poisoned with NaN, and with the
+kernel's error record checked.
+
+Layer-level: the sync-free schedule tables equal mok.build_schedule's; a layer forward never synchronises
+with the device (torch's sync debug mode set to error); a failed launch is reported by the deferred check;
+the timing ablations run to completion without an error record.
 
 Run on the H200: ``python -m pytest -q tests/test_cuda_gpu.py -x``.
 """
@@ -38,10 +43,10 @@ def make_inputs(tokens, hidden, intermediate, experts, top_k, *, seed=0, skew=0.
     return make(tokens, hidden, intermediate, experts, top_k, seed=seed, skew=skew)
 
 
-def cuda_forward(problem, *, ep_size=1, config=None, variant="simple", num_ctas=0, poison=True):
+def cuda_forward(problem, *, ep_size=1, config=None, variant="simple", num_ctas=0, poison=True, fuse_top1=None):
     from mok.cuda.backend import sm90_forward
     return sm90_forward(*problem, ep_size=ep_size, config=config, variant=variant, num_ctas=num_ctas, check=True,
-                        poison=poison)
+                        poison=poison, fuse_top1=fuse_top1)
 
 
 def reference_forward(problem, *, ep_size=1, config=None):
@@ -246,3 +251,103 @@ def test_training_backward_through_triton():
     for name, a, b in zip(["out", "dx", "d_topk_weights", "d_w_gate", "d_w_up", "d_w_down"], cuda, ref):
         assert a is not None and bool(torch.isfinite(a).all()), name
         assert rel_err(a, b) < 2e-2, f"{name}: relative error {rel_err(a, b):.3e}"
+
+
+# ------------------------------------------------------------------------------------------------------
+# Fused top-1 combine, workspaces, timing ablations
+# ------------------------------------------------------------------------------------------------------
+
+TOP1_CASES = {
+    # name: (T, H, I, E, skew, ep_size)
+    "basic": (256, 256, 128, 8, 0.0, 1),
+    "h-not-256": (300, 320, 192, 4, 0.0, 1),   # ragged tokens, partial last column blocks
+    "one-hot": (256, 256, 256, 8, 30.0, 1),     # (almost) everything on expert 0
+    "ep4-skew": (512, 384, 128, 16, 2.0, 4),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", list(TOP1_CASES))
+def test_fused_top1_combine_equals_unfused_bitwise(name, variant):
+    t, h, i, e, skew, ep = TOP1_CASES[name]
+    problem = make_inputs(t, h, i, e, 1, seed=20 + list(TOP1_CASES).index(name), skew=skew)
+    fused = cuda_forward(problem, ep_size=ep, variant=variant, fuse_top1=True)
+    unfused = cuda_forward(problem, ep_size=ep, variant=variant, fuse_top1=False)
+    assert_same_bits(fused, unfused, f"fused vs unfused top-1 combine ({name})")
+    check_accuracy(fused, problem, ep_size=ep)
+
+
+def test_reused_workspace_gives_the_same_bits():
+    a = make_inputs(384, 256, 128, 8, 2, seed=30)
+    b = make_inputs(384, 256, 128, 8, 2, seed=31)
+    other = make_inputs(200, 320, 192, 4, 1, seed=32)
+    first = cuda_forward(a, poison=False)
+    cuda_forward(b, poison=False)           # same sizes: same workspace, other data
+    cuda_forward(other, poison=False)       # other sizes: another workspace
+    again = cuda_forward(a, poison=False)
+    assert_same_bits(again, first, "same problem after the workspace served others")
+    fresh = cuda_forward(a, poison=True)
+    assert_same_bits(fresh, first, "poisoned workspace")
+
+
+def test_layer_forward_never_synchronises(monkeypatch):
+    """mok.moe(backend="cuda") with the deferred error check: no device synchronisation anywhere in a call."""
+    from mok.cuda.backend import check_pending_errors
+    monkeypatch.setenv("MOK_CUDA_CHECK", "deferred")
+    problem = make_inputs(512, 256, 128, 8, 2, seed=33)
+    with torch.no_grad():
+        expected = mok.moe(*problem, backend="cuda", check_inputs=False)  # warm-up: extension, workspace
+        check_pending_errors()
+        previous = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            outs = [mok.moe(*problem, backend="cuda", check_inputs=False) for _ in range(3)]
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    check_pending_errors()
+    for out in outs:
+        assert_same_bits(out, expected, "repeated layer calls")
+
+
+@pytest.mark.parametrize("device_kernels", [True, False])
+@pytest.mark.parametrize("seed", range(6))
+def test_kernel_schedule_equals_build_schedule_on_gpu(seed, device_kernels):
+    from mok.cuda.schedule_tables import build_kernel_schedule
+    tokens, experts, top_k, ranks = [(512, 8, 2, 1), (4096, 64, 8, 8), (32768, 256, 16, 1),
+                                     (2048, 16, 4, 4), (16384, 6, 1, 1), (1024, 32, 1, 2)][seed]
+    _, ids, *_ = make_inputs(tokens, 64, 64, experts, top_k, seed=40 + seed, skew=2.0 if seed % 2 else 0.0)
+    if seed % 2:
+        ids = ids.long()
+    full = mok.build_schedule(ids, experts, ranks, tile=128)
+    mine = build_kernel_schedule(ids, experts, ranks, tile=128, device_kernels=device_kernels)
+    for name in ("src_rank", "src_slot", "segment_offsets", "tile_expert"):
+        a, b = getattr(mine, name), getattr(full, name)
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), name
+
+
+def test_deferred_error_check_reports_a_failed_launch():
+    from mok.cuda.backend import Sm90KernelError, check_pending_errors, defer_error_check, launch, prepare
+    check_pending_errors()
+    problem = make_inputs(256, 256, 128, 8, 2, seed=34)
+    prep = prepare(*problem)
+    prep.schedule.tile_expert[0, 0] = -1  # a used tile without an expert
+    launch(prep, variant="simple", timeout_s=5.0)
+    defer_error_check(prep)
+    with pytest.raises(Sm90KernelError, match="deferred"):
+        check_pending_errors()
+    check_pending_errors()  # reported once, then cleared
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("top_k", [1, 2])
+def test_timing_ablations_run_to_completion(variant, top_k):
+    from mok.cuda.backend import ABLATE_ALL, check_error, launch, prepare
+    problem = make_inputs(384, 320, 192, 8, top_k, seed=35)
+    expected = cuda_forward(problem, variant=variant)
+    prep = prepare(*problem, ep_size=2, config=MoKConfig(minibatch_rows=128, ring_rows=128))
+    for flags in range(ABLATE_ALL + 1):
+        launch(prep, variant=variant, ablate=flags, timeout_s=5.0)
+        check_error(prep)
+    launch(prep, variant=variant)  # no ablation after the ablated runs: the real result again
+    check_error(prep)
+    assert_same_bits(prep.out, expected, "after ablated launches")

@@ -3,6 +3,8 @@
 Each world size is one spawn (process start-up dominates); the ranks run every scenario, rank 0 saves the
 gathered results, and the checks run here against single-process runs:
 
+* ``distributed_moe(backend="triton")`` (TritonRankRun over host-shared peer memory, interpreted), bf16 with
+  backward replay: bitwise equal to ``mok.moe(..., backend="triton")`` at ``ep_size=world`` and ``1``;
 * ``distributed_moe(backend="reference")`` through the three transports (``all_to_all_single``; torch indexing
   over host-shared peer memory; the Triton transfer kernels over the same memory, interpreted), fp32 and bf16,
   with a ring small enough to force backward replay: output and all five gradients bitwise equal to
@@ -10,7 +12,8 @@ gathered results, and the checks run here against single-process runs:
 * the NCCL-style baseline (all-to-all over gloo, grouped GEMM loop) against the fp64 oracle, by tolerance;
 * ``MoELayer(..., ep_group=WORLD)`` forward/backward (default transport, whole-schedule minibatch) against a
   one-process layer with all experts;
-* ranks that disagree on the token count raise the same ValueError everywhere (no hang).
+* ranks that disagree on the token count raise the same ValueError everywhere (no hang);
+* in one process: the shared layer run with emulated ranks and the Triton transport (bitwise).
 """
 
 from __future__ import annotations
@@ -33,7 +36,10 @@ from mok.config import MoEShape
 from mok.schedule import build_schedule
 from mok.validate import TOLERANCE, random_problem
 
-from conftest import OUTPUT_NAMES, assert_bitwise_equal, rel_err, run_layer
+from conftest import HAS_CUDA, OUTPUT_NAMES, assert_bitwise_equal, rel_err, run_layer
+
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before any Triton kernel is defined (transport test below)
 
 SHAPE = MoEShape("dist", 64, 32, 16, 8, 2)
 SKEW = 1.5  # hot and empty experts, uneven rows per rank
@@ -79,6 +85,15 @@ def _worker(rank: int, world: int, ports: tuple[int, int], out_dir: str) -> None
             results[f"reference/{transport}/ring/{dtype_name}"] = run_distributed(
                 problem, backend="reference", transport=transport, config=RING, grad_seed=SEED + 1)
         results[f"nccl/{dtype_name}"] = run_distributed(problem, backend="nccl", grad_seed=SEED + 1)
+
+    # The Triton backend across processes (TritonRankRun: its kernels read and write host-shared peer memory,
+    # interpreted), bf16 through the replaying ring; rank 0 also runs the one-process emulations it must match.
+    problem = _problem("bf16")
+    results["triton/peers/ring/bf16"] = run_distributed(problem, backend="triton", transport="peers", config=RING,
+                                                        grad_seed=SEED + 1)
+    if rank == 0:
+        results["triton/emulated"] = [run_layer("triton", problem, ep_size=ep, config=config, grad_seed=SEED + 1)
+                                      for ep, config in ((world, RING), (1, WHOLE))]
 
     # MoELayer with an EP group: this rank's experts copied from the one-process layer.
     full = _full_layer()
@@ -174,6 +189,41 @@ def test_reference_bitwise_equals_single_process(spawned, single_process, run):
         assert_bitwise_equal(g, b, f"{run} {dtype_name} {name} vs 1-process EP 1")
 
 
+def test_emulated_ranks_through_the_triton_transport(ep_size=4):
+    """One implementation of the per-rank arithmetic: the layer run behind ``mok.moe(backend="reference")``,
+    with the emulated ranks' rows moved by the Triton transfer kernels instead of torch indexing, gives the
+    same bits (forward and backward, ring replay included)."""
+    from mok.backends.reference import LayerRun
+    from mok.comm import EmulatedPeers
+    from mok.comm.transport import TritonPeerTransport
+    from mok.triton_ref._common import INTERPRETING
+
+    device = "cuda" if HAS_CUDA else "cpu"
+    if device == "cpu" and not INTERPRETING:
+        pytest.skip("mok.triton_ref was imported without TRITON_INTERPRET=1")
+    problem = [t.to(device) for t in _problem("bf16")]
+    x, ids, w, wg, wu, wd = problem
+    schedule = build_schedule(ids, SHAPE.num_experts, ep_size, RING.expert_padding)
+    run = LayerRun(x, w, wg, wu, wd, schedule=schedule, config=RING,
+                   transport=TritonPeerTransport(schedule, EmulatedPeers(ep_size, device)))
+    out = run.forward()
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(SEED + 1)).to(device, out.dtype)
+    got = [out, *run.backward(grad)]
+    want = run_layer("reference", problem, ep_size=ep_size, config=RING, grad_seed=SEED + 1)
+    for name, g, a in zip(OUTPUT_NAMES, got, want):
+        assert_bitwise_equal(g, a, f"Triton transport, EP {ep_size} emulated: {name}")
+
+
+def test_triton_rank_run_bitwise_equals_single_process(spawned):
+    world, results = spawned
+    got = results["triton/peers/ring/bf16"]
+    for want, what in zip(results["triton/emulated"], (f"mok.moe(backend='triton', ep_size={world})",
+                                                       "mok.moe(backend='triton', ep_size=1)")):
+        for name, g, w in zip(OUTPUT_NAMES, got, want):
+            assert not torch.isnan(g).any(), f"{name}: NaN (an unwritten slot)"
+            assert_bitwise_equal(g, w, f"triton across {world} processes, {name} vs {what}")
+
+
 def test_nccl_baseline_matches_oracle(spawned, single_process):
     world, results = spawned
     dtype_name, _, _, oracle = single_process
@@ -242,7 +292,13 @@ def test_dist_cli_validate_and_bench():
     assert {"custom-16x8x4x2/nccl", "custom-16x8x4x2/reference"} <= set(bench["layers"])
     for routing in ("uniform", "zipf"):
         transfer = bench["transfers"][f"custom-16x8x4x2/{routing}"]
-        for name in ("pull_dispatch", "push_dispatch", "push_combine", "pull_combine", "nccl_all_to_all_dispatch",
-                     "triton_pull_dispatch", "triton_push_combine"):
+        assert transfer["scope"] == "sys"  # two processes: the signal atomics must reach the other rank
+        for name in ("pull_dispatch", "push_dispatch", "push_combine", "pull_combine"):
+            # The push/pull kernels across the two processes, each launching its own rank's programs.
+            assert transfer[name]["bitwise_ok"] is True, (routing, name)
+            assert transfer[name]["ms"] > 0 and transfer[name]["data_only_ms"] > 0
+            assert transfer[name]["signal_only_us"] > 0
+        for name in ("nccl_all_to_all_dispatch", "nccl_all_to_all_combine"):
             assert transfer[name]["ms"] > 0
-    assert "fwd vs nccl" in (tmp_path / "bench.md").read_text()
+    table = (tmp_path / "bench.md").read_text()
+    assert "fwd vs nccl" in table and "Completion signalling alone" in table and "WRONG" not in table

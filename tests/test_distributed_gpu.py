@@ -155,6 +155,56 @@ def test_dist_cli_bench_one_gpu(tmp_path):
     layer = record["layers"]["custom-1024x512x16x4/nccl"]
     assert {"forward_ms", "backward_ms", "forward_tflops"} <= set(layer), layer
     assert set(record["transfers"]) == {"custom-1024x512x16x4/uniform", "custom-1024x512x16x4/zipf"}
+    for key, transfer in record["transfers"].items():
+        for name in ("pull_dispatch", "push_dispatch", "push_combine", "pull_combine"):
+            assert transfer[name]["bitwise_ok"] is True, (key, name)
+            assert transfer[name]["all_rows_GBps_per_gpu"] > 0 and transfer[name]["signal_only_us"] > 0
+
+
+@pytest.mark.parametrize("scope", ["gpu", "sys"])
+def test_push_pull_kernels_on_symmetric_memory(peers, scope):
+    """The push/pull kernels with this process's rank only, rows and signal words in symmetric memory, both
+    signal scopes (``sys`` is what runs across GPUs): every transfer equals the torch semantics, bit for bit."""
+    from mok.schedule import build_schedule
+    from mok.transfers import pull_rows, push_rows
+    from mok.triton_ref.push_pull import PushPullPlan, SignalState
+
+    world, rank, hidden, tokens, top_k = peers.world_size, peers.rank, 1024, 256, 4
+    gen = torch.Generator().manual_seed(11)
+    _, ids = mok.route(torch.randn(world * tokens, 16, generator=gen).cuda(), top_k)
+    schedule = build_schedule(ids, 16, world, 16)
+    plan = PushPullPlan(schedule, local_ranks=peers.local_ranks, scope=scope)
+    x = peers.buffer("pp_x", (tokens, hidden), torch.bfloat16)
+    y = peers.buffer("pp_y", (schedule.capacity, hidden), torch.bfloat16)
+    x[rank].copy_(torch.randn(tokens, hidden, generator=gen).bfloat16())
+    y[rank].copy_(torch.randn(schedule.capacity, hidden, generator=gen).bfloat16())
+    recv = peers.buffer("pp_recv", (schedule.capacity, hidden), torch.bfloat16)
+    slots = peers.buffer("pp_slots", (schedule.slots_per_rank, hidden), torch.bfloat16)
+    want_slots = peers.buffer("pp_want_slots", (schedule.slots_per_rank, hidden), torch.bfloat16)
+    peers.barrier()
+    want_recv = torch.empty(schedule.capacity, hidden, dtype=torch.bfloat16, device="cuda")
+    pull_rows(schedule.rank(rank), 0, schedule.capacity, x, want_recv, by_token=True)
+    push_rows(schedule.rank(rank), 0, schedule.capacity, y[rank], want_slots)
+    peers.barrier()
+    real = schedule.src_rank[rank] >= 0
+    signal = SignalState.on_peers(peers, f"pp_signals_{scope}")
+    for direction in ("pull", "push"):
+        for sig in (None, signal):
+            recv[rank].fill_(float("nan"))
+            slots[rank].fill_(float("nan"))
+            peers.barrier()
+            plan.dispatch(x, recv, direction, signal=sig)
+            plan.combine(y, slots, direction, signal=sig)
+            peers.barrier()
+            what = (direction, "signal" if sig is not None else "data", scope)
+            assert torch.equal(recv[rank][real].view(torch.int16), want_recv[real].view(torch.int16)), what
+            assert torch.isnan(recv[rank][~real].float()).all(), what
+            assert torch.equal(slots[rank].view(torch.int16), want_slots[rank].view(torch.int16)), what
+    signal.check()
+    # Epochs count every signalled call (pull dispatch 1, pull combine 2, then the two pushes).
+    assert int(signal.ready[rank]) == 2
+    pushed = int(plan.rows_per_expert_rank[rank]) + int(plan.slots_per_source_rank[rank])
+    assert int(signal.arrivals[rank]) == int(signal.targets[rank]) == pushed
 
 
 def test_nvshmem_peers_world1_bitwise(group):

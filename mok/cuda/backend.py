@@ -2,14 +2,20 @@
 
 Forward. One persistent kernel (mok/cuda/include/mok/sm90_moe_forward.cuh) runs dispatch, the gate/up GEMM
 with SwiGLU, the down GEMM with push-combine, and the fixed-order weighted sum for all ``ep_size`` emulated
-ranks. Everything it reads is prepared here on the device, without a host synchronisation of our own:
+ranks. What it reads is prepared here on the device, and no step of a call waits for the GPU:
 
-* the schedule table (:func:`mok.schedule.build_schedule`, worst-case capacity by default);
-* peer pointer tables (:class:`mok.comm.PeerBuffer`): rank r's token buffer, router weights, combine slots
-  and output, as base addresses computed on the device (no host round trip, so the launch can be captured
-  in a CUDA graph once its inputs are prepared);
-* the ring (``ring_x`` [R * ring_rows, H] and ``ring_h`` [R * ring_rows, I], bf16), the counters and the
-  error record, all reset by the kernel's own in-stream reset.
+* the schedule tables (:func:`mok.cuda.schedule_tables.build_kernel_schedule`: the tables of
+  :func:`mok.schedule.build_schedule` without its host read-back; worst-case capacity by default);
+* the fixed buffers (ring ``ring_x`` / ``ring_h``, combine slots, counters, error record) from a workspace
+  reused across calls of the same sizes (:mod:`mok.cuda.workspace`), reset by the kernel's own in-stream
+  reset;
+* peer pointer tables: rank r's token buffer, router weights, combine slots and output, as base addresses
+  made on the device with one add each;
+* the expert weights are read in place (gate and up land in one B stage through two TMA boxes), so there is
+  nothing to stack, convert or cache.
+
+Top-1 layers (``top_k == 1``: the EP-64 slices) fuse the weighted sum into the down epilogue by default
+(``fuse_top1``): the same bits, without the combine slots and the combine tail.
 
 Backward. There is no backward megakernel yet: :class:`CudaMoE` recomputes the layer through the Triton
 backend under autograd (``torch.enable_grad`` + ``torch.autograd.grad``) and returns its gradients, so
@@ -18,9 +24,16 @@ training works end to end today at the cost of a second forward in the backward.
 Variants (``variant=`` or ``MOK_CUDA_VARIANT``): ``"simple"`` (lock-step roles, the baseline) and
 ``"pipelined"`` (producer runs ahead, overlapped wgmma). Both compute the same bits.
 
-Environment: ``MOK_CUDA_VARIANT`` (default ``simple``), ``MOK_CUDA_CHECK`` (default 1: read the kernel's
-error record after each forward, which synchronises; set 0 in tuned loops, and it is skipped while a CUDA
-graph is being captured), ``MOK_CUDA_TIMEOUT_S`` (default 10: bound of every in-kernel wait).
+Environment:
+
+* ``MOK_CUDA_VARIANT`` (default ``simple``);
+* ``MOK_CUDA_CHECK``: how the kernel's error record is read: ``deferred`` (default: copied asynchronously
+  after each launch and read at a later call once it has landed, so no call waits for the GPU; an error is
+  reported one call late, see :mod:`mok.cuda.errors`), ``1`` / ``sync`` (read after every launch, which
+  synchronises), ``0`` (never). Skipped while a CUDA graph is being captured.
+  :func:`check_pending_errors` reads every deferred record now;
+* ``MOK_CUDA_TIMEOUT_S`` (default 10): bound of every in-kernel wait;
+* ``MOK_CUDA_FUSE_TOP1`` (default 1): fuse the top-1 combine into the down epilogue.
 """
 
 from __future__ import annotations
@@ -32,84 +45,96 @@ import torch
 
 from ..backends import Backend, get_backend, register_backend
 from ..backends.reference import choose_minibatch_rows
-from ..comm import PeerBuffer
 from ..config import MoKConfig
-from ..schedule import Schedule, build_schedule
 from .build import load_extension
+from .errors import DEFERRED, Sm90KernelError, describe_error, raise_if_error  # noqa: F401 (re-exported)
+from .schedule_tables import KernelSchedule, build_kernel_schedule
+from .workspace import BLOCK_M, Sm90Workspace, WorkspaceKey, current_stream_handle, get_workspace
 
 VARIANTS = {"simple": 0, "pipelined": 1}
-BLOCK_M = 128                 # the kernel's tile height: MoKConfig.expert_padding must equal it
 DEFAULT_RING_MINIBATCHES = 4  # ring size when MoKConfig.ring_rows is None (the ring never changes results)
 
-ERROR_CODES = {1: "a bounded wait timed out", 2: "the schedule table is inconsistent",
-               3: "shared memory is misaligned"}
-COUNTER_NAMES = {0: "-", 1: "dispatch_done[rank][tile]", 2: "gate_up_tile_done[rank][tile]",
-                 3: "gate_up_mb_done[rank][minibatch]", 4: "down_mb_done[rank][minibatch]",
-                 5: "pushed[source rank]", 6: "stage full mbarrier", 7: "stage empty mbarrier",
-                 8: "task queue full mbarrier", 9: "task queue empty mbarrier"}
+# Timing ablations (workspace.cuh, AblateFlags): each removes one piece of communication work; results are
+# garbage. Used by experiments/cuda_breakdown.py.
+ABLATE = {"dispatch": 1, "combine": 2, "push": 4}
+ABLATE_ALL = 7
 
 
-class Sm90KernelError(RuntimeError):
-    """The megakernel recorded an error (its error record, decoded)."""
+def _env_on(name: str, default: str) -> bool:
+    return os.environ.get(name, default) not in ("0", "", "false", "False", "off")
 
 
-def describe_error(words: list[int]) -> str:
-    """Human-readable form of the kernel's error record (see workspace.cuh, ErrorWord)."""
-    code, counter, rank, index, seen, expected, block, ticket = (list(words) + [0] * 8)[:8]
-    what = ERROR_CODES.get(code, f"error code {code}")
-    return (f"{what}: counter={COUNTER_NAMES.get(counter, counter)} rank={rank} index={index} seen={seen} "
-            f"expected={expected} (CTA {block}, ticket {ticket})")
+def _capturing() -> bool:
+    """A CUDA graph is being captured on the current stream (False without CUDA)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def default_variant() -> str:
     return os.environ.get("MOK_CUDA_VARIANT", "simple")
 
 
-def emulated_peer_buffer(name: str, stacked: torch.Tensor) -> PeerBuffer:
-    """A :class:`PeerBuffer` over ``stacked`` [R, ...]: rank r's buffer is ``stacked[r]``.
-
-    The pointer table is computed on the device (base + r * stride), so building it never waits for the GPU.
-    """
-    ranks = stacked.shape[0]
-    step = stacked.stride(0) * stacked.element_size()
-    table = torch.arange(ranks, dtype=torch.int64, device=stacked.device) * step + stacked.data_ptr()
-    return PeerBuffer(name, tuple(stacked.shape[1:]), stacked.dtype, list(stacked.unbind(0)), table)
+def check_mode() -> str:
+    """``MOK_CUDA_CHECK`` as one of ``"deferred"``, ``"sync"``, ``"off"``."""
+    value = os.environ.get("MOK_CUDA_CHECK", "deferred").strip().lower()
+    if value in ("0", "", "false", "off", "no"):
+        return "off"
+    if value in ("1", "true", "sync", "yes", "on"):
+        return "sync"
+    if value == "deferred":
+        return "deferred"
+    raise ValueError(f"MOK_CUDA_CHECK must be deferred, sync (1) or off (0), got {value!r}")
 
 
 @dataclass
 class Sm90Launch:
-    """Everything one launch reads and writes (tensor shapes: R ranks, T_local tokens per rank, K top-k).
+    """Everything one launch reads and writes (R ranks, T_local tokens per rank, K top-k).
 
     Attributes:
-        schedule: the schedule tables of all R ranks.
+        schedule: the schedule tables of all R ranks (:class:`KernelSchedule`).
         tokens_per_rank, top_k, minibatch_rows, ring_rows: sizes (host ints).
-        x_buf: bf16 [T_local, H] per rank: the tokens (a view of the caller's x).
-        weight_buf: fp32 [T_local * K] per rank: router weights.
-        combine_buf: bf16 [T_local * K, H] per rank: combine slots (written by the down epilogue).
-        out_buf: bf16 [T_local, H] per rank: views of ``out``.
-        out: bf16 [T, H], the layer output.
+        fuse_top1: the down epilogue writes ``out`` itself (top_k == 1; no combine slots or combine tasks).
+        x: bf16 [T, H] tokens (kept alive here: the pointer table holds its address).
+        weights: fp32 [T * K] router weights (likewise).
+        out: bf16 [T, H], the layer output (written by the launch).
+        x_ptrs, weight_ptrs, combine_ptrs, out_ptrs: int64 [R] peer pointer tables (rank r's buffer address);
+            ``combine_ptrs`` is ``out_ptrs`` when fused (never dereferenced then).
         w_gate, w_up: bf16 [E, I, H]; w_down: bf16 [E, H, I] (contiguous).
-        ring_x: bf16 [R * ring_rows, H]; ring_h: bf16 [R * ring_rows, I].
-        counters: int32 device counters; error: int32 [8] error record.
+        workspace: the fixed buffers (ring, combine slots, counters, error record).
     """
 
-    schedule: Schedule
+    schedule: KernelSchedule
     tokens_per_rank: int
     top_k: int
     minibatch_rows: int
     ring_rows: int
-    x_buf: PeerBuffer
-    weight_buf: PeerBuffer
-    combine_buf: PeerBuffer
-    out_buf: PeerBuffer
+    fuse_top1: bool
+    x: torch.Tensor
+    weights: torch.Tensor
     out: torch.Tensor
+    x_ptrs: torch.Tensor
+    weight_ptrs: torch.Tensor
+    combine_ptrs: torch.Tensor
+    out_ptrs: torch.Tensor
     w_gate: torch.Tensor
     w_up: torch.Tensor
     w_down: torch.Tensor
-    ring_x: torch.Tensor
-    ring_h: torch.Tensor
-    counters: torch.Tensor
-    error: torch.Tensor
+    workspace: Sm90Workspace
+
+    @property
+    def ring_x(self) -> torch.Tensor:
+        return self.workspace.ring_x
+
+    @property
+    def ring_h(self) -> torch.Tensor:
+        return self.workspace.ring_h
+
+    @property
+    def counters(self) -> torch.Tensor:
+        return self.workspace.counters
+
+    @property
+    def error(self) -> torch.Tensor:
+        return self.workspace.error
 
 
 def ring_rows_for(config: MoKConfig, capacity: int, minibatch_rows: int) -> int:
@@ -123,19 +148,8 @@ def ring_rows_for(config: MoKConfig, capacity: int, minibatch_rows: int) -> int:
     return min(minibatches, DEFAULT_RING_MINIBATCHES) * minibatch_rows
 
 
-def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate: torch.Tensor,
-            w_up: torch.Tensor, w_down: torch.Tensor, *, ep_size: int = 1, config: MoKConfig | None = None,
-            poison: bool = False) -> Sm90Launch:
-    """Build the schedule, pointer tables, ring and counters for one launch (no launch yet).
-
-    Args:
-        x: [T, H] bf16 tokens; T divisible by ``ep_size``.
-        topk_ids: [T, K] int expert ids; topk_weights: [T, K] router weights (any float dtype; used as fp32).
-        w_gate, w_up: [E, I, H] bf16; w_down: [E, H, I] bf16.
-        poison: fill the output, the combine slots and the ring with NaN first (tests: an element the kernel
-            fails to write, or a stale value it reads, shows up as NaN).
-    """
-    config = config or MoKConfig()
+def _check_problem(x: torch.Tensor, w_gate: torch.Tensor, topk_ids: torch.Tensor, ep_size: int,
+                   config: MoKConfig) -> None:
     if config.expert_padding != BLOCK_M:
         raise ValueError(f"backend 'cuda' needs MoKConfig.expert_padding == {BLOCK_M} (its tile height), "
                          f"got {config.expert_padding}")
@@ -143,90 +157,133 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
         raise TypeError(f"backend 'cuda' runs bf16 only, got x of dtype {x.dtype}")
     tokens, hidden = x.shape
     num_experts, intermediate, _ = w_gate.shape
-    top_k = topk_ids.shape[1]
     if tokens % ep_size or num_experts % ep_size:
         raise ValueError(f"tokens ({tokens}) and experts ({num_experts}) must be divisible by ep_size ({ep_size})")
-    tokens_per_rank = tokens // ep_size
     for name, size in (("hidden size H", hidden), ("intermediate size I", intermediate)):
         if size % 64:
             raise ValueError(f"backend 'cuda' needs the {name} to be a multiple of 64, got {size}")
 
-    schedule = build_schedule(topk_ids, num_experts, ep_size, BLOCK_M, config.capacity_rows)
+
+def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate: torch.Tensor,
+            w_up: torch.Tensor, w_down: torch.Tensor, *, ep_size: int = 1, config: MoKConfig | None = None,
+            poison: bool = False, schedule: KernelSchedule | None = None, reuse_workspace: bool = False,
+            fuse_top1: bool | None = None) -> Sm90Launch:
+    """Schedule tables, pointer tables and buffers for one launch (no launch yet, no host synchronisation).
+
+    Args:
+        x: [T, H] bf16 tokens; T divisible by ``ep_size``.
+        topk_ids: [T, K] int expert ids; topk_weights: [T, K] router weights (any float dtype; used as fp32).
+        w_gate, w_up: [E, I, H] bf16; w_down: [E, H, I] bf16.
+        poison: fill the output, the combine slots and the ring with NaN first (tests: an element the kernel
+            fails to write, or a stale value it reads, shows up as NaN).
+        schedule: prebuilt tables for this routing (default: built here).
+        reuse_workspace: take the fixed buffers from the per-size cache (layer calls) instead of allocating
+            private ones (tests, CUDA graphs).
+        fuse_top1: fuse the weighted sum into the down epilogue; default: ``top_k == 1`` and
+            ``MOK_CUDA_FUSE_TOP1`` on. Same bits either way.
+    """
+    config = config or MoKConfig()
+    _check_problem(x, w_gate, topk_ids, ep_size, config)
+    tokens, hidden = x.shape
+    num_experts, intermediate, _ = w_gate.shape
+    top_k = topk_ids.shape[1]
+    tokens_per_rank = tokens // ep_size
+    if fuse_top1 is None:
+        fuse_top1 = top_k == 1 and _env_on("MOK_CUDA_FUSE_TOP1", "1")
+    elif fuse_top1 and top_k != 1:
+        raise ValueError(f"fuse_top1 needs top_k == 1 (one slot per token), got top_k = {top_k}")
+
+    if schedule is None:
+        schedule = build_kernel_schedule(topk_ids, num_experts, ep_size, BLOCK_M, config.capacity_rows)
     minibatch_rows = choose_minibatch_rows(x, num_experts, top_k, intermediate, ep_size, config)
     ring_rows = ring_rows_for(config, schedule.capacity, minibatch_rows)
 
-    device = x.device
-    fill = float("nan") if poison else None
+    key = WorkspaceKey(str(x.device), current_stream_handle(x.device), ep_size, tokens_per_rank, top_k, hidden,
+                       intermediate, schedule.capacity, minibatch_rows, ring_rows, bool(fuse_top1))
+    workspace = get_workspace(key) if reuse_workspace else Sm90Workspace(key)
 
-    def alloc(*shape, dtype=torch.bfloat16):
-        t = torch.empty(shape, dtype=dtype, device=device)
-        return t.fill_(fill) if fill is not None else t
-
-    x = x.contiguous()
-    weights = topk_weights.detach().float().contiguous()
-    out = alloc(tokens, hidden)
-    combine = alloc(ep_size, tokens_per_rank * top_k, hidden)
-    ext = load_extension()
-    counters = torch.empty(ext.counter_ints(ep_size, schedule.capacity, minibatch_rows), dtype=torch.int32,
-                           device=device)
+    x = x.detach().contiguous()
+    weights = topk_weights.detach().to(torch.float32).contiguous().view(-1)
+    out = torch.empty(tokens, hidden, dtype=torch.bfloat16, device=x.device)
+    if poison:
+        out.fill_(float("nan"))
+        workspace.poison()
+    out_ptrs = workspace.rank_pointer_table(out.view(ep_size, tokens_per_rank, hidden))
     return Sm90Launch(
         schedule=schedule, tokens_per_rank=tokens_per_rank, top_k=top_k, minibatch_rows=minibatch_rows,
-        ring_rows=ring_rows,
-        x_buf=emulated_peer_buffer("x", x.detach().view(ep_size, tokens_per_rank, hidden)),
-        weight_buf=emulated_peer_buffer("topk_weights", weights.view(ep_size, tokens_per_rank * top_k)),
-        combine_buf=emulated_peer_buffer("combine_slots", combine),
-        out_buf=emulated_peer_buffer("out", out.view(ep_size, tokens_per_rank, hidden)),
-        out=out,
+        ring_rows=ring_rows, fuse_top1=bool(fuse_top1), x=x, weights=weights, out=out,
+        x_ptrs=workspace.rank_pointer_table(x.view(ep_size, tokens_per_rank, hidden)),
+        weight_ptrs=workspace.rank_pointer_table(weights.view(ep_size, tokens_per_rank * top_k)),
+        combine_ptrs=out_ptrs if fuse_top1 else workspace.combine_ptrs, out_ptrs=out_ptrs,
         w_gate=w_gate.detach().contiguous(), w_up=w_up.detach().contiguous(), w_down=w_down.detach().contiguous(),
-        ring_x=alloc(ep_size * ring_rows, hidden), ring_h=alloc(ep_size * ring_rows, intermediate),
-        counters=counters, error=torch.zeros(ext.error_words(), dtype=torch.int32, device=device))
+        workspace=workspace)
 
 
-def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0,
-           timeout_s: float | None = None) -> torch.Tensor:
+def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, timeout_s: float | None = None,
+           ablate: int = 0) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
-    fewer is allowed (the static task order cannot deadlock), which tests use.
+    fewer is allowed (the static task order cannot deadlock), which tests use. ``ablate``: a bitmask of
+    :data:`ABLATE` values for timing experiments (the results are then garbage).
     """
     variant = variant or default_variant()
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+    if not 0 <= ablate <= ABLATE_ALL:
+        raise ValueError(f"ablate must be a bitmask of {ABLATE}, got {ablate}")
     timeout_s = float(os.environ.get("MOK_CUDA_TIMEOUT_S", "10")) if timeout_s is None else timeout_s
-    s = prep.schedule
+    s, ws = prep.schedule, prep.workspace
     load_extension().forward(
         s.src_rank, s.src_slot, s.tile_expert, s.segment_offsets,
-        prep.x_buf.ptr_table, prep.weight_buf.ptr_table, prep.combine_buf.ptr_table, prep.out_buf.ptr_table,
-        prep.w_gate, prep.w_up, prep.w_down, prep.ring_x, prep.ring_h, prep.counters, prep.error,
-        prep.tokens_per_rank, prep.top_k, prep.minibatch_rows, VARIANTS[variant], num_ctas, timeout_s)
+        prep.x_ptrs, prep.weight_ptrs, prep.combine_ptrs, prep.out_ptrs,
+        prep.w_gate, prep.w_up, prep.w_down, ws.ring_x, ws.ring_h, ws.counters, ws.error,
+        prep.tokens_per_rank, prep.top_k, prep.minibatch_rows, VARIANTS[variant], num_ctas, timeout_s,
+        prep.fuse_top1, ablate)
     return prep.out
 
 
 def check_error(prep: Sm90Launch) -> None:
     """Raise :class:`Sm90KernelError` if the launch recorded an error (synchronises with the device)."""
-    words = prep.error.tolist()
-    if words[0] != 0:
-        raise Sm90KernelError(f"mok SM90 MoE forward: {describe_error(words)}")
+    raise_if_error(prep.error.tolist())
 
 
-def _checking_enabled(check: bool | None) -> bool:
-    if check is None:
-        check = os.environ.get("MOK_CUDA_CHECK", "1") not in ("0", "", "false", "False")
-    return check and not torch.cuda.is_current_stream_capturing()
+def defer_error_check(prep: Sm90Launch) -> None:
+    """Queue an asynchronous read of the launch's error record (see :func:`check_pending_errors`)."""
+    DEFERRED.record(prep.error)
+
+
+def check_pending_errors(wait: bool = True) -> None:
+    """Read the error records of earlier launches queued by the deferred check; raise for the first error.
+
+    ``wait=True`` waits for every queued record (synchronises); ``wait=False`` reads only those already
+    landed (what every forward call does first).
+    """
+    DEFERRED.poll(wait=wait)
 
 
 def sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: int = 1,
                  config: MoKConfig | None = None, variant: str | None = None, num_ctas: int = 0,
-                 check: bool | None = None, poison: bool = False) -> torch.Tensor:
+                 check: bool | str | None = None, poison: bool = False, fuse_top1: bool | None = None,
+                 reuse_workspace: bool = True) -> torch.Tensor:
     """The layer forward through the megakernel (no autograd). Returns ``out`` [T, H] bf16.
 
-    Shapes as in :func:`mok.moe`. ``check`` (default: ``MOK_CUDA_CHECK``, on) reads the kernel's error record
-    and raises :class:`Sm90KernelError`; ``poison`` NaN-fills outputs and intermediates before the launch.
+    Shapes as in :func:`mok.moe`. ``check``: ``True`` / ``"sync"`` reads the kernel's error record now (raises
+    :class:`Sm90KernelError`; synchronises), ``"deferred"`` reads it at a later call, ``False`` / ``"off"``
+    never; default ``MOK_CUDA_CHECK``. ``poison`` NaN-fills outputs and intermediates before the launch.
     """
-    prep = prepare(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size=ep_size, config=config, poison=poison)
+    mode = check_mode() if check is None else ("sync" if check is True else "off" if check is False else check)
+    if mode == "off" or _capturing():
+        mode = "off"
+    else:
+        check_pending_errors(wait=False)  # report an earlier launch's error before queueing more work
+    prep = prepare(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size=ep_size, config=config, poison=poison,
+                   reuse_workspace=reuse_workspace, fuse_top1=fuse_top1)
     out = launch(prep, variant=variant, num_ctas=num_ctas)
-    if _checking_enabled(check):
+    if mode == "sync":
         check_error(prep)
+    elif mode == "deferred":
+        defer_error_check(prep)
     return out
 
 
@@ -246,6 +303,8 @@ class CudaMoE(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
         x, topk_weights, w_gate, w_up, w_down, topk_ids = ctx.saved_tensors
+        if not _capturing():
+            check_pending_errors(wait=False)
         needs = ctx.needs_input_grad[:5]
         if not any(needs):
             return (None,) * 9

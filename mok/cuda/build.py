@@ -33,6 +33,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 INCLUDE_DIR = PACKAGE_DIR / "include"
 CSRC_DIR = PACKAGE_DIR / "csrc"
 KERNEL_SOURCE = CSRC_DIR / "sm90_moe_forward.cu"
+SCHEDULE_SOURCE = CSRC_DIR / "schedule_tables.cu"
 BINDING_SOURCE = CSRC_DIR / "binding.cpp"
 
 ARCH_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a"]
@@ -90,8 +91,8 @@ def source_fingerprint(flags: list[str]) -> str:
 def load_extension(verbose: bool | None = None):
     """The compiled torch extension (built on first use, then cached on disk and in this process).
 
-    Exposes ``forward(...)``, ``counter_ints(num_ranks, capacity, minibatch_rows)``, ``error_words()`` and
-    ``shared_memory_bytes()`` (see csrc/binding.cpp).
+    Exposes ``forward(...)``, ``schedule_tables(...)``, ``counter_ints(num_ranks, capacity, minibatch_rows)``,
+    ``error_words()`` and ``shared_memory_bytes()`` (see csrc/binding.cpp).
     """
     global _EXTENSION
     if _EXTENSION is not None:
@@ -105,7 +106,8 @@ def load_extension(verbose: bool | None = None):
     build_dir.mkdir(parents=True, exist_ok=True)
     # NOTE: an explicit -gencode keeps torch from adding its own arch flags (a plain sm_90 pass would
     # reject wgmma and setmaxnreg), and -std in the nvcc flags keeps it from adding another.
-    _EXTENSION = load(name=name, sources=[str(KERNEL_SOURCE), str(BINDING_SOURCE)], extra_cuda_cflags=flags,
+    _EXTENSION = load(name=name, sources=[str(KERNEL_SOURCE), str(SCHEDULE_SOURCE), str(BINDING_SOURCE)],
+                      extra_cuda_cflags=flags,
                       extra_cflags=["-O3"], extra_include_paths=include_dirs(), build_directory=str(build_dir),
                       verbose=verbose)
     return _EXTENSION
@@ -138,14 +140,14 @@ def find_cuobjdump() -> str | None:
 
 
 def compile_object(output: str | Path, *, verbose: bool = False, lineinfo: bool = False,
-                   timeout: float = 600) -> subprocess.CompletedProcess:
-    """``nvcc -c csrc/sm90_moe_forward.cu -o output`` for sm_90a. Raises RuntimeError if nvcc is missing;
-    returns the completed process (check ``returncode``; ptxas reports are in ``stderr``)."""
+                   timeout: float = 600, source: str | Path = KERNEL_SOURCE) -> subprocess.CompletedProcess:
+    """``nvcc -c source -o output`` for sm_90a (default: csrc/sm90_moe_forward.cu). Raises RuntimeError if
+    nvcc is missing; returns the completed process (check ``returncode``; ptxas reports are in ``stderr``)."""
     nvcc = find_nvcc()
     if nvcc is None:
         raise RuntimeError("nvcc not found (PATH, CUDA_HOME, /usr/local/cuda)")
     cmd = [nvcc, *nvcc_flags(verbose=verbose, lineinfo=lineinfo), *[f"-I{d}" for d in include_dirs()],
-           "-c", str(KERNEL_SOURCE), "-o", str(output)]
+           "-c", str(source), "-o", str(output)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 

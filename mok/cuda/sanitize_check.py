@@ -8,7 +8,8 @@ Meant to run under compute-sanitizer (build the extension first, outside the san
 
 The default problem has 2 emulated ranks, several experts (one of them empty), tokens that are not a multiple
 of the tile, I % 128 == 64 (a half-used gate/up column block), H % 256 != 0 (a half-used down column block)
-and a ring of one minibatch, so every code path of the kernel runs at least once. The in-kernel wait bound is
+and a ring of one minibatch; it runs with top-k 2 (push-combine and the weighted sum) and top-k 1 (the fused
+top-1 combine), so every code path of the kernel runs at least once. The in-kernel wait bound is
 raised to 600 s because the sanitizer slows the kernel by orders of magnitude.
 
 ``--bench T,H,I,E,K`` instead times both variants at that shape (CUDA events, median of 20 launches after 3
@@ -48,8 +49,8 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-def check_small(variant: str) -> bool:
-    problem = make_inputs(200, 320, 192, 8, 2, skew=1.5)
+def check_small(variant: str, top_k: int = 2) -> bool:
+    problem = make_inputs(200, 320, 192, 8, top_k, skew=1.5)
     config = MoKConfig(minibatch_rows=128, ring_rows=128)
     prep = prepare(*problem, ep_size=2, config=config, poison=True)
     out = launch(prep, variant=variant, timeout_s=600.0)
@@ -58,7 +59,8 @@ def check_small(variant: str) -> bool:
         ref = mok.moe(*problem, backend="reference", ep_size=2, config=config)
     err = rel_err(out, ref)
     finite = bool(torch.isfinite(out).all())
-    print(f"variant={variant}: relative error vs reference {err:.3e}, all finite: {finite}")
+    fused = " (fused top-1 combine)" if prep.fuse_top1 else ""
+    print(f"variant={variant} top_k={top_k}{fused}: relative error vs reference {err:.3e}, all finite: {finite}")
     return finite and err < 1e-2
 
 
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         bench(args.bench, args.ep)
         return 0
     variants = list(VARIANTS) if args.variant == "both" else [args.variant]
-    ok = all([check_small(v) for v in variants])
+    ok = all([check_small(v, top_k) for v in variants for top_k in (2, 1)])
     return 0 if ok else 1
 
 

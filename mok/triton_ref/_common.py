@@ -3,13 +3,18 @@ fixed tile configurations and the (optional) poisoning of fresh buffers.
 
 Nothing here is tuned at run time: a kernel's tile shape depends only on the kernel, the operand dtype, the
 problem's sizes and whether we are interpreting, never on timing, so two runs always execute the same
-floating-point operations in the same order.
+floating-point operations in the same order. Experiments (``experiments/tune_triton.py``) try other shapes
+through an explicit override (:func:`override_configs`, or ``MOK_TRITON_CONFIGS`` in the environment).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import os
 from dataclasses import dataclass
+from typing import Iterator, Mapping
 
 import torch
 import triton
@@ -129,6 +134,51 @@ def grouped_program_order(pid, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 # --------------------------------------------------------------------------------------------------------
+# TMA (Hopper's tensor memory accelerator) operand loads
+# --------------------------------------------------------------------------------------------------------
+try:  # host-side tensor descriptors (Triton >= 3.3; the interpreter runs them too)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older Triton: pointer loads only
+    TensorDescriptor = None
+
+
+def tma_capable(*tensors: torch.Tensor) -> bool:
+    """Whether TMA can address every tensor: Hopper or newer (or the interpreter), 16-byte aligned base and
+    leading strides, unit last stride. Kernels fall back to pointer loads otherwise."""
+    if TensorDescriptor is None:
+        return False
+    for t in tensors:
+        if t.stride(-1) != 1 or t.data_ptr() % 16:
+            return False
+        if any(stride * t.element_size() % 16 for stride in t.stride()[:-1]):
+            return False
+        if t.device.type == "cuda" and torch.cuda.get_device_capability(t.device)[0] < 9:
+            return False
+    return True
+
+
+def tma_descriptor(t: torch.Tensor, shape, block):
+    """A TMA descriptor over ``t``'s leading ``shape`` (with ``t``'s strides) moving ``block``-shaped tiles;
+    elements past ``shape`` read as zero, so the descriptor's bounds do what a load mask does."""
+    return TensorDescriptor(t, list(shape), list(t.stride()), list(block))
+
+
+@triton.jit
+def tma_weight_block(w_desc, expert, k, first_col, W_K_MAJOR: tl.constexpr, BLOCK_K: tl.constexpr,
+                     BLOCK_N: tl.constexpr):
+    """The ``[BLOCK_K, BLOCK_N]`` MMA operand ``W[expert][k:, first_col:]`` through a 3-D descriptor of a
+    per-expert weight (block ``[1, ., .]``: a tile never reaches into the next expert; zeros past the edges).
+
+    ``W_K_MAJOR``: the weight is stored ``[E, N, K]`` (nn.Linear: the forward), so the tile is loaded ``[N, K]``
+    and used transposed (wgmma reads it K-major from shared memory, no data moves); else ``[E, K, N]``.
+    """
+    if W_K_MAJOR:
+        return tl.trans(tl.reshape(w_desc.load([expert, first_col, k]), (BLOCK_N, BLOCK_K)))
+    else:
+        return tl.reshape(w_desc.load([expert, k, first_col]), (BLOCK_K, BLOCK_N))
+
+
+# --------------------------------------------------------------------------------------------------------
 # Fixed tile configurations (no autotuning: reproducible runs)
 # --------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -137,7 +187,10 @@ class TileConfig:
 
     ``block_m`` x ``block_n`` is the output tile and ``block_k`` the reduction step (for the weight-gradient
     kernel: ``block_m`` x ``block_n`` tile of dW, ``block_k`` rows per step). ``group_m``: row tiles per
-    L2 group (:func:`grouped_program_order`).
+    L2 group (:func:`grouped_program_order`). ``tma``: load the GEMM operands with Hopper's tensor memory
+    accelerator (host-side tensor descriptors) instead of per-thread pointer loads, where the kernel supports
+    it (the grouped GEMMs of :mod:`.grouped_gemm`) and the operands are 16-byte aligned; it changes how tiles
+    reach shared memory, not the arithmetic.
     """
 
     block_m: int
@@ -146,6 +199,7 @@ class TileConfig:
     group_m: int = 8
     num_warps: int = 8
     num_stages: int = 3
+    tma: bool = False
 
 
 def _pow2_at_least(n: int, floor: int = 16) -> int:
@@ -154,7 +208,8 @@ def _pow2_at_least(n: int, floor: int = 16) -> int:
 
 # Hopper, bf16 operands. 128-row tiles match the schedule's default expert padding (one expert per tile);
 # K steps of 64 bf16 = 128 bytes per row feed the 128-byte shared-memory swizzle. See each kernel's docstring
-# for why its N width was chosen.
+# for why its N width was chosen. Switching a default is one line here; experiments/tune_triton.py measures
+# the candidates on the H200.
 # Register use was read from ptxas (offline sm_90 compiles): every entry runs without spills.
 _GPU_BF16 = {
     "gate_up_swiglu": TileConfig(128, 128, 64, 8, 8, 3),   # block_n per gate and per up: 256 output columns
@@ -168,6 +223,81 @@ _GPU_FP32 = {name: TileConfig(64, 64, 32, 8, 4, 2) for name in _GPU_BF16}
 _GPU_FP32["gate_up_swiglu"] = TileConfig(64, 32, 32, 8, 4, 2)
 
 
+# --------------------------------------------------------------------------------------------------------
+# Overrides (experiments only: the defaults above are what mok runs)
+# --------------------------------------------------------------------------------------------------------
+_FIELDS = tuple(f.name for f in dataclasses.fields(TileConfig))
+_OVERRIDES: dict[str, dict] = {}
+
+
+def _override_fields(kernel: str, value) -> dict:
+    """One override entry as ``{field: value}``: a TileConfig, a dict of fields, or a list in field order."""
+    if kernel != "*" and kernel not in _GPU_BF16:
+        raise ValueError(f"config override for unknown kernel {kernel!r}; known: {sorted(_GPU_BF16)} or '*'")
+    if isinstance(value, TileConfig):
+        return dataclasses.asdict(value)
+    if isinstance(value, (list, tuple)):
+        if not 3 <= len(value) <= len(_FIELDS):
+            raise ValueError(f"config override for {kernel!r}: a list needs 3..{len(_FIELDS)} values {_FIELDS}")
+        value = dict(zip(_FIELDS, value))
+    if not isinstance(value, Mapping) or not set(value) <= set(_FIELDS):
+        raise ValueError(f"config override for {kernel!r}: expected fields of {_FIELDS}, got {value!r}")
+    return dict(value)
+
+
+def parse_config_overrides(text: str) -> dict[str, dict]:
+    """Overrides from JSON text: ``{kernel: fields}`` where ``kernel`` is a name of the config table (or
+    ``"*"`` for every kernel) and ``fields`` a dict of :class:`TileConfig` fields or a list in field order,
+    e.g. ``{"wgrad": [128, 256, 64, 8, 8, 3, true], "*": {"tma": true}}``."""
+    raw = json.loads(text) if text.strip() else {}
+    if not isinstance(raw, Mapping):
+        raise ValueError("MOK_TRITON_CONFIGS must be a JSON object {kernel: config}")
+    return {str(kernel): _override_fields(kernel, value) for kernel, value in raw.items()}
+
+
+@contextlib.contextmanager
+def override_configs(overrides: Mapping[str, object]) -> Iterator[None]:
+    """Run the enclosed code with some kernels' configurations replaced (fields of a :class:`TileConfig`,
+    a whole TileConfig, or a list in field order; ``"*"`` applies to every kernel, a named entry wins).
+
+    The usual clamping still applies (``block_m`` never exceeds the schedule tile, ...). A configuration
+    picked inside the block must be picked inside it again wherever its shape matters later (e.g. the number
+    of router-gradient partials of the down dgrad): run a whole forward and backward inside one block.
+    """
+    parsed = {str(kernel): _override_fields(kernel, value) for kernel, value in overrides.items()}
+    previous = dict(_OVERRIDES)
+    _OVERRIDES.update(parsed)
+    try:
+        yield
+    finally:
+        _OVERRIDES.clear()
+        _OVERRIDES.update(previous)
+
+
+def active_overrides() -> dict[str, dict]:
+    """The overrides in force (a copy)."""
+    return {kernel: dict(fields) for kernel, fields in _OVERRIDES.items()}
+
+
+def _with_overrides(kernel: str, cfg: TileConfig) -> TileConfig:
+    fields = {**_OVERRIDES.get("*", {}), **_OVERRIDES.get(kernel, {})}
+    return dataclasses.replace(cfg, **fields) if fields else cfg
+
+
+_OVERRIDES.update(parse_config_overrides(os.environ.get("MOK_TRITON_CONFIGS", "")))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Configuration lookup
+# --------------------------------------------------------------------------------------------------------
+def default_config(kernel: str, dtype: torch.dtype) -> TileConfig:
+    """The table entry of ``kernel`` on the GPU (before overrides and clamping to the problem)."""
+    table = _GPU_FP32 if dtype == torch.float32 else _GPU_BF16
+    if kernel not in table:
+        raise KeyError(f"no tile configuration for kernel {kernel!r}; known: {sorted(table)}")
+    return table[kernel]
+
+
 def gemm_config(kernel: str, dtype: torch.dtype, tile_rows: int, n: int, k: int) -> TileConfig:
     """The fixed configuration of ``kernel`` for an ``n``-wide output with a ``k``-deep reduction.
 
@@ -178,21 +308,22 @@ def gemm_config(kernel: str, dtype: torch.dtype, tile_rows: int, n: int, k: int)
     if INTERPRETING:
         cfg = TileConfig(tile_rows, min(_pow2_at_least(n), 128), min(_pow2_at_least(k), 128), 4, 4, 1)
     else:
-        table = _GPU_FP32 if dtype == torch.float32 else _GPU_BF16
-        cfg = table[kernel]
-        cfg = TileConfig(min(cfg.block_m, tile_rows), min(cfg.block_n, _pow2_at_least(n)),
-                         min(cfg.block_k, _pow2_at_least(k)), cfg.group_m, cfg.num_warps, cfg.num_stages)
-    return cfg
+        cfg = default_config(kernel, dtype)
+    cfg = _with_overrides(kernel, cfg)
+    return dataclasses.replace(cfg, block_m=min(cfg.block_m, tile_rows),
+                               block_n=min(cfg.block_n, _pow2_at_least(n)), block_k=min(cfg.block_k, _pow2_at_least(k)))
 
 
 def wgrad_config(dtype: torch.dtype, tile_rows: int, p: int, q: int) -> TileConfig:
     """The weight-gradient kernel's configuration: a ``block_m`` x ``block_n`` block of a ``[P, Q]`` dW per
     program, ``block_k`` rows per MMA step (never more than a schedule tile, so a step stays in one tile)."""
     if INTERPRETING:
-        return TileConfig(min(_pow2_at_least(p), 128), min(_pow2_at_least(q), 128), tile_rows, 4, 4, 1)
-    cfg = (_GPU_FP32 if dtype == torch.float32 else _GPU_BF16)["wgrad"]
-    return TileConfig(min(cfg.block_m, _pow2_at_least(p)), min(cfg.block_n, _pow2_at_least(q)),
-                      min(cfg.block_k, tile_rows), cfg.group_m, cfg.num_warps, cfg.num_stages)
+        cfg = TileConfig(min(_pow2_at_least(p), 128), min(_pow2_at_least(q), 128), tile_rows, 4, 4, 1)
+    else:
+        cfg = default_config("wgrad", dtype)
+    cfg = _with_overrides("wgrad", cfg)
+    return dataclasses.replace(cfg, block_m=min(cfg.block_m, _pow2_at_least(p)),
+                               block_n=min(cfg.block_n, _pow2_at_least(q)), block_k=min(cfg.block_k, tile_rows))
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -30,7 +30,20 @@ Tiling and order
     so across minibatches the chain continues in the same global order, through an fp32 buffer between
     launches (an exact round trip). Every expert's chain is therefore the same sequence of operations for any
     ring size or EP degree (segments list the same rows in the same order for any EP degree), without
-    split-K or atomics. Hopper bf16: 128 x 128 blocks of dW, 64 rows per step, 8 warps, 3 stages.
+    split-K or atomics. Hopper bf16: 128 x 128 blocks of dW, 64 rows per step, 8 warps, 3 stages. Both
+    operands are row-major in memory and the MMA wants G^T: G is loaded as ``[P, R]`` straight from its rows
+    (consecutive P are consecutive addresses, so the loads coalesce) and wgmma reads the tile MN-major from
+    shared memory; nothing is transposed in registers.
+
+Operand loads
+    With ``TileConfig.tma`` (:mod:`mok.triton_ref._common`) the operand tiles travel by Hopper's tensor
+    memory accelerator from host-built tensor descriptors: one instruction per tile instead of per-thread
+    address arithmetic (fewer registers, no address math in the main loop). The descriptors' bounds replace
+    the masks (out-of-bounds elements read as zero), so a descriptor names exactly what the pointer path reads:
+    the window's rows, one K phase of A, one expert of W (a 3-D ``[E_local, ., .]`` descriptor, so a block
+    never spills into the next expert). It changes how tiles reach shared memory, not the products or their
+    order. Operands that TMA cannot address (a base or row stride not a multiple of 16 bytes) fall back to
+    pointer loads.
 """
 
 from __future__ import annotations
@@ -41,7 +54,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device, gemm_config, grouped_program_order, mma, round_to, tl_dtype, wgrad_config
+from ._common import (TileConfig, check_device, gemm_config, grouped_program_order, mma, round_to, tl_dtype,
+                      tma_capable, tma_descriptor, tma_weight_block, wgrad_config)
 from .push_combine import SlotPush, push_tile_in_halves
 
 
@@ -53,11 +67,13 @@ def _grouped_gemm_kernel(
     a_ptr, stride_am,                        # A: [n_rows, K1 + K2] (unit column stride)
     w1_ptr, w2_ptr,                          # W_1, W_2: [E_local, ...]; W_i[e][k, n] at e*swe + k*swk + n*swn
     stride_we, stride_wk, stride_wn,
+    a1_desc, a2_desc, w1_desc, w2_desc,      # USE_TMA: descriptors of A[:, :K1], A[:, K1:], W_1, W_2
     tile_expert_ptr,                         # int32 [n_rows // TILE_ROWS]: local expert per tile, -1 = unused
     out_ptr, stride_om,                      # store epilogue: [n_rows, N]
     src_rank_ptr, src_slot_ptr, slot_ptr_table, slot_stride,   # push epilogue
     n_rows, N, K1, K2,
     TILE_ROWS: tl.constexpr, PUSH: tl.constexpr, OUT_DTYPE: tl.constexpr, SLOTS_ALIGNED: tl.constexpr,
+    USE_TMA: tl.constexpr, W_K_MAJOR: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     # ---- which tile, which expert --------------------------------------------------------------------
@@ -78,17 +94,25 @@ def _grouped_gemm_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     w1 = w1_ptr + expert_offset + cols[None, :] * stride_wn
     for k in range(0, K1, BLOCK_K):
-        k_ok = (k + ks) < K1
-        a = tl.load(a_rows + (k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        w = tl.load(w1 + (k + ks)[:, None] * stride_wk, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        if USE_TMA:
+            a = a1_desc.load([pid_m * BLOCK_M, k])
+            w = tma_weight_block(w1_desc, expert, k, pid_n * BLOCK_N, W_K_MAJOR, BLOCK_K, BLOCK_N)
+        else:
+            k_ok = (k + ks) < K1
+            a = tl.load(a_rows + (k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            w = tl.load(w1 + (k + ks)[:, None] * stride_wk, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
         acc = mma(a, w, acc)
 
     # ---- main loop, phase 2: A[:, K1:K1+K2] @ W_2[e] (same chain; empty when K2 == 0) -----------------
     w2 = w2_ptr + expert_offset + cols[None, :] * stride_wn
     for k in range(0, K2, BLOCK_K):
-        k_ok = (k + ks) < K2
-        a = tl.load(a_rows + (K1 + k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        w = tl.load(w2 + (k + ks)[:, None] * stride_wk, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        if USE_TMA:
+            a = a2_desc.load([pid_m * BLOCK_M, k])
+            w = tma_weight_block(w2_desc, expert, k, pid_n * BLOCK_N, W_K_MAJOR, BLOCK_K, BLOCK_N)
+        else:
+            k_ok = (k + ks) < K2
+            a = tl.load(a_rows + (K1 + k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            w = tl.load(w2 + (k + ks)[:, None] * stride_wk, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
         acc = mma(a, w, acc)
 
     # ---- epilogue: one rounding to the output dtype, stored locally or pushed to the source rank ------
@@ -109,8 +133,20 @@ def _check_window(a: torch.Tensor, n_rows: int, tile_expert: torch.Tensor, tile_
         raise ValueError("tile_expert must be int32 with one entry per schedule tile of the window")
 
 
+def _gemm_descriptors(cfg: TileConfig, a: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, n_rows: int,
+                      k1: int, k2: int, w_k_major: bool):
+    """The four TMA descriptors of a forward/dgrad launch, or None where TMA is off or cannot be used."""
+    if not cfg.tma or not tma_capable(a, w1, w2, a[:, k1:] if k2 else a):
+        return None
+    a_block = (cfg.block_m, cfg.block_k)
+    w_block = (1, cfg.block_n, cfg.block_k) if w_k_major else (1, cfg.block_k, cfg.block_n)
+    a1 = tma_descriptor(a, (n_rows, k1), a_block)
+    a2 = tma_descriptor(a[:, k1:], (n_rows, k2), a_block) if k2 else a1
+    return a1, a2, tma_descriptor(w1, w1.shape, w_block), tma_descriptor(w2, w2.shape, w_block)
+
+
 def _launch(kernel_name: str, a, w1, w2, strides, n_rows: int, n: int, k1: int, k2: int, tile_expert,
-            tile_rows: int, out, push: SlotPush | None, out_dtype: torch.dtype) -> None:
+            tile_rows: int, out, push: SlotPush | None, out_dtype: torch.dtype, w_k_major: bool) -> None:
     cfg = gemm_config(kernel_name, a.dtype, tile_rows, n, k1 + k2)
     grid = (triton.cdiv(n_rows, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
     if push is not None:
@@ -120,10 +156,12 @@ def _launch(kernel_name: str, a, w1, w2, strides, n_rows: int, n: int, k1: int, 
     else:
         push_args = (tile_expert, tile_expert, tile_expert, 0)  # unused
         out_args = (out, out.stride(0))
+    descriptors = _gemm_descriptors(cfg, a, w1, w2, n_rows, k1, k2, w_k_major)
     _grouped_gemm_kernel[grid](
-        a, a.stride(0), w1, w2, *strides, tile_expert, *out_args, *push_args, n_rows, n, k1, k2,
+        a, a.stride(0), w1, w2, *strides, *(descriptors or (a, a, w1, w2)), tile_expert, *out_args, *push_args,
+        n_rows, n, k1, k2,
         TILE_ROWS=tile_rows, PUSH=push is not None, OUT_DTYPE=tl_dtype(out_dtype),
-        SLOTS_ALIGNED=push is not None and push.aligned,
+        SLOTS_ALIGNED=push is not None and push.aligned, USE_TMA=descriptors is not None, W_K_MAJOR=w_k_major,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
@@ -164,7 +202,7 @@ def grouped_gemm_forward(a: torch.Tensor, w: torch.Tensor, tile_expert: torch.Te
     out_dtype = _output(out, push, a, n_rows, n)
     # W[e][k, n] at e*N*K + n*K + k
     _launch("down_forward", a, w, w, (w.stride(0), w.stride(2), w.stride(1)), n_rows, n, k, 0, tile_expert,
-            tile_rows, out, push, out_dtype)
+            tile_rows, out, push, out_dtype, w_k_major=True)
 
 
 def grouped_gemm_dgrad(a: torch.Tensor, ws: Sequence[torch.Tensor], tile_expert: torch.Tensor, tile_rows: int, *,
@@ -191,7 +229,7 @@ def grouped_gemm_dgrad(a: torch.Tensor, ws: Sequence[torch.Tensor], tile_expert:
     out_dtype = _output(out, push, a, n_rows, n)
     # W_i[e][k, n] at e*K*N + k*N + n
     _launch("dx_dgrad", a, w1, w2, (w1.stride(0), w1.stride(1), w1.stride(2)), n_rows, n, k_each,
-            k_each if len(ws) == 2 else 0, tile_expert, tile_rows, out, push, out_dtype)
+            k_each if len(ws) == 2 else 0, tile_expert, tile_rows, out, push, out_dtype, w_k_major=False)
 
 
 # ========================================================================================================
@@ -201,13 +239,14 @@ def grouped_gemm_dgrad(a: torch.Tensor, ws: Sequence[torch.Tensor], tile_expert:
 def _grouped_wgrad_kernel(
     g_ptr, stride_g,                 # G: [n_rows, P] window rows (unit column stride)
     a_ptr, stride_a,                 # A: [n_rows, Q] window rows (unit column stride)
+    g_desc, a_desc,                  # USE_TMA: descriptors of G and A ([BLOCK_R, BLOCK_P] / [BLOCK_R, BLOCK_Q])
     out_ptr, stride_oe, stride_op,   # dW: [E_local, P, Q] in the weight dtype (written when store_final)
     chain_ptr,                       # fp32 [E_local, P, Q] contiguous: the running sum between windows
     segment_offsets_ptr,             # int32 [E_local + 1]: the rank's padded segments (table rows)
     window_start, window_end,        # the window's table rows
     load_chain, store_final,         # runtime flags: continue a chain / finish it
     P, Q,
-    TILE_ROWS: tl.constexpr, OUT_DTYPE: tl.constexpr,
+    TILE_ROWS: tl.constexpr, OUT_DTYPE: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_R: tl.constexpr, GROUP_P: tl.constexpr,
 ):
     # ---- which expert, which dW block, which tiles ---------------------------------------------------
@@ -224,30 +263,38 @@ def _grouped_wgrad_kernel(
     p_ok = ps < P
     q_ok = qs < Q
     pq_mask = p_ok[:, None] & q_ok[None, :]
-    block = expert.to(tl.int64) * P * Q + ps.to(tl.int64)[:, None] * Q + qs[None, :]
+    # NOTE: one expert's dW has fewer than 2^31 elements (checked on the host): a 64-bit base per program and
+    # 32-bit offsets per element keep the epilogue's addresses out of the register budget of the main loop.
+    chain_base = chain_ptr + expert.to(tl.int64) * P * Q
+    block = ps[:, None] * Q + qs[None, :]
 
     # ---- start the chain: zeros, or the fp32 running sum of the windows already visited --------------
     acc = tl.zeros((BLOCK_P, BLOCK_Q), tl.float32)
     if load_chain != 0:
         # NOTE: .to() keeps one type on both branches: when no chain buffer exists, chain_ptr aliases `out`
         # (a bf16 pointer) and this branch is compiled, though never taken.
-        acc = tl.load(chain_ptr + block, mask=pq_mask, other=0.0).to(tl.float32)
+        acc = tl.load(chain_base + block, mask=pq_mask, other=0.0).to(tl.float32)
 
     # ---- tiles in descending order, BLOCK_R rows per step (ascending inside a tile) --------------------
     rs = tl.arange(0, BLOCK_R)
     for step in range(steps):
         tile_first_row = last - (step // (TILE_ROWS // BLOCK_R) + 1) * TILE_ROWS
-        rows = (tile_first_row - window_start + (step % (TILE_ROWS // BLOCK_R)) * BLOCK_R + rs).to(tl.int64)
-        g_t = tl.load(g_ptr + rows[None, :] * stride_g + ps[:, None], mask=p_ok[:, None], other=0.0)  # [P, R]
-        a = tl.load(a_ptr + rows[:, None] * stride_a + qs[None, :], mask=q_ok[None, :], other=0.0)    # [R, Q]
+        first_row = tile_first_row - window_start + (step % (TILE_ROWS // BLOCK_R)) * BLOCK_R
+        if USE_TMA:
+            g_t = tl.trans(g_desc.load([first_row, pid_p * BLOCK_P]))    # [P, R]: a transposed view in smem
+            a = a_desc.load([first_row, pid_q * BLOCK_Q])                # [R, Q]
+        else:
+            rows = (first_row + rs).to(tl.int64)
+            g_t = tl.load(g_ptr + rows[None, :] * stride_g + ps[:, None], mask=p_ok[:, None], other=0.0)  # [P, R]
+            a = tl.load(a_ptr + rows[:, None] * stride_a + qs[None, :], mask=q_ok[None, :], other=0.0)    # [R, Q]
         acc = mma(g_t, a, acc)
 
     # ---- finish: the weight dtype, or keep the fp32 running sum for the next window -------------------
     if store_final != 0:
-        out = out_ptr + expert.to(tl.int64) * stride_oe + ps.to(tl.int64)[:, None] * stride_op + qs[None, :]
+        out = out_ptr + expert.to(tl.int64) * stride_oe + (ps[:, None] * stride_op + qs[None, :])
         tl.store(out, round_to(acc, OUT_DTYPE), mask=pq_mask)
     else:
-        tl.store(chain_ptr + block, acc, mask=pq_mask)
+        tl.store(chain_base + block, acc, mask=pq_mask)
 
 
 def grouped_wgrad(g: torch.Tensor, a: torch.Tensor, segment_offsets: torch.Tensor, window_start: int,
@@ -283,15 +330,20 @@ def grouped_wgrad(g: torch.Tensor, a: torch.Tensor, segment_offsets: torch.Tenso
         raise ValueError("this window continues or leaves a running sum: chain must be fp32 [E_local, P, Q]")
     if g.dtype != a.dtype:
         raise TypeError(f"G ({g.dtype}) and A ({a.dtype}) must share a dtype")
+    if p * max(q, out.stride(1)) >= 2**31:
+        raise ValueError(f"one expert's dW [{p}, {q}] must have fewer than 2^31 elements (32-bit offsets)")
     check_device(g, a, out, segment_offsets)
     if local_experts == 0:
         return
     cfg = wgrad_config(a.dtype, tile_rows, p, q)
     grid = (triton.cdiv(p, cfg.block_m) * triton.cdiv(q, cfg.block_n), local_experts)
+    use_tma = cfg.tma and n_rows > 0 and tma_capable(g, a)
+    descriptors = ((tma_descriptor(g, (n_rows, p), (cfg.block_k, cfg.block_m)),
+                    tma_descriptor(a, (n_rows, q), (cfg.block_k, cfg.block_n))) if use_tma else (g, a))
     _grouped_wgrad_kernel[grid](
-        g, g.stride(0), a, a.stride(0), out, out.stride(0), out.stride(1),
+        g, g.stride(0), a, a.stride(0), *descriptors, out, out.stride(0), out.stride(1),
         chain if chain is not None else out, segment_offsets, window_start, window_start + n_rows,
         int(load_chain), int(store_final), p, q,
-        TILE_ROWS=tile_rows, OUT_DTYPE=tl_dtype(out.dtype),
+        TILE_ROWS=tile_rows, OUT_DTYPE=tl_dtype(out.dtype), USE_TMA=use_tma,
         BLOCK_P=cfg.block_m, BLOCK_Q=cfg.block_n, BLOCK_R=cfg.block_k, GROUP_P=cfg.group_m,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)

@@ -30,38 +30,73 @@ combine           push (MoK) expert side   src_rank, src_slot    y[me][row]    -
 combine           pull       source side   dest_rank, dest_row   y[dest][row]  -> slots[me][slot]
 ================  =========  ============  ====================  ==============================================
 
+Which ranks one launch drives
+-----------------------------
+A launch runs the programs of a list of ranks (``ranks``, an int32 tensor the programs index): every rank when
+the ranks are emulated in one process (one launch moves everything), or the process's own rank across GPUs
+(``peers.local_ranks``: each GPU launches its rank's programs, and they meet only in each other's memory).
+
 Completion signalling (``SIGNAL``)
 ----------------------------------
 * **Push** needs the receiver to learn when every sender has finished writing into it: each program, after its
   stores (and a CTA barrier), adds the number of rows it delivered to each destination to that destination's
-  arrival counter with a *release* atomic; one receiver program per rank spins (*acquire*) until its counter
-  reaches the rows it expects. These receiver programs come last in the grid, after every sender.
-* **Pull** needs only that the source's buffer is ready: one publisher program per rank sets its ready flag
-  (*release*), and each reading program waits (*acquire*) on the flags of the ranks its rows name. Publishers
-  come first in the grid. In a real layer the flag is set long before by whatever produced the buffer.
-Counters and flags are compared with an epoch that grows every call, so nothing is reset between calls. Every
-spin is bounded by ``MAX_SPINS``; a wait that gives up increments a time-out counter that
-:meth:`SignalState.check` turns into an error.
+  arrival counter with a *release* atomic; one receiver program per launched rank spins (*acquire*) until its
+  counter reaches the rows it expects. These receiver programs come last in the grid, after every sender.
+* **Pull** needs only that the source's buffer is ready: one publisher program per launched rank sets its ready
+  flag (*release*), and each reading program waits (*acquire*) on the flags of the ranks its rows name.
+  Publishers come first in the grid. In a real layer the flag is set long before by whatever produced the
+  buffer.
+
+Where the signals live: every rank owns ``SIGNAL_WORDS`` int64 words (arrival counter, arrival target, ready
+flag, time-outs) in a :class:`~mok.comm.PeerBuffer` (:class:`SignalState`), so a program reaches a peer's
+counter or flag through the buffer's ``ptr_table``, exactly as it reaches a peer's rows: a push's arrival
+atomics and a pull's flag polls are remote atomics over NVLink on real GPUs, local ones when emulated. Each
+receiver keeps its own target (the running sum of the rows every push so far should have delivered to it) and
+raises it by ``expected[rank]`` itself, so a call launches one kernel and nothing else. Counters, targets and
+flags only grow (flags are compared with an epoch that grows every call), so nothing is reset between calls.
+Every spin is bounded by ``MAX_SPINS``; a wait that gives up increments its rank's time-out word, which
+:meth:`SignalState.check` turns into an error. NOTE: because counters are cumulative, a receiver can be
+released by a *later* call's arrivals while an earlier call's slowest sender is still writing; a run of
+back-to-back calls is complete when its last wait returns (what timing needs), but a caller that reuses a
+buffer per call needs the calls separated (a barrier, or a "slot free" signal back).
+
+Memory scope (``SCOPE``): the release and acquire atomics use scope ``"gpu"`` when one launch drives every rank
+(emulated ranks on one device: every signalling thread is on this GPU) and ``"sys"`` otherwise. In the PTX
+memory model a release/acquire pair synchronises only if each side's scope includes the other thread, and the
+only scope that includes threads of *another GPU* is ``.sys`` (``.gpu`` covers one device). So across GPUs a
+push's "rows delivered" and a pull's "buffer ready" must be ``.sys`` (as PyTorch symmetric memory's own signal
+pads are); it costs a system-scope fence per signal, which the signal-only variant measures.
 
 ``MOVE_DATA=False`` keeps only the signalling: its time is the signalling latency on this machine.
 
-On one GPU the ranks are emulated, so the "link" is HBM and L2: bandwidths here are memory-system numbers, not
-NVLink numbers, and the push/pull asymmetry that MoK measured on NVLink lanes cannot show up as such.
+Emulated ranks (one launch, one GPU): the "link" is HBM and L2, so bandwidths are memory-system numbers, not
+NVLink numbers, and the push/pull asymmetry that MoK measured on NVLink lanes cannot show up as such. Across
+GPUs (``python -m mok.dist_cli bench`` under torchrun) the same kernel moves rows over NVLink.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import torch
 import triton
 import triton.language as tl
 
-from ..comm import PeerBuffer
+from ..comm import EmulatedPeers, PeerBuffer, PeerGroup
 from ..schedule import Schedule
 
 DIRECTIONS = ("pull", "push")
+SCOPES = ("gpu", "sys")
+
+# Each rank's signal words (int64, in a PeerBuffer of shape [SIGNAL_WORDS] per rank).
+ARRIVALS = tl.constexpr(0)   # rows delivered to this rank by pushes so far (peers add to it)
+TARGET = tl.constexpr(1)     # rows every push so far should have delivered (this rank's receiver raises it)
+READY = tl.constexpr(2)      # the last epoch this rank published as "buffer ready" (peers poll it)
+TIMEOUTS = tl.constexpr(3)   # this rank's waits that gave up (must stay 0)
+SIGNAL_WORDS = 4
 
 
 def _interpreting() -> bool:
@@ -72,52 +107,64 @@ def _interpreting() -> bool:
 # Device helpers: one per role
 # ----------------------------------------------------------------------------------------------------------
 @triton.jit
-def _publish_ready(ready_ptr, rank, epoch):
-    """Pull's only signal: "my buffer is ready for peers to read", a release store of the epoch."""
-    tl.atomic_xchg(ready_ptr + rank, epoch, sem="release", scope="gpu")
+def _signal_words(signal_ptrs, rank):
+    """Pointer to rank ``rank``'s signal words (``rank`` a scalar or a block), local or a peer's."""
+    return tl.load(signal_ptrs + rank).to(tl.pointer_type(tl.int64))
 
 
 @triton.jit
-def _wait_ready(ready_ptr, timeouts_ptr, peer_rank, real, epoch, MAX_SPINS: tl.constexpr):
+def _publish_ready(signal_ptrs, rank, epoch, SCOPE: tl.constexpr):
+    """Pull's only signal: "my buffer is ready for peers to read", a release store of the epoch."""
+    tl.atomic_xchg(_signal_words(signal_ptrs, rank) + READY, epoch, sem="release", scope=SCOPE)
+
+
+@triton.jit
+def _wait_ready(signal_ptrs, rank, peer_rank, real, epoch, MAX_SPINS: tl.constexpr, SCOPE: tl.constexpr):
     """Spin (acquire) until every rank named by ``peer_rank`` (where ``real``) has published ``epoch``."""
-    seen = tl.where(real, tl.atomic_add(ready_ptr + peer_rank, 0, mask=real, sem="acquire", scope="gpu"), epoch)
+    flags = _signal_words(signal_ptrs, tl.maximum(peer_rank, 0)) + READY
+    seen = tl.where(real, tl.atomic_add(flags, 0, mask=real, sem="acquire", scope=SCOPE), epoch)
     spins = 0
     while (tl.min(seen, axis=0) < epoch) & (spins < MAX_SPINS):
-        seen = tl.where(real, tl.atomic_add(ready_ptr + peer_rank, 0, mask=real, sem="acquire", scope="gpu"), epoch)
+        seen = tl.where(real, tl.atomic_add(flags, 0, mask=real, sem="acquire", scope=SCOPE), epoch)
         spins += 1
     if tl.min(seen, axis=0) < epoch:
-        tl.atomic_add(timeouts_ptr, 1)
+        tl.atomic_add(_signal_words(signal_ptrs, rank) + TIMEOUTS, 1)
 
 
 @triton.jit
-def _count_arrivals(arrivals_ptr, peer_rank, real, R: tl.constexpr, R_POW2: tl.constexpr):
+def _count_arrivals(signal_ptrs, peer_rank, real, R: tl.constexpr, R_POW2: tl.constexpr, SCOPE: tl.constexpr):
     """Push's signal: after this program's stores, add the rows it delivered to each destination's counter."""
     ranks = tl.arange(0, R_POW2)
     counts = tl.sum(((peer_rank[:, None] == ranks[None, :]) & real[:, None]).to(tl.int64), axis=0)
+    counters = _signal_words(signal_ptrs, tl.minimum(ranks, R - 1)) + ARRIVALS
     # NOTE: the barrier orders every thread's data stores before the release atomics that publish them.
     tl.debug_barrier()
-    tl.atomic_add(arrivals_ptr + ranks, counts, mask=(ranks < R) & (counts > 0), sem="release", scope="gpu")
+    tl.atomic_add(counters, counts, mask=(ranks < R) & (counts > 0), sem="release", scope=SCOPE)
 
 
 @triton.jit
-def _wait_arrivals(arrivals_ptr, target_ptr, timeouts_ptr, rank, MAX_SPINS: tl.constexpr):
-    """The push receiver: spin (acquire) until the counter reaches ``target[rank]``, the rows every push so far
-    should have delivered to this rank."""
-    target = tl.load(target_ptr + rank)
-    seen = tl.atomic_add(arrivals_ptr + rank, 0, sem="acquire", scope="gpu")
+def _wait_arrivals(signal_ptrs, expected_ptr, rank, MAX_SPINS: tl.constexpr, SCOPE: tl.constexpr):
+    """The push receiver of ``rank``: raise its target by the rows this call delivers to it, then spin
+    (acquire) until its arrival counter reaches the target."""
+    words = _signal_words(signal_ptrs, rank)
+    # Only this program touches the target (one receiver per rank per call; calls are stream-ordered).
+    target = tl.load(words + TARGET) + tl.load(expected_ptr + rank)
+    tl.store(words + TARGET, target)
+    seen = tl.atomic_add(words + ARRIVALS, 0, sem="acquire", scope=SCOPE)
     spins = 0
     while (seen < target) & (spins < MAX_SPINS):
-        seen = tl.atomic_add(arrivals_ptr + rank, 0, sem="acquire", scope="gpu")
+        seen = tl.atomic_add(words + ARRIVALS, 0, sem="acquire", scope=SCOPE)
         spins += 1
     if seen < target:
-        tl.atomic_add(timeouts_ptr, 1)
+        tl.atomic_add(words + TIMEOUTS, 1)
 
 
 @triton.jit
-def _block_rows(data_pid, peer_rank_ptr, peer_row_ptr, N, BLOCK_ROWS: tl.constexpr):
-    """This program's rank, its rows, and the peer (rank, row) of each; ``real`` is False on padding."""
+def _block_rows(data_pid, ranks_ptr, peer_rank_ptr, peer_row_ptr, N, BLOCK_ROWS: tl.constexpr):
+    """This program's rank (from the launched ranks), its rows, and the peer (rank, row) of each; ``real`` is
+    False on padding."""
     blocks_per_rank = tl.cdiv(N, BLOCK_ROWS)
-    rank = data_pid // blocks_per_rank
+    rank = tl.load(ranks_ptr + data_pid // blocks_per_rank)
     rows = (data_pid % blocks_per_rank) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     in_range = rows < N
     peer_rank = tl.load(peer_rank_ptr + rank * N + rows, mask=in_range, other=-1)
@@ -157,39 +204,42 @@ def _move_rows(own_ptrs, peer_ptrs, base_ptr, base_addr, rank, rows, peer_rank, 
 @triton.jit
 def _transfer_rows_kernel(
         own_ptrs, peer_ptrs,                # int64 [R]: base address of the own / peer buffer on each rank
-        base_ptr, base_addr,                # own rank 0's buffer and its address: rows are offsets from it
+        base_ptr, base_addr,                # the first launched rank's own buffer and its address: rows are
+                                            # element offsets from it
+        ranks_ptr, n_ranks,                 # int32 [n_ranks]: the ranks whose programs this launch runs
         peer_rank_ptr, peer_row_ptr,        # int32 [R, N]: the peer (rank, row) of each own row; rank -1 = skip
-        arrivals_ptr, target_ptr,           # int64 [R]: push arrival counters; rows expected so far
-        ready_ptr, timeouts_ptr,            # int32 [R]: pull ready flags; int32 [1]: waits that gave up
+        signal_ptrs, expected_ptr,          # int64 [R]: each rank's signal words; int64 [R] rows each rank
+                                            # receives per push call
         epoch, N, H, own_stride, peer_stride,
         R: tl.constexpr, R_POW2: tl.constexpr, OWN_DIV: tl.constexpr, PEER_DIV: tl.constexpr,
-        PULL: tl.constexpr, SIGNAL: tl.constexpr, MOVE_DATA: tl.constexpr,
+        PULL: tl.constexpr, SIGNAL: tl.constexpr, MOVE_DATA: tl.constexpr, SCOPE: tl.constexpr,
         BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, MAX_SPINS: tl.constexpr):
     pid = tl.program_id(0)
-    n_data = R * tl.cdiv(N, BLOCK_ROWS)
-    # ---- roles: [publishers (pull+signal)] [data programs] [receivers (push+signal)] ----
+    n_data = n_ranks * tl.cdiv(N, BLOCK_ROWS)
+    # ---- roles: [publishers (pull+signal)] [data programs] [receivers (push+signal)], per launched rank ----
     if SIGNAL and PULL:
-        if pid < R:
-            _publish_ready(ready_ptr, pid, epoch)
+        if pid < n_ranks:
+            _publish_ready(signal_ptrs, tl.load(ranks_ptr + pid), epoch, SCOPE)
         else:
-            rank, rows, peer_rank, peer_row, real = _block_rows(pid - R, peer_rank_ptr, peer_row_ptr, N,
-                                                                BLOCK_ROWS)
-            _wait_ready(ready_ptr, timeouts_ptr, peer_rank, real, epoch, MAX_SPINS)
+            rank, rows, peer_rank, peer_row, real = _block_rows(pid - n_ranks, ranks_ptr, peer_rank_ptr,
+                                                                peer_row_ptr, N, BLOCK_ROWS)
+            _wait_ready(signal_ptrs, rank, peer_rank, real, epoch, MAX_SPINS, SCOPE)
             if MOVE_DATA:
                 _move_rows(own_ptrs, peer_ptrs, base_ptr, base_addr, rank, rows, peer_rank, peer_row, real, H,
                            own_stride, peer_stride, OWN_DIV, PEER_DIV, PULL, BLOCK_COLS)
     elif SIGNAL:
         if pid < n_data:
-            rank, rows, peer_rank, peer_row, real = _block_rows(pid, peer_rank_ptr, peer_row_ptr, N,
+            rank, rows, peer_rank, peer_row, real = _block_rows(pid, ranks_ptr, peer_rank_ptr, peer_row_ptr, N,
                                                                 BLOCK_ROWS)
             if MOVE_DATA:
                 _move_rows(own_ptrs, peer_ptrs, base_ptr, base_addr, rank, rows, peer_rank, peer_row, real, H,
                            own_stride, peer_stride, OWN_DIV, PEER_DIV, PULL, BLOCK_COLS)
-            _count_arrivals(arrivals_ptr, peer_rank, real, R, R_POW2)
+            _count_arrivals(signal_ptrs, peer_rank, real, R, R_POW2, SCOPE)
         else:
-            _wait_arrivals(arrivals_ptr, target_ptr, timeouts_ptr, pid - n_data, MAX_SPINS)
+            _wait_arrivals(signal_ptrs, expected_ptr, tl.load(ranks_ptr + pid - n_data), MAX_SPINS, SCOPE)
     else:
-        rank, rows, peer_rank, peer_row, real = _block_rows(pid, peer_rank_ptr, peer_row_ptr, N, BLOCK_ROWS)
+        rank, rows, peer_rank, peer_row, real = _block_rows(pid, ranks_ptr, peer_rank_ptr, peer_row_ptr, N,
+                                                            BLOCK_ROWS)
         _move_rows(own_ptrs, peer_ptrs, base_ptr, base_addr, rank, rows, peer_rank, peer_row, real, H, own_stride,
                    peer_stride, OWN_DIV, PEER_DIV, PULL, BLOCK_COLS)
 
@@ -199,38 +249,63 @@ def _transfer_rows_kernel(
 # ----------------------------------------------------------------------------------------------------------
 @dataclass
 class SignalState:
-    """Counters and flags of the signalling variants, kept across calls (compared with a growing epoch).
+    """The signal words of every rank, kept across calls (see "Where the signals live" in the module docstring).
 
     Attributes:
-        arrivals: ``[R]`` int64, rows delivered to each rank so far by push transfers.
-        targets: ``[R]`` int64, rows each rank should have received once the latest push is complete: the
-            running sum of every push's expected counts (dispatch and combine expect different counts, so a
-            target of ``epoch * expected`` would be wrong as soon as both share one state). Updated in-stream.
-        ready: ``[R]`` int32, the last epoch each rank published as "buffer ready" (pull transfers).
-        timeouts: ``[1]`` int32, waits that gave up after ``MAX_SPINS``; must stay 0.
-        epoch: the epoch of the last call.
+        words: ``[SIGNAL_WORDS]`` int64 on every rank (a :class:`~mok.comm.PeerBuffer`): arrival counter,
+            arrival target, ready epoch, time-outs (indices ``ARRIVALS``, ``TARGET``, ``READY``, ``TIMEOUTS``).
+        local_ranks: the ranks this process launches for (whose time-outs :meth:`check` reads).
+        epoch: the epoch of the last call (every process counts the same calls, so epochs agree).
+
+    ``arrivals``, ``targets``, ``ready`` and ``timeouts`` read one word of every rank as an ``[R]`` int64 tensor
+    (peers' words through their mapping; for checks, not for hot paths).
     """
 
-    arrivals: torch.Tensor
-    targets: torch.Tensor
-    ready: torch.Tensor
-    timeouts: torch.Tensor
+    words: PeerBuffer
+    local_ranks: list[int]
     epoch: int = 0
 
     @classmethod
     def create(cls, world_size: int, device: torch.device | str) -> "SignalState":
-        return cls(torch.zeros(world_size, dtype=torch.int64, device=device),
-                   torch.zeros(world_size, dtype=torch.int64, device=device),
-                   torch.zeros(world_size, dtype=torch.int32, device=device),
-                   torch.zeros(1, dtype=torch.int32, device=device))
+        """Signal words for ``world_size`` ranks emulated on ``device`` (all of them local)."""
+        return cls.on_peers(EmulatedPeers(world_size, device))
+
+    @classmethod
+    def on_peers(cls, peers: PeerGroup, name: str = "push_pull_signals") -> "SignalState":
+        """Signal words in ``peers``' memory (collective on real peers: every rank calls it). One state per
+        ``name`` at a time: a second state under the same name shares, and re-zeroes, the words."""
+        words = peers.buffer(name, (SIGNAL_WORDS,), torch.int64)
+        for rank in peers.local_ranks:
+            words[rank].zero_()
+        peers.barrier()  # no peer signals into a rank's words before that rank has zeroed them
+        return cls(words, list(peers.local_ranks))
+
+    def _word(self, index) -> torch.Tensor:
+        return torch.stack([view[int(index)] for view in self.words.views])
+
+    @property
+    def arrivals(self) -> torch.Tensor:
+        return self._word(ARRIVALS)
+
+    @property
+    def targets(self) -> torch.Tensor:
+        return self._word(TARGET)
+
+    @property
+    def ready(self) -> torch.Tensor:
+        return self._word(READY)
+
+    @property
+    def timeouts(self) -> torch.Tensor:
+        return self._word(TIMEOUTS)
 
     def next_epoch(self) -> int:
         self.epoch += 1
         return self.epoch
 
     def check(self) -> None:
-        """Raise if any wait timed out (synchronises)."""
-        timeouts = int(self.timeouts.item())
+        """Raise if any wait of a local rank timed out (synchronises)."""
+        timeouts = sum(int(self.words[rank][int(TIMEOUTS)]) for rank in self.local_ranks)
         if timeouts:
             raise RuntimeError(f"{timeouts} signal waits timed out (epoch {self.epoch}): a sender never signalled")
 
@@ -244,10 +319,18 @@ def _check_direction(direction: str) -> None:
         raise ValueError(f"direction must be 'pull' or 'push', got {direction!r}")
 
 
+@functools.lru_cache(maxsize=None)
+def _rank_list(ranks: tuple[int, ...], device: str) -> torch.Tensor:
+    """The launched ranks as an int32 tensor on the kernel's device, made once (no copy per timed call)."""
+    return torch.tensor(ranks, dtype=torch.int32, device=device)
+
+
 def transfer_rows(own: PeerBuffer, peer: PeerBuffer, peer_rank: torch.Tensor, peer_row: torch.Tensor, *,
                   direction: str, own_div: int = 1, peer_div: int = 1, signal: SignalState | None = None,
-                  expected: torch.Tensor | None = None, move_data: bool = True, block_rows: int = 4) -> None:
-    """Launch the row-transfer kernel once for all ranks.
+                  expected: torch.Tensor | None = None, move_data: bool = True, block_rows: int = 4,
+                  ranks: Sequence[int] | None = None, scope: str | None = None,
+                  max_spins: int | None = None) -> None:
+    """Launch the row-transfer kernel once for the programs of ``ranks``.
 
     Args:
         own: the buffer the programs' own rows live in, ``[*, H]`` on every rank.
@@ -258,8 +341,14 @@ def transfer_rows(own: PeerBuffer, peer: PeerBuffer, peer_rank: torch.Tensor, pe
         own_div, peer_div: own row ``n`` addresses ``own[r][n // own_div]``; peer row ``p`` addresses
             ``peer[q][p // peer_div]`` (``top_k`` where a buffer holds tokens and the table counts slots).
         signal: add completion signalling (see the module docstring); ``None`` for data only.
-        expected: ``[R]`` int64 rows each rank receives per call; needed by push with ``signal``.
+        expected: ``[R]`` int64 rows each rank receives per call, on the kernel's device; needed by push with
+            ``signal``.
         move_data: ``False`` keeps only the signalling (needs ``signal``).
+        ranks: the ranks whose programs run: ``None`` for every rank (emulated ranks, one launch), else this
+            process's ranks (``peers.local_ranks`` across GPUs; every rank must launch its own).
+        scope: ``"gpu"`` or ``"sys"`` for the signal atomics; ``None``: ``"gpu"`` when the launch drives every
+            rank, else ``"sys"`` (peers on other GPUs).
+        max_spins: bound on each wait's polls (default: ``2**22`` compiled, ``2**15`` interpreted).
     """
     _check_direction(direction)
     if own.dtype != peer.dtype:
@@ -269,6 +358,14 @@ def transfer_rows(own: PeerBuffer, peer: PeerBuffer, peer_rank: torch.Tensor, pe
     world, n_rows = peer_rank.shape
     if own.world_size != world or peer.world_size != world:
         raise ValueError(f"tables have {world} ranks but buffers have {own.world_size} / {peer.world_size}")
+    if signal is not None and signal.words.world_size != world:
+        raise ValueError(f"tables have {world} ranks but the signal state has {signal.words.world_size}")
+    ranks = tuple(range(world)) if ranks is None else tuple(int(r) for r in ranks)
+    if not ranks or any(not 0 <= r < world for r in ranks):
+        raise ValueError(f"ranks must be a non-empty list of ranks in [0, {world}), got {list(ranks)}")
+    scope = scope or ("gpu" if len(ranks) == world else "sys")
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
     hidden = own.shape[-1]
     if peer.shape[-1] != hidden:
         raise ValueError(f"row lengths differ: own {own.shape[-1]}, peer {peer.shape[-1]}")
@@ -279,22 +376,21 @@ def transfer_rows(own: PeerBuffer, peer: PeerBuffer, peer_rank: torch.Tensor, pe
     if signal is not None and not pull and expected is None:
         raise ValueError("push with signalling needs `expected` (rows each rank receives)")
     epoch = signal.next_epoch() if signal is not None else 0
-    if signal is not None and not pull:
-        signal.targets += expected.to(signal.targets.dtype)  # in-stream, before the launch that waits on it
+    if max_spins is None:
+        max_spins = 1 << 15 if _interpreting() else 1 << 22
+    base = own.views[ranks[0]]  # a launched rank's buffer: local memory on every kind of peer group
     dummy = own.ptr_table  # stands in for signalling pointers the data-only variant never touches
-    blocks = world * triton.cdiv(n_rows, block_rows)
-    grid = (blocks + (world if signal is not None else 0),)
+    blocks = len(ranks) * triton.cdiv(n_rows, block_rows)
+    grid = (blocks + (len(ranks) if signal is not None else 0),)
     _transfer_rows_kernel[grid](
-        own.ptr_table, peer.ptr_table, own.views[0], own.views[0].data_ptr(), peer_rank, peer_row,
-        signal.arrivals if signal is not None else dummy,
-        signal.targets if signal is not None else dummy,
-        signal.ready if signal is not None else dummy,
-        signal.timeouts if signal is not None else dummy,
+        own.ptr_table, peer.ptr_table, base, base.data_ptr(), _rank_list(ranks, str(peer_rank.device)),
+        len(ranks), peer_rank, peer_row,
+        signal.words.ptr_table if signal is not None else dummy,
+        expected if expected is not None else dummy,
         epoch, n_rows, hidden, own.views[0].stride(0), peer.views[0].stride(0),
         R=world, R_POW2=_next_pow2(world), OWN_DIV=own_div, PEER_DIV=peer_div, PULL=pull,
-        SIGNAL=signal is not None, MOVE_DATA=move_data, BLOCK_ROWS=block_rows,
-        BLOCK_COLS=min(1024, _next_pow2(hidden)), MAX_SPINS=1000 if _interpreting() else 1 << 22,
-        num_warps=4)
+        SIGNAL=signal is not None, MOVE_DATA=move_data, SCOPE=scope, BLOCK_ROWS=block_rows,
+        BLOCK_COLS=min(1024, _next_pow2(hidden)), MAX_SPINS=max_spins, num_warps=4)
 
 
 @dataclass
@@ -303,9 +399,15 @@ class PushPullPlan:
 
     Built once per routing (contiguous int32 tables and the per-rank row counts signalling expects), so a
     timed call launches one kernel and nothing else.
+
+    ``local_ranks``: the ranks whose programs this process launches: ``None`` (every rank, emulated in one
+    process) or ``peers.local_ranks`` across GPUs. ``scope``: the signal atomics' scope (``None``: see
+    :func:`transfer_rows`).
     """
 
     schedule: Schedule
+    local_ranks: Sequence[int] | None = None
+    scope: str | None = None
     expert_rank_table: torch.Tensor = field(init=False)   # [R, capacity] src_rank
     expert_row_table: torch.Tensor = field(init=False)    # [R, capacity] src_slot
     source_rank_table: torch.Tensor = field(init=False)   # [R, slots] dest_rank
@@ -325,34 +427,39 @@ class PushPullPlan:
 
     @property
     def real_rows(self) -> int:
-        """Rows every transfer moves: one per (token, k) pair."""
+        """Rows every transfer moves (all ranks together): one per (token, k) pair."""
         return self.schedule.ep_size * self.schedule.slots_per_rank
+
+    def _launch(self, own, peer, tables, direction, **kwargs) -> None:
+        transfer_rows(own, peer, *tables, direction=direction, ranks=self.local_ranks, scope=self.scope, **kwargs)
 
     def dispatch(self, x: PeerBuffer, recv: PeerBuffer, direction: str, *, signal: SignalState | None = None,
                  move_data: bool = True) -> None:
-        """``recv[d][r] = x[src_rank][src_slot // top_k]`` for every real schedule row ``r`` of every rank ``d``.
+        """``recv[d][r] = x[src_rank][src_slot // top_k]`` for every real schedule row ``r`` of every rank ``d``
+        (of the local ranks' share: their rows when pulling, their tokens when pushing).
 
         ``x``: ``[T_local, H]`` per rank; ``recv``: ``[capacity, H]`` per rank (padding rows are not touched).
         """
         _check_direction(direction)
         k = self.schedule.top_k
         if direction == "pull":
-            transfer_rows(recv, x, self.expert_rank_table, self.expert_row_table, direction="pull", peer_div=k,
-                          signal=signal, move_data=move_data)
+            self._launch(recv, x, (self.expert_rank_table, self.expert_row_table), "pull", peer_div=k,
+                         signal=signal, move_data=move_data)
         else:
-            transfer_rows(x, recv, self.source_rank_table, self.source_row_table, direction="push", own_div=k,
-                          signal=signal, expected=self.rows_per_expert_rank, move_data=move_data)
+            self._launch(x, recv, (self.source_rank_table, self.source_row_table), "push", own_div=k,
+                         signal=signal, expected=self.rows_per_expert_rank, move_data=move_data)
 
     def combine(self, y: PeerBuffer, slots: PeerBuffer, direction: str, *, signal: SignalState | None = None,
                 move_data: bool = True) -> None:
-        """``slots[src_rank][src_slot] = y[d][r]`` for every real schedule row ``r`` of every rank ``d``.
+        """``slots[src_rank][src_slot] = y[d][r]`` for every real schedule row ``r`` of every rank ``d`` (of the
+        local ranks' share: their rows when pushing, their slots when pulling).
 
         ``y``: ``[capacity, H]`` per rank (expert outputs); ``slots``: ``[T_local * top_k, H]`` per rank.
         """
         _check_direction(direction)
         if direction == "push":
-            transfer_rows(y, slots, self.expert_rank_table, self.expert_row_table, direction="push",
-                          signal=signal, expected=self.slots_per_source_rank, move_data=move_data)
+            self._launch(y, slots, (self.expert_rank_table, self.expert_row_table), "push",
+                         signal=signal, expected=self.slots_per_source_rank, move_data=move_data)
         else:
-            transfer_rows(slots, y, self.source_rank_table, self.source_row_table, direction="pull",
-                          signal=signal, move_data=move_data)
+            self._launch(slots, y, (self.source_rank_table, self.source_row_table), "pull",
+                         signal=signal, move_data=move_data)

@@ -7,6 +7,7 @@
 #include <torch/extension.h>
 
 #include <string>
+#include <vector>
 
 #include "mok/launch.cuh"
 
@@ -30,12 +31,15 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //   w_gate, w_up [E, I, H] bf16; w_down [E, H, I] bf16
 //   ring_x [R * ring_rows, H] bf16; ring_h [R * ring_rows, I] bf16
 //   counters [counter_ints(R, C, minibatch_rows)] int32; error [error_words()] int32
+//   fuse_top1: top_k == 1 only; the down epilogue writes the output (combine_ptrs is then never read)
+//   ablate: AblateFlags bitmask (timing experiments; 0 for real results)
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
              const at::Tensor& w_up, const at::Tensor& w_down, const at::Tensor& ring_x, const at::Tensor& ring_h,
              const at::Tensor& counters, const at::Tensor& error, int64_t tokens_per_rank, int64_t top_k,
-             int64_t minibatch_rows, int64_t variant, int64_t num_ctas, double timeout_s) {
+             int64_t minibatch_rows, int64_t variant, int64_t num_ctas, double timeout_s, bool fuse_top1,
+             int64_t ablate) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -108,6 +112,8 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.ring_h = ring_h.data_ptr();
   q.counters = counters.data_ptr<int32_t>();
   q.error = error.data_ptr<int32_t>();
+  q.fuse_top1 = fuse_top1;
+  q.ablate = static_cast<int>(ablate);
   q.variant = variant == 1 ? mok::sm90::Sm90Variant::kPipelined : mok::sm90::Sm90Variant::kSimple;
   q.num_ctas = static_cast<int>(num_ctas);
   q.timeout_s = timeout_s;
@@ -118,11 +124,59 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   TORCH_CHECK(rc == 0, "mok SM90 MoE forward: ", message);
 }
 
+// The schedule tables on the device (csrc/schedule_tables.cu) from the routing sorted by expert:
+//   expert_sorted [N] int32 ascending, slot_sorted [N] int64 (torch.sort(topk_ids.flatten(), stable=True)).
+// Returns [src_rank [R, C], src_slot [R, C], segment_offsets [R, E/R + 1], tile_expert [R, C / tile]], int32,
+// enqueued on the current stream (no synchronisation).
+std::vector<at::Tensor> schedule_tables(const at::Tensor& expert_sorted, const at::Tensor& slot_sorted,
+                                        int64_t num_experts, int64_t num_ranks, int64_t tile, int64_t capacity,
+                                        int64_t slots_per_rank) {
+  const at::Device device = expert_sorted.device();
+  TORCH_CHECK(device.is_cuda(), "schedule_tables needs CUDA tensors");
+  const c10::cuda::CUDAGuard guard(device);
+  check_tensor(expert_sorted, "expert_sorted", at::kInt, device);
+  check_tensor(slot_sorted, "slot_sorted", at::kLong, device);
+  TORCH_CHECK(expert_sorted.dim() == 1 && slot_sorted.sizes().equals(expert_sorted.sizes()),
+              "expert_sorted and slot_sorted must be 1-D of one length, got ", expert_sorted.sizes(), " and ",
+              slot_sorted.sizes());
+  TORCH_CHECK(expert_sorted.numel() < (int64_t{1} << 31), "too many slots for 32-bit indexing");
+  TORCH_CHECK(num_ranks >= 1 && num_experts % num_ranks == 0 && tile >= 1 && capacity % tile == 0,
+              "schedule_tables: bad sizes (experts ", num_experts, ", ranks ", num_ranks, ", tile ", tile,
+              ", capacity ", capacity, ")");
+  const auto options = expert_sorted.options();
+  at::Tensor run_start = at::empty({num_experts + 1}, options);
+  at::Tensor segment_offsets = at::empty({num_ranks, num_experts / num_ranks + 1}, options);
+  at::Tensor src_rank = at::empty({num_ranks, capacity}, options);
+  at::Tensor src_slot = at::empty({num_ranks, capacity}, options);
+  at::Tensor tile_expert = at::empty({num_ranks, capacity / tile}, options);
+
+  mok::sm90::Sm90ScheduleProblem q;
+  q.expert_sorted = expert_sorted.data_ptr<int32_t>();
+  q.slot_sorted = slot_sorted.data_ptr<int64_t>();
+  q.num_slots = static_cast<int>(expert_sorted.numel());
+  q.num_experts = static_cast<int>(num_experts);
+  q.num_ranks = static_cast<int>(num_ranks);
+  q.tile = static_cast<int>(tile);
+  q.capacity = static_cast<int>(capacity);
+  q.slots_per_rank = static_cast<int>(slots_per_rank);
+  q.run_start = run_start.data_ptr<int32_t>();
+  q.segment_offsets = segment_offsets.data_ptr<int32_t>();
+  q.src_rank = src_rank.data_ptr<int32_t>();
+  q.src_slot = src_slot.data_ptr<int32_t>();
+  q.tile_expert = tile_expert.data_ptr<int32_t>();
+  char message[512] = {0};
+  const int rc = mok::sm90::sm90_schedule_tables(q, c10::cuda::getCurrentCUDAStream(device.index()).stream(),
+                                                 message, sizeof(message));
+  TORCH_CHECK(rc == 0, "mok ", message);
+  return {src_rank, src_slot, segment_offsets, tile_expert};
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "mok SM90 MoE forward megakernel";
   m.def("forward", &forward, "Launch the SM90 MoE forward megakernel on the current stream (see binding.cpp)");
+  m.def("schedule_tables", &schedule_tables, "The schedule tables on the device from the expert-sorted routing");
   m.def("counter_ints", &mok::sm90::sm90_moe_counter_ints, "int32 words of the counter block",
         pybind11::arg("num_ranks"), pybind11::arg("capacity"), pybind11::arg("minibatch_rows"));
   m.def("error_words", &mok::sm90::sm90_moe_error_words, "int32 words of the error record");

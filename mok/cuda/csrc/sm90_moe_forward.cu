@@ -111,6 +111,11 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   if (q.ring_rows <= 0 || q.ring_rows % q.minibatch_rows != 0)
     return fail(message, message_len, "ring_rows (%d) must be a positive multiple of minibatch_rows (%d)",
                 q.ring_rows, q.minibatch_rows);
+  if (q.fuse_top1 && q.top_k != 1)
+    return fail(message, message_len, "fuse_top1 needs top_k == 1 (one slot per token), got top_k = %d", q.top_k);
+  if (q.ablate < 0 || q.ablate > kAblateAll)
+    return fail(message, message_len, "ablate must be a bitmask of AblateFlags in [0, %d], got %d", kAblateAll,
+                q.ablate);
 
   // ---- 32-bit index ranges (TMA coordinates and tickets are int32) ----
   const long long ring_total = static_cast<long long>(q.num_ranks) * q.ring_rows;
@@ -118,7 +123,8 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   const int tiles_per_rank = q.capacity / Tiles::kBlockM;
   const int gate_up_nblocks = ceil_div(q.intermediate, Tiles::kHalfN);
   const int down_nblocks = ceil_div(q.hidden, Tiles::kBlockN);
-  const int combine_blocks = ceil_div(q.tokens_per_rank, Tiles::kCombineTokens);
+  // Fused top-1: the down epilogue writes the output itself, so the task order has no combine tasks.
+  const int combine_blocks = q.fuse_top1 ? 0 : ceil_div(q.tokens_per_rank, Tiles::kCombineTokens);
   const long long tickets = static_cast<long long>(q.num_ranks) * tiles_per_rank * (1 + gate_up_nblocks + down_nblocks) +
                             static_cast<long long>(q.num_ranks) * combine_blocks;
   const long long pushed = static_cast<long long>(q.tokens_per_rank) * q.top_k * down_nblocks;
@@ -152,6 +158,8 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.gate_up_nblocks = gate_up_nblocks;
   p.down_nblocks = down_nblocks;
   p.combine_blocks = combine_blocks;
+  p.fuse_top1 = q.fuse_top1 ? 1 : 0;
+  p.ablate = q.ablate;
   p.src_rank = q.src_rank;
   p.src_slot = q.src_slot;
   p.tile_expert = q.tile_expert;

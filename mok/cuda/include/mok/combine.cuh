@@ -8,6 +8,10 @@
 //
 // Combine (sum): out[s][t] = bf16( sum_k w[t,k] * y[t,k] ), fp32, k ascending, each product rounded
 // before the add (no FMA), exactly mok.transfers.sum_over_k's arithmetic.
+//
+// Top-1 (p.fuse_top1): a token has one slot, so the down epilogue applies the sum's arithmetic itself and
+// writes the output row; there are then no combine slots and no combine tasks (the sum would be a tail of
+// pure memory traffic, T x H read and written, after the last down tile).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -23,61 +27,6 @@ namespace mok::sm90 {
 __device__ __forceinline__ uint4 load_l2(const uint4* ptr) {
   // Slots were written by other SMs during this launch: read them from L2, never from a stale L1 line.
   return __ldcg(ptr);
-}
-
-// One consumer warpgroup: its 64 rows x 256 output columns -> the source ranks' combine slots.
-// `push_count[s]` (shared) collects how many of this tile's rows went to source rank s.
-template <class Tiles>
-__device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
-                                                   const float (&acc)[128], int consumer_wg, int* push_count) {
-  static_assert(Tiles::kBlockN == 2 * Tiles::kHalfN, "the down tile is staged in two halves");
-  const int t128 = threadIdx.x & 127;
-  const int chunk = t128 & 15;
-  const int row_chunks = p.hidden / 8;
-  const int slots_per_rank = p.tokens_per_rank * p.top_k;
-  const long long table_row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
-
-  // Destination of the 8 rows this thread copies out (the same rows for both halves).
-  uint4* dst_row[8];
-#pragma unroll
-  for (int it = 0; it < 8; ++it) {
-    const int row = 64 * consumer_wg + (t128 >> 4) + 8 * it;
-    const int src_rank = p.src_rank[table_row0 + row];
-    const int src_slot = p.src_slot[table_row0 + row];
-    dst_row[it] = nullptr;
-    if (src_rank >= 0 && src_rank < p.num_ranks && src_slot >= 0 && src_slot < slots_per_rank) {
-      dst_row[it] = reinterpret_cast<uint4*>(p.combine_ptrs[src_rank]) + static_cast<long long>(src_slot) * row_chunks;
-      if (chunk == 0) atomicAdd(push_count + src_rank, 1);
-    } else if (src_rank >= 0 && chunk == 0) {
-      record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * Tiles::kBlockM + row, src_rank, src_slot, t.ticket);
-    }
-  }
-
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    // 1. y = bf16(acc) for columns [128*half, 128*half + 128) of the tile into the staging rows.
-#pragma unroll
-    for (int j = 0; j < Tiles::kHalfN / 8; ++j) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int d = 4 * (j + half * (Tiles::kHalfN / 8)) + 2 * i;
-        stage_pair<Tiles>(s.staging, consumer_wg, j, i, acc[d], acc[d + 1]);
-      }
-    }
-    named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
-
-    // 2. Push: each row's 256 contiguous bytes into its (token, k) slot on the source rank.
-    const int col = t.nblock * Tiles::kBlockN + half * Tiles::kHalfN + chunk * 8;
-    if (col < p.hidden) {  // the last column block may reach past H
-#pragma unroll
-      for (int it = 0; it < 8; ++it) {
-        if (dst_row[it] == nullptr) continue;
-        const int row = 64 * consumer_wg + (t128 >> 4) + 8 * it;
-        dst_row[it][col / 8] = load_staged_chunk<Tiles>(s.staging, row, chunk);
-      }
-    }
-    named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
-  }
 }
 
 __device__ __forceinline__ void unpack_bf16x8(const uint4& raw, float (&out)[8]) {
@@ -99,34 +48,144 @@ __device__ __forceinline__ uint4 pack_bf16x8(const float (&in)[8]) {
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
+// out = bf16(0 + w * y) for 8 bf16 values of y: combine_block's arithmetic for a token with one slot.
+__device__ __forceinline__ uint4 weighted_top1(const uint4& y_raw, float w) {
+  float y[8];
+  unpack_bf16x8(y_raw, y);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) y[e] = __fadd_rn(0.0f, __fmul_rn(w, y[e]));
+  return pack_bf16x8(y);
+}
+
+// One consumer warpgroup: its 64 rows x 256 output columns -> the source ranks' combine slots.
+// `push_count[s]` (shared) collects how many of this tile's rows went to source rank s.
+//
+// With p.fuse_top1 (top_k == 1) a slot is the token itself, so the weighted sum of its one slot is done here:
+// out[src_rank][token] = bf16(0 + w * y), with y rounded to bf16 first and the add kept (0 + -0 = +0), which is
+// exactly combine_block's arithmetic for K = 1. Then there are no slots, no combine tasks and no combine tail.
+template <class Tiles>
+__device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
+                                                   const float (&acc)[128], int consumer_wg, int* push_count) {
+  static_assert(Tiles::kBlockN == 2 * Tiles::kHalfN, "the down tile is staged in two halves");
+  const int t128 = threadIdx.x & 127;
+  const int chunk = t128 & 15;
+  const int row_chunks = p.hidden / 8;
+  const int slots_per_rank = p.tokens_per_rank * p.top_k;
+  const bool fuse = p.fuse_top1 != 0;
+  const bool contiguous = (p.ablate & kAblatePush) != 0;  // timing ablation: a plain GEMM's output store
+  const long long table_row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
+
+  // Destination (and, fused, router weight) of the 8 rows this thread copies out (the same for both halves).
+  uint4* dst_row[8];
+  float w_row[8];
+#pragma unroll
+  for (int it = 0; it < 8; ++it) {
+    const int row = 64 * consumer_wg + (t128 >> 4) + 8 * it;
+    const int src_rank = p.src_rank[table_row0 + row];
+    const int src_slot = p.src_slot[table_row0 + row];
+    dst_row[it] = nullptr;
+    w_row[it] = 0.0f;
+    if (src_rank >= 0 && src_rank < p.num_ranks && src_slot >= 0 && src_slot < slots_per_rank) {
+      if (contiguous) {
+        const int rows = fuse ? p.tokens_per_rank : slots_per_rank;
+        const long long at = (static_cast<long long>(t.tile) * Tiles::kBlockM + row) % rows;
+        dst_row[it] = reinterpret_cast<uint4*>(fuse ? p.out_ptrs[t.rank] : p.combine_ptrs[t.rank]) + at * row_chunks;
+      } else if (fuse) {
+        dst_row[it] = reinterpret_cast<uint4*>(p.out_ptrs[src_rank]) + static_cast<long long>(src_slot) * row_chunks;
+        w_row[it] = __ldg(reinterpret_cast<const float*>(p.weight_ptrs[src_rank]) + src_slot);
+      } else {
+        dst_row[it] = reinterpret_cast<uint4*>(p.combine_ptrs[src_rank]) + static_cast<long long>(src_slot) * row_chunks;
+      }
+      if (!fuse && chunk == 0) atomicAdd(push_count + src_rank, 1);
+    } else if (src_rank >= 0 && chunk == 0) {
+      record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * Tiles::kBlockM + row, src_rank, src_slot, t.ticket);
+    }
+  }
+  const bool scale = fuse && !contiguous;
+
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    // 1. y = bf16(acc) for columns [128*half, 128*half + 128) of the tile into the staging rows.
+#pragma unroll
+    for (int j = 0; j < Tiles::kHalfN / 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int d = 4 * (j + half * (Tiles::kHalfN / 8)) + 2 * i;
+        stage_pair<Tiles>(s.staging, consumer_wg, j, i, acc[d], acc[d + 1]);
+      }
+    }
+    named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
+
+    // 2. Push: each row's 256 contiguous bytes into its (token, k) slot on the source rank (fused: into the
+    //    token's output row, times its router weight).
+    const int col = t.nblock * Tiles::kBlockN + half * Tiles::kHalfN + chunk * 8;
+    if (col < p.hidden) {  // the last column block may reach past H
+#pragma unroll
+      for (int it = 0; it < 8; ++it) {
+        if (dst_row[it] == nullptr) continue;
+        const int row = 64 * consumer_wg + (t128 >> 4) + 8 * it;
+        uint4 value = load_staged_chunk<Tiles>(s.staging, row, chunk);
+        if (scale) value = weighted_top1(value, w_row[it]);
+        dst_row[it][col / 8] = value;
+      }
+    }
+    named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
+  }
+}
+
 // The weighted sum for kCombineTokens tokens of source rank t.rank, all H columns, by `num_threads`
-// threads; each thread owns 8 consecutive columns of one token at a time.
+// threads; each thread owns 8 consecutive columns of one token per item, kCombineItems independent items at a
+// time.
+// NOTE: this runs as the layer's tail (it waits for every push of its source rank), where nothing else hides
+// memory latency. With one item per thread the compiler keeps 4 slot loads (k unrolled by 4) of 16 bytes in
+// flight per thread, about 2 TB/s for the whole GPU by Little's law; two independent items double that. The
+// arithmetic of every output element is unchanged (k ascending, product rounded before the add).
 template <class Tiles>
 __device__ __forceinline__ void combine_block(const Sm90MoeParams& p, const Task& t, int thread, int num_threads) {
+  if (p.ablate & kAblateCombine) return;  // timing ablation
+  constexpr int kCombineItems = 4;
   const int source = t.rank;
   const int top_k = p.top_k;
   const int row_chunks = p.hidden / 8;
   const int token0 = t.tile * Tiles::kCombineTokens;
   const int tokens = min(Tiles::kCombineTokens, p.tokens_per_rank - token0);
+  const int total = tokens * row_chunks;
   const uint4* slots = reinterpret_cast<const uint4*>(p.combine_ptrs[source]);
   const float* weights = reinterpret_cast<const float*>(p.weight_ptrs[source]);
   uint4* out = reinterpret_cast<uint4*>(p.out_ptrs[source]);
 
-  for (int idx = thread; idx < tokens * row_chunks; idx += num_threads) {
-    const int token = token0 + idx / row_chunks;
-    const int c = idx - (idx / row_chunks) * row_chunks;
-    float acc[8];
+  for (int base = thread; base < total; base += num_threads * kCombineItems) {
+    long long slot0[kCombineItems];  // slot of (token, k = 0) of each item
+    int chunk[kCombineItems];
+    bool valid[kCombineItems];
+    float acc[kCombineItems][8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
-    for (int k = 0; k < top_k; ++k) {
-      const long long slot = static_cast<long long>(token) * top_k + k;
-      const float w = __ldg(weights + slot);
-      float y[8];
-      unpack_bf16x8(load_l2(slots + slot * row_chunks + c), y);
+    for (int u = 0; u < kCombineItems; ++u) {
+      // An item past the end recomputes item 0 (always valid) and is not stored: no branch in the k loop.
+      valid[u] = base + u * num_threads < total;
+      const int idx = valid[u] ? base + u * num_threads : base;
+      const int token = token0 + idx / row_chunks;
+      chunk[u] = idx - (idx / row_chunks) * row_chunks;
+      slot0[u] = static_cast<long long>(token) * top_k;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) acc[e] = __fadd_rn(acc[e], __fmul_rn(w, y[e]));
+      for (int e = 0; e < 8; ++e) acc[u][e] = 0.0f;
     }
-    out[static_cast<long long>(token) * row_chunks + c] = pack_bf16x8(acc);
+#pragma unroll 4
+    for (int k = 0; k < top_k; ++k) {
+#pragma unroll
+      for (int u = 0; u < kCombineItems; ++u) {
+        const long long slot = slot0[u] + k;
+        const float w = __ldg(weights + slot);
+        float y[8];
+        unpack_bf16x8(load_l2(slots + slot * row_chunks + chunk[u]), y);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[u][e] = __fadd_rn(acc[u][e], __fmul_rn(w, y[e]));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kCombineItems; ++u) {
+      if (valid[u]) out[slot0[u] / top_k * row_chunks + chunk[u]] = pack_bf16x8(acc[u]);
+    }
   }
 }
 

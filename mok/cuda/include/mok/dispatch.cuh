@@ -22,56 +22,71 @@ __device__ __forceinline__ uint4 load_streaming(const uint4* ptr) {
   return v;
 }
 
-// One warp copies one row of `chunks` 16-byte chunks; eight loads in flight per lane.
-__device__ __forceinline__ void copy_row(uint4* dst, const uint4* src, int chunks, int lane) {
-  constexpr int kUnroll = 8;
-  int c = lane;
-  for (; c + 32 * (kUnroll - 1) < chunks; c += 32 * kUnroll) {
-    uint4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = load_streaming(src + c + 32 * u);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) dst[c + 32 * u] = v[u];
+// The source row of table row `r` in the token buffer of its source rank, or nullptr for a padding row (which
+// is zero-filled) and for an entry outside the source's slots (recorded as an error, then zero-filled).
+__device__ __forceinline__ const uint4* dispatch_source(const Sm90MoeParams& p, const Task& t, long long table_row0,
+                                                        int r, int block_m, int chunks, int lane) {
+  const int src_rank = p.src_rank[table_row0 + r];
+  const int src_slot = p.src_slot[table_row0 + r];
+  if (src_rank < 0) return nullptr;
+  if (src_rank >= p.num_ranks || src_slot < 0 || src_slot >= p.tokens_per_rank * p.top_k) {
+    if (lane == 0) record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * block_m + r, src_rank, src_slot, t.ticket);
+    return nullptr;
   }
-  for (; c < chunks; c += 32) dst[c] = load_streaming(src + c);
-}
-
-__device__ __forceinline__ void zero_row(uint4* dst, int chunks, int lane) {
-  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  for (int c = lane; c < chunks; c += 32) dst[c] = zero;
+  return reinterpret_cast<const uint4*>(p.x_ptrs[src_rank]) + static_cast<long long>(src_slot / p.top_k) * chunks;
 }
 
 // Dispatch one schedule tile (BLOCK_M rows) with `num_threads` threads (a multiple of 32); `thread` is
-// this thread's index among them.
+// this thread's index among them. Each warp copies kRowsPerPass rows at a time, kChunksPerLane 16-byte chunks
+// of each per lane and pass (predicated at the row's end).
+// NOTE: a dispatch task is memory-latency bound on its SM (the other SMs run GEMMs), so its speed is the bytes
+// in flight: up to 2 x 8 loads of 16 bytes per lane, whatever H. (Copying whole rows in batches of 8 chunks
+// per lane, as before, left rows of fewer than 256 chunks, H < 2048, to a loop with one load in flight.)
 template <class Tiles>
 __device__ __forceinline__ void dispatch_tile(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
                                               int thread, int num_threads) {
+  if (p.ablate & kAblateDispatch) return;  // timing ablation: the ring keeps whatever it holds
+  constexpr int kRowsPerPass = 2;
+  constexpr int kChunksPerLane = 8;
   const int warp = thread >> 5;
   const int lane = thread & 31;
   const int num_warps = num_threads >> 5;
   const int chunks = p.hidden / 8;
-  const int slots_per_rank = p.tokens_per_rank * p.top_k;
   const long long ring_row0 =
       static_cast<long long>(t.rank) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
   const long long table_row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
   uint4* ring_x = reinterpret_cast<uint4*>(p.ring_x);
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 
-  for (int r = warp; r < Tiles::kBlockM; r += num_warps) {
-    const int src_rank = p.src_rank[table_row0 + r];
-    const int src_slot = p.src_slot[table_row0 + r];
-    uint4* dst = ring_x + (ring_row0 + r) * chunks;
-    if (src_rank < 0) {
-      zero_row(dst, chunks, lane);
-      continue;
+  for (int r0 = warp; r0 < Tiles::kBlockM; r0 += kRowsPerPass * num_warps) {
+    const uint4* src[kRowsPerPass];
+    uint4* dst[kRowsPerPass];
+#pragma unroll
+    for (int q = 0; q < kRowsPerPass; ++q) {
+      const int r = r0 + q * num_warps;
+      const bool in_tile = r < Tiles::kBlockM;
+      src[q] = in_tile ? dispatch_source(p, t, table_row0, r, Tiles::kBlockM, chunks, lane) : nullptr;
+      dst[q] = in_tile ? ring_x + (ring_row0 + r) * chunks : nullptr;
     }
-    if (src_rank >= p.num_ranks || src_slot < 0 || src_slot >= slots_per_rank) {
-      if (lane == 0) record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * Tiles::kBlockM + r, src_rank, src_slot, t.ticket);
-      zero_row(dst, chunks, lane);
-      continue;
+    for (int c = lane; c < chunks; c += 32 * kChunksPerLane) {
+      uint4 value[kRowsPerPass][kChunksPerLane];
+#pragma unroll
+      for (int q = 0; q < kRowsPerPass; ++q) {
+#pragma unroll
+        for (int u = 0; u < kChunksPerLane; ++u) {
+          const int cc = c + 32 * u;
+          value[q][u] = (src[q] != nullptr && cc < chunks) ? load_streaming(src[q] + cc) : zero;
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < kRowsPerPass; ++q) {
+#pragma unroll
+        for (int u = 0; u < kChunksPerLane; ++u) {
+          const int cc = c + 32 * u;
+          if (dst[q] != nullptr && cc < chunks) dst[q][cc] = value[q][u];
+        }
+      }
     }
-    const uint4* src = reinterpret_cast<const uint4*>(p.x_ptrs[src_rank]) +
-                       static_cast<long long>(src_slot / p.top_k) * chunks;
-    copy_row(dst, src, chunks, lane);
   }
 }
 

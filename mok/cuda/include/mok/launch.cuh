@@ -47,6 +47,10 @@ struct Sm90MoeProblem {
   int32_t* counters = nullptr;   // sm90_moe_counter_ints(...) int32 (any contents: reset in-stream)
   int32_t* error = nullptr;      // sm90_moe_error_words() int32 (reset in-stream)
 
+  bool fuse_top1 = false;        // top_k == 1 only: the down epilogue writes `out` (no combine slots or tasks);
+                                 // combine_ptrs is then never dereferenced
+  int ablate = 0;                // AblateFlags (workspace.cuh): timing experiments only, results are garbage
+
   Sm90Variant variant = Sm90Variant::kSimple;
   int num_ctas = 0;              // persistent CTAs; 0 = one per SM
   double timeout_s = 10.0;       // bound of every in-kernel wait
@@ -54,6 +58,27 @@ struct Sm90MoeProblem {
 
 // int32 words the counters block needs for these sizes.
 int64_t sm90_moe_counter_ints(int num_ranks, int capacity, int minibatch_rows);
+
+// The schedule tables on the device from the routing sorted by expert (include/mok/schedule_tables.cuh,
+// csrc/schedule_tables.cu). All pointers are device memory; shapes: N slots, E experts, R ranks, C capacity.
+struct Sm90ScheduleProblem {
+  const int32_t* expert_sorted = nullptr;  // [N] expert ids, ascending (a stable sort of topk_ids.flatten())
+  const int64_t* slot_sorted = nullptr;    // [N] the slot (token * K + k) each sorted entry came from
+  int num_slots = 0;                       // N = T * K
+  int num_experts = 0;                     // E, multiple of R
+  int num_ranks = 0;                       // R
+  int tile = 0;                            // segment padding (BLOCK_M)
+  int capacity = 0;                        // C rows per rank, multiple of tile, >= any rank's rows in use
+  int slots_per_rank = 0;                  // T_local * K
+  int32_t* run_start = nullptr;            // [E + 1] scratch: first sorted index of each expert
+  int32_t* segment_offsets = nullptr;      // [R, E/R + 1] out
+  int32_t* src_rank = nullptr;             // [R, C] out
+  int32_t* src_slot = nullptr;             // [R, C] out
+  int32_t* tile_expert = nullptr;          // [R, C / tile] out
+};
+
+// Enqueue the two table kernels on `stream` (no synchronisation). Returns 0, or nonzero with a message.
+int sm90_schedule_tables(const Sm90ScheduleProblem& problem, cudaStream_t stream, char* message, size_t message_len);
 
 // int32 words of the error record (code, counter, rank, index, seen, expected, block, ticket).
 int sm90_moe_error_words();

@@ -56,7 +56,8 @@ __device__ __forceinline__ Task claim_task(const Sm90MoeParams& p, const Schedul
   }
   const int pushed_expected = p.tokens_per_rank * p.top_k * p.down_nblocks;
   Dependency deps[2];
-  const int n = task_dependencies(v, p.ctr, t, pushed_expected, deps);
+  int n = task_dependencies(v, p.ctr, t, pushed_expected, deps);
+  if (t.kind == kTaskCombine && (p.ablate & kAblateCombine)) n = 0;  // timing ablation: no wait, no work
   for (int i = 0; i < n; ++i) {
     if (!wait_counter_geq(p, p.counters + deps[i].offset, deps[i].expected, deps[i].counter_id, deps[i].rank,
                           deps[i].index, ticket)) {
@@ -77,7 +78,7 @@ __device__ __forceinline__ void signal_task_done(const Sm90MoeParams& p, const S
   Signal signals[2];
   const int n = task_signals(v, p.ctr, t, signals);
   for (int i = 0; i < n; ++i) red_release_gpu_add(p.counters + signals[i].offset, 1);
-  if (t.kind == kTaskDown) {
+  if (t.kind == kTaskDown && !p.fuse_top1) {  // fused top-1 pushes nothing: no combine waits on it
     for (int r = 0; r < p.num_ranks; ++r) {
       const int rows = push_count[r];
       if (rows != 0) {

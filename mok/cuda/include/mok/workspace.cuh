@@ -92,6 +92,17 @@ enum CounterId : int {
   kCtrMbarTaskEmpty = 9,  // pipelined: consumer -> producer task queue
 };
 
+// Timing ablations (Sm90MoeParams::ablate, a bitmask; experiments/cuda_breakdown.py). Each one removes a piece
+// of communication work so that its cost can be measured as a difference; the results are then garbage.
+// Dependencies and signals stay as they are, so the task order and its deadlock freedom do not change.
+enum AblateFlags : int {
+  kAblateNone = 0,
+  kAblateDispatch = 1,  // dispatch tasks copy nothing (gate/up reads whatever the ring holds)
+  kAblateCombine = 2,   // combine tasks neither wait for the pushes nor sum anything
+  kAblatePush = 4,      // the down epilogue stores its rows contiguously instead of scattering them to slots
+  kAblateAll = 7,
+};
+
 enum ErrorCode : int {
   kErrNone = 0,
   kErrTimeout = 1,        // a bounded wait ran out of time (deadlock or a lost signal)
@@ -139,7 +150,9 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int max_minibatches;       // ceil(capacity / minibatch_rows): size of the per-minibatch counters
   int gate_up_nblocks;       // ceil(I / kHalfN)
   int down_nblocks;          // ceil(H / kBlockN)
-  int combine_blocks;        // ceil(T_local / kCombineTokens) per rank
+  int combine_blocks;        // ceil(T_local / kCombineTokens) per rank; 0 when fuse_top1 (no combine tasks)
+  int fuse_top1;             // 1: top_k == 1 and the down epilogue writes out[token] = bf16(0 + w * y) itself
+  int ablate;                // AblateFlags bitmask (timing experiments only; 0 in normal runs)
 
   // Schedule tables (mok.schedule.Schedule), int32, row-major per rank.
   const int* src_rank;         // [R, capacity]   source rank of each row; -1 on padding

@@ -1,0 +1,136 @@
+"""The megakernel's fixed buffers, allocated once per problem size and reused across calls.
+
+MoK keeps its ring token buffer and its other communication buffers fixed: the CPU never resizes them and
+never waits for the GPU to do so. :class:`Sm90Workspace` holds the same for the SM90 forward:
+
+========================  =========================  ===========================================================
+buffer                    shape, dtype               what
+========================  =========================  ===========================================================
+``ring_x``                [R * ring_rows, H] bf16    dispatched token rows (written by dispatch, read by TMA)
+``ring_h``                [R * ring_rows, I] bf16    SwiGLU output rows (gate/up epilogue -> down GEMM)
+``combine``               [R, T_local * K, H] bf16   combine slots (down epilogue push -> weighted sum); absent
+                                                     when the top-1 combine is fused (no slots needed)
+``counters``              [counter_ints] int32       dependency counters (zeroed in-stream by every launch)
+``error``                 [8] int32                  error record (zeroed in-stream by every launch)
+``combine_ptrs``          [R] int64                  peer pointer table of ``combine``
+========================  =========================  ===========================================================
+
+and, per byte stride, ``r * stride`` offsets from which the per-call pointer tables (tokens, router weights,
+output: their addresses change every call) are made with a single add.
+
+Workspaces are cached by :class:`WorkspaceKey` (device, stream, sizes). Reuse on one stream is safe because
+the stream orders the launches; the stream is part of the key so that two streams never share buffers. A CUDA
+graph that captured a launch keeps using that launch's buffers: do not replay it concurrently with eager calls
+of the same sizes on the same stream's workspace. :func:`release_workspaces` frees the cache.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+from .errors import ERROR_WORDS
+
+BLOCK_M = 128                  # the kernel's tile height (Sm90Tiles::kBlockM)
+COUNTER_TICKET_INTS = 32       # the ticket counter owns a 128-byte line (CounterLayout::make)
+MAX_CACHED_WORKSPACES = 2      # least recently used ones beyond this are dropped
+
+
+def counter_ints(num_ranks: int, capacity: int, minibatch_rows: int) -> int:
+    """int32 words of the counter block: mirrors ``CounterLayout::make`` in workspace.cuh (checked against the
+    compiled C++ by tests/test_cuda_compile.py)."""
+    tiles_per_rank = capacity // BLOCK_M
+    max_minibatches = math.ceil(capacity / minibatch_rows)
+    return COUNTER_TICKET_INTS + 2 * num_ranks * tiles_per_rank + 2 * num_ranks * max_minibatches + num_ranks
+
+
+@dataclass(frozen=True)
+class WorkspaceKey:
+    """What a workspace's buffers depend on. ``stream`` is the CUDA stream handle (0 on a CPU)."""
+
+    device: str
+    stream: int
+    num_ranks: int
+    tokens_per_rank: int
+    top_k: int
+    hidden: int
+    intermediate: int
+    capacity: int
+    minibatch_rows: int
+    ring_rows: int
+    fuse_top1: bool
+
+
+def current_stream_handle(device: torch.device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+
+
+class Sm90Workspace:
+    """The fixed buffers of one problem size (see the module docstring)."""
+
+    def __init__(self, key: WorkspaceKey) -> None:
+        self.key = key
+        device = torch.device(key.device)
+        r = key.num_ranks
+        self.device = device
+        self.ring_x = torch.empty(r * key.ring_rows, key.hidden, dtype=torch.bfloat16, device=device)
+        self.ring_h = torch.empty(r * key.ring_rows, key.intermediate, dtype=torch.bfloat16, device=device)
+        self.counters = torch.zeros(counter_ints(r, key.capacity, key.minibatch_rows), dtype=torch.int32,
+                                    device=device)
+        self.error = torch.zeros(ERROR_WORDS, dtype=torch.int32, device=device)
+        self._rank_offsets: dict[int, torch.Tensor] = {}
+        self.combine = None
+        self.combine_ptrs = None
+        if not key.fuse_top1:
+            self.combine = torch.empty(r, key.tokens_per_rank * key.top_k, key.hidden, dtype=torch.bfloat16,
+                                       device=device)
+            self.combine_ptrs = self.rank_pointer_table(self.combine)
+
+    def rank_pointer_table(self, stacked: torch.Tensor) -> torch.Tensor:
+        """``[R]`` int64 peer pointer table of ``stacked`` ([R, ...], rank r's buffer is ``stacked[r]``): entry r
+        is ``stacked[r]``'s address. One add on the device (the offsets are cached), no host synchronisation."""
+        if stacked.shape[0] != self.key.num_ranks:
+            raise ValueError(f"expected {self.key.num_ranks} rank buffers stacked on dim 0, got {tuple(stacked.shape)}")
+        step = stacked.stride(0) * stacked.element_size()
+        offsets = self._rank_offsets.get(step)
+        if offsets is None:
+            offsets = torch.arange(self.key.num_ranks, dtype=torch.int64, device=self.device) * step
+            self._rank_offsets[step] = offsets
+        return offsets + stacked.data_ptr()
+
+    def poison(self) -> None:
+        """NaN-fill the ring and the combine slots (tests: a stale read or an unwritten slot shows up)."""
+        for t in (self.ring_x, self.ring_h, self.combine):
+            if t is not None:
+                t.fill_(float("nan"))
+
+    def nbytes(self) -> int:
+        tensors = [self.ring_x, self.ring_h, self.counters, self.error, self.combine]
+        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+_CACHE: "OrderedDict[WorkspaceKey, Sm90Workspace]" = OrderedDict()
+
+
+def get_workspace(key: WorkspaceKey) -> Sm90Workspace:
+    """The cached workspace for ``key`` (created on first use; least recently used ones are dropped)."""
+    workspace = _CACHE.get(key)
+    if workspace is None:
+        while len(_CACHE) >= MAX_CACHED_WORKSPACES:
+            _CACHE.popitem(last=False)
+        workspace = _CACHE[key] = Sm90Workspace(key)
+    else:
+        _CACHE.move_to_end(key)
+    return workspace
+
+
+def cached_workspaces() -> list[Sm90Workspace]:
+    return list(_CACHE.values())
+
+
+def release_workspaces() -> None:
+    """Drop every cached workspace (their memory returns to PyTorch's caching allocator)."""
+    _CACHE.clear()
