@@ -11,6 +11,8 @@
 #   bench      python3 -m mok.bench: $MOK_BENCH_SHAPES (default anchors,ep64), fwd+bwd, every backend that runs
 #   cuda       the SM90 megakernel: JIT build, smoke check, tests/test_cuda_gpu.py, kernel timing ($MOK_CUDA_BENCH)
 #   sanitize   compute-sanitizer memcheck and racecheck on one small megakernel forward
+#   breakdown  experiments/cuda_breakdown.py: megakernel layer time split (schedule, prep, kernel, comm not hidden)
+#   tune       experiments/tune_triton.py: Triton per-stage times and candidate tile configs
 #   pushpull   experiments/push_pull.py (push vs pull kernels; the notebook stage measures this too)
 #   notebooks  notebooks/*.ipynb in full mode (re-measured: MOK_NOTEBOOK_REFRESH=1), executed copies in $OUT/notebooks
 #   train      experiments/train_tiny_moe.py (tokens/s per backend; bitwise loss curves, EP 1 vs EP 4)
@@ -134,6 +136,13 @@ for stage in $STAGES; do
       run_stage sanitize "${MOK_TIMEOUT_SANITIZE:-200}" bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 \
         python3 -m mok.cuda.sanitize_check; echo memcheck rc=\$?; compute-sanitizer --tool racecheck \
         --error-exitcode 9 python3 -m mok.cuda.sanitize_check; echo racecheck rc=\$?" ;;
+    breakdown)
+      # Where the megakernel layer's time goes: schedule build, host prep, kernel, comm not hidden, GEMM-only.
+      run_stage breakdown "${MOK_TIMEOUT_BREAKDOWN:-150}" bash -c "python3 -m mok.cuda.build --jit \
+        && python3 experiments/cuda_breakdown.py" ;;
+    tune)
+      # Per-stage timing of the Triton forward and backward, and candidate tile configs per kernel.
+      run_stage tune "${MOK_TIMEOUT_TUNE:-200}" python3 experiments/tune_triton.py ${MOK_TUNE_ARGS:-} ;;
     pushpull)
       run_stage pushpull "${MOK_TIMEOUT_PUSHPULL:-120}" python3 experiments/push_pull.py ;;
     notebooks)
