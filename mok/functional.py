@@ -22,7 +22,8 @@ def moe(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_g
         topk_ids: ``[T, K]`` int32/int64 expert ids in ``[0, E)``, no repeats within a row (see :func:`mok.route`).
         topk_weights: ``[T, K]`` router weights (fp32).
         w_gate, w_up: ``[E, I, H]`` (the nn.Linear / Hugging Face convention: out_features first).
-        w_down: ``[E, H, I]``. For ``precision="mxfp8"``: :class:`mok.mxfp8.MXFP8Weights` instead.
+        w_down: ``[E, H, I]``. For ``precision="mxfp8"`` too (bf16): they are quantized once per weight version
+            and cached (:meth:`mok.mxfp8.MXFP8Weights.quantize`), and the gradients flow to them.
         backend: ``"reference"``, ``"naive"``, ``"torch"``, ``"triton"`` or ``"cuda"`` (see :mod:`mok.backends`).
         ep_size: expert-parallel ranks to emulate in this process (rank r owns tokens ``[rT/R, (r+1)T/R)``
             and experts ``[rE/R, (r+1)E/R)``). The result is bitwise identical for every ``ep_size``.
@@ -39,7 +40,7 @@ def moe(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_g
         raise ValueError(f"backend {backend!r} does not support precision={precision!r}; "
                          f"it supports {list(chosen.precisions)}")
     check_moe_inputs(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size=ep_size,
-                     check_values=check_inputs, weights_checked_elsewhere=precision == "mxfp8")
+                     check_values=check_inputs)
     if ep_size > 1 and not chosen.supports_ep:
         raise ValueError(f"backend {backend!r} does not emulate expert parallelism; use ep_size=1")
     return chosen.run(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size=ep_size, precision=precision,

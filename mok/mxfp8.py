@@ -7,7 +7,9 @@ This module is the public MXFP8 API of mok:
 * :func:`quantize` / :func:`dequantize`: the Triton kernels of :mod:`mok.triton_ref.mxfp8_quant` on CUDA (and
   on CPU under ``TRITON_INTERPRET=1``), the PyTorch reference :func:`quantize_torch` /
   :func:`dequantize_torch` otherwise. Both produce the same bits (tested).
-* :class:`MXFP8Weights`: the three expert weights quantized once, in the orientation each GEMM needs.
+* :class:`MXFP8Weights`: the three expert weights quantized once, in the orientation each GEMM needs;
+  :meth:`MXFP8Weights.quantize` goes through a cache (:class:`WeightCache`) that requantizes only after the
+  weights change (see "Using it" below).
 
 The format and rounding rules (OCP MX v1.0) are spelled out in :mod:`mok.triton_ref.mxfp8_quant`. In short:
 ``scale = 2^ceil(log2(amax / 448))`` per block (exact, from the bits of amax; ``amax = 0`` gives the minimum
@@ -29,51 +31,52 @@ dequantize-then-matmul reference are fp32 summation order. Hopper has no block-s
 :mod:`mok.triton_ref.mxfp8_gemm` dequantizes each 32-wide K chunk on chip and multiplies in bf16 with fp32
 accumulation.
 
-Interface for the pipeline (mok/triton_ref/pipeline.py)
--------------------------------------------------------
-``from mok.triton_ref.mxfp8_gemm import mxfp8_grouped_gemm`` (same convention as the BF16
-``grouped_gemm_forward``: rows in schedule order, ``tile_expert``, ``tile_rows``). Kernels that move the rows
-can view ``data`` as uint8 (``q.data.view(torch.uint8)``). Forward::
+Using it: ``mok.moe(..., precision="mxfp8")``
+---------------------------------------------
+Pass the usual bf16 ``x`` and bf16 weights (``w_gate, w_up`` ``[E, I, H]``, ``w_down`` ``[E, H, I]``) with
+``precision="mxfp8"`` (``backend="triton"``). Gradients flow to x, the router weights and the bf16 weights,
+as in BF16 mode. The weights are quantized **once per weight version** by the quantized-weight cache behind
+:meth:`MXFP8Weights.quantize`: an entry is keyed by the three tensors' identities (weak references) and is
+reused while each tensor's storage, layout and autograd ``_version`` are unchanged, so the first call after
+an optimizer step (an in-place update, which bumps ``_version``) requantizes and every other call reuses the
+quantized copies (:class:`WeightCache`; :func:`clear_weight_cache` frees them). Calling
+``MXFP8Weights.quantize(w_gate, w_up, w_down)`` yourself fills the same cache, e.g. to quantize right after
+the optimizer step instead of inside the next forward. Writes that bypass the version counter (through
+``w.data``) are not seen: clear the cache after them. :mod:`mok.triton_ref.mxfp8_rows` describes the data
+flow (what is quantized where, what travels, which GEMM dequantizes what); in short::
 
-    qw = MXFP8Weights.quantize(w_gate, w_up, w_down)          # once, by the user (bf16 [E,I,H], [E,H,I])
-    qx = quantize(x, dim=-1)                                  # on each source rank: data [T,H] fp8, scales [T,H/32]
-    # pull dispatch: copy qx.data rows (H bytes) and qx.scales rows (H/32 bytes) through the schedule table
-    # into the ring: half the bytes of bf16 rows (H + H/32 vs 2H).
-    gate_up = mxfp8_grouped_gemm(MXFP8Tensor(ring_data, ring_scales, 1), qw.gate_up_fwd, tile_expert,
-                                 tile_rows, out_dtype=torch.float32 or torch.bfloat16)   # [M, 2I]
-    h = swiglu(gate_up)                                       # bf16 [M, I] (mok.swiglu rounding points)
-    qh = quantize(h, dim=-1)                                  # along I (or mxfp8_quant.quantize_groups in
-                                                              # the gate/up epilogue)
-    y = mxfp8_grouped_gemm(qh, qw.down_fwd, tile_expert, tile_rows, out_dtype=torch.bfloat16)  # [M, H]
+    qw = MXFP8Weights.quantize(w_gate, w_up, w_down)          # cached: once per weight version
+    qx = quantize(x, dim=-1)                                  # on each source rank, as packed rows [T, H+H/32]
+    # pull dispatch moves packed rows (codes then scales) through the schedule table into the ring
+    gate_up, qh = gate/up GEMM + SwiGLU (x, qw.gate_up_fwd)   # bf16 [M, 2I]; h quantized along I in the epilogue
+    y = mxfp8_grouped_gemm(qh, qw.down_fwd, ..., push=...)    # bf16 rows pushed into the combine slots
+    # backward: dO quantized along H on its source rank and pulled;
+    g = dequant(q_dO) @ dequant(qw.down_dgrad)^T  (+ SwiGLU backward, router gradient)     # fp32 [M, I]
+    dx = mxfp8_grouped_gemm(quantize([d_gate|d_up]), qw.gate_up_dgrad, ..., push=...)     # along 2I
+    # weight gradients: bf16 operands (dequantized x and dO rows, exact), fp32 accumulation
 
-Backward (dgrad GEMMs reduce along the other axis of each weight, hence the ``*_dgrad`` copies)::
-
-    q_dO = quantize(dO_rows, dim=-1)                          # [M, H] along H
-    g = mxfp8_grouped_gemm(q_dO, qw.down_dgrad, tile_expert, tile_rows, out_dtype=torch.float32)      # [M, I]
-    q_dgu = quantize(d_gate_up, dim=-1)                       # [M, 2I] along 2I
-    dx = mxfp8_grouped_gemm(q_dgu, qw.gate_up_dgrad, tile_expert, tile_rows, out_dtype=torch.bfloat16) # [M, H]
-
-Weight gradients reduce over tokens and do not read the weights; run them in bf16 on the dequantized
-activations (``dequantize(qx)``, exact) or, if they are ever quantized, along the token axis with
-``quantize(t, dim=0)``: segments start at multiples of the tile (a multiple of 32), so token-axis blocks never
-straddle two experts. :func:`mok.triton_ref.mxfp8_gemm.mxfp8_grouped_gemm` reads ``tile_expert`` (``-1``
-tiles are skipped and not written); padding rows inside a tile are computed like any row (rows are
-independent, so whatever they hold cannot leak into real rows).
-
-Passing the weights to :func:`mok.moe`: put the :class:`MXFP8Weights` in the ``w_gate`` position (its
-``shape`` is w_gate's ``[E, I, H]``, which is all ``mok.checks`` reads) with ``w_up = w_down = None``.
+Weight gradients reduce over tokens and do not read the weights, so they run in bf16 on the dequantized
+activations. If they are ever quantized it must be along the token axis (``quantize(t, dim=0)``): segments
+start at multiples of the tile (a multiple of 32), so token-axis blocks never straddle two experts.
+:func:`mok.triton_ref.mxfp8_gemm.mxfp8_grouped_gemm` reads ``tile_expert`` (``-1`` tiles are skipped and
+not written); padding rows inside a tile are computed like any row (rows are independent, so whatever they
+hold cannot leak into real rows).
 
 Tolerances vs the BF16 reference (MoK's MXFP8 tests, background.md): relative L1 <= 0.1 and max-abs <= 1.0
 (max-abs depends on the data's scale; relative L1 does not). Measured (x ~ N(0,1), weights ~ N(0, 1/fan-in),
 x, the weights and h all quantized): relative L1 0.066, max abs 0.20 (|y| max 3.4) on an expert's output
 y = W_down swiglu(W_gu x) at H=512, I=256 (tests/test_mxfp8.py); the dgrads ``g``, ``dx`` about 0.04.
 Expect ~0.065 for a full forward: E4M3 keeps 3 mantissa bits (relative rounding error up to 2^-4) and five
-quantized operands contribute. tests/test_mxfp8_gpu.py prints the figures at H=7168, I=2048 on the H200.
+quantized operands contribute. The whole layer (``mok.moe(..., precision="mxfp8")``, CPU interpreter, tiny
+shapes, several seeds) measured 0.06-0.08 relative (L2 and L1) against the fp64 oracle on the output and on
+all five gradients, gradient cosine similarity >= 0.9969 (tests/test_triton_mxfp8.py);
+tests/test_mxfp8_gpu.py and tests/test_triton_mxfp8_gpu.py print the figures at model widths on the H200.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 
 import torch
 
@@ -313,9 +316,22 @@ class MXFP8Weights:
 
     @classmethod
     def quantize(cls, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *,
-                 for_backward: bool = True, backend: str | None = None) -> "MXFP8Weights":
+                 for_backward: bool = True, backend: str | None = None, cache: bool = True) -> "MXFP8Weights":
         """Quantize ``w_gate, w_up`` ``[E, I, H]`` and ``w_down`` ``[E, H, I]`` (bf16 or fp32; I, H multiples
-        of 32). ``for_backward`` also makes the dgrad orientations."""
+        of 32). ``for_backward`` also makes the dgrad orientations.
+
+        ``cache=True`` (the default) goes through the quantized-weight cache (module docstring): the same three
+        tensors, unchanged since (same identity, storage and ``_version``), give back the quantized weights
+        made last time without running a kernel. ``mok.moe(..., precision="mxfp8")`` calls this with the bf16
+        weights on every call, so calling it yourself first only moves the quantization to a time you choose.
+        """
+        if cache:
+            return _WEIGHT_CACHE.get(w_gate, w_up, w_down, for_backward=for_backward, backend=backend)
+        return cls._quantize_now(w_gate, w_up, w_down, for_backward=for_backward, backend=backend)
+
+    @classmethod
+    def _quantize_now(cls, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *,
+                      for_backward: bool, backend: str | None) -> "MXFP8Weights":
         for name, w in (("w_gate", w_gate), ("w_up", w_up), ("w_down", w_down)):
             if not isinstance(w, torch.Tensor) or w.dim() != 3:
                 raise ValueError(f"{name} must be a 3-d tensor")
@@ -333,6 +349,17 @@ class MXFP8Weights:
         gate_up_dgrad = quantize(gate_up.transpose(1, 2), dim=2, backend=backend)     # [E, H, 2I]
         down_dgrad = quantize(w_down.detach().transpose(1, 2), dim=2, backend=backend)  # [E, I, H]
         return cls(gate_up_fwd, down_fwd, gate_up_dgrad, down_dgrad)
+
+    def forward_only(self) -> "MXFP8Weights":
+        """These weights without the dgrad orientations (views, no copy)."""
+        return MXFP8Weights(self.gate_up_fwd, self.down_fwd)
+
+    def experts(self, start: int, stop: int) -> "MXFP8Weights":
+        """Experts ``[start, stop)`` (e.g. one EP rank's local experts): views of every field, no copy."""
+        def part(q: MXFP8Tensor | None) -> MXFP8Tensor | None:
+            return None if q is None else MXFP8Tensor(q.data[start:stop], q.scales[start:stop], q.dim)
+        return MXFP8Weights(part(self.gate_up_fwd), part(self.down_fwd), part(self.gate_up_dgrad),
+                            part(self.down_dgrad))
 
     @property
     def num_experts(self) -> int:
@@ -375,5 +402,84 @@ class MXFP8Weights:
         return gate_up[:, :self.intermediate], gate_up[:, self.intermediate:], dequantize(self.down_fwd, dtype)
 
 
-__all__ = ["MX_BLOCK", "MXFP8Tensor", "MXFP8Weights", "dequantize", "dequantize_torch", "quantize",
-           "quantize_torch"]
+# ======================================================================================================
+# The quantized-weight cache
+# ======================================================================================================
+@dataclass
+class _CacheEntry:
+    refs: tuple            # weak references to (w_gate, w_up, w_down)
+    stamp: tuple           # what must be unchanged for the entry to be valid
+    weights: MXFP8Weights
+
+
+def _stamp(tensors: tuple[torch.Tensor, ...], backend: str | None) -> tuple:
+    """What identifies the *values* of the weights without reading them: storage, layout and the autograd
+    version counter (bumped by every in-place update: ``optimizer.step()``, ``w.add_()``, ``w.copy_()``)."""
+    return (backend,) + tuple((t._version, t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
+                              for t in tensors)
+
+
+@dataclass
+class WeightCache:
+    """Quantized expert weights per ``(w_gate, w_up, w_down)``, valid while none of them changed.
+
+    Keyed by the three tensors' identities (weak references: the cache never keeps weights alive, and an
+    entry leaves when its weights are freed); an entry is reused only while each tensor's storage, shape,
+    strides, dtype and ``_version`` are what they were when it was quantized, so an optimizer step (an
+    in-place update) makes the next call requantize, and nothing else does. ``quantizations`` counts the
+    real quantizations (for tests and benchmarks).
+
+    Not seen: writes through ``w.data`` (a separate version counter) or through another tensor sharing the
+    storage without sharing the version counter; call :func:`clear_weight_cache` after such writes. Weights
+    that are new tensors on every call (e.g. gathered from shards each step) are simply quantized every call.
+    """
+
+    entries: dict = field(default_factory=dict)
+    quantizations: int = 0
+
+    def get(self, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, for_backward: bool,
+            backend: str | None) -> MXFP8Weights:
+        tensors = (w_gate, w_up, w_down)
+        if not all(isinstance(t, torch.Tensor) for t in tensors):
+            raise TypeError("MXFP8Weights.quantize takes three tensors (w_gate, w_up, w_down)")
+        if any(t.is_inference() for t in tensors):  # no version counter to watch: never cached
+            self.quantizations += 1
+            return MXFP8Weights._quantize_now(w_gate, w_up, w_down, for_backward=for_backward, backend=backend)
+        key = tuple(id(t) for t in tensors)
+        stamp = _stamp(tensors, backend)
+        entry = self.entries.get(key)
+        if (entry is not None and all(ref() is t for ref, t in zip(entry.refs, tensors)) and entry.stamp == stamp
+                and (entry.weights.has_backward or not for_backward)):
+            return entry.weights if for_backward or not entry.weights.has_backward else entry.weights.forward_only()
+        weights = MXFP8Weights._quantize_now(w_gate, w_up, w_down, for_backward=for_backward, backend=backend)
+        self.quantizations += 1
+        entry = _CacheEntry((), stamp, weights)
+        entry.refs = tuple(weakref.ref(t, self._evictor(key, entry)) for t in tensors)
+        self.entries[key] = entry
+        return weights
+
+    def _evictor(self, key: tuple, entry: _CacheEntry):
+        def evict(_ref) -> None:
+            if self.entries.get(key) is entry:  # not a newer entry under a reused id
+                del self.entries[key]
+        return evict
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+_WEIGHT_CACHE = WeightCache()
+
+
+def weight_cache() -> WeightCache:
+    """The process-wide cache behind :meth:`MXFP8Weights.quantize` (and so ``precision="mxfp8"``)."""
+    return _WEIGHT_CACHE
+
+
+def clear_weight_cache() -> None:
+    """Forget every cached quantization (frees their memory; the next call requantizes)."""
+    _WEIGHT_CACHE.clear()
+
+
+__all__ = ["MX_BLOCK", "MXFP8Tensor", "MXFP8Weights", "WeightCache", "clear_weight_cache", "dequantize",
+           "dequantize_torch", "quantize", "quantize_torch", "weight_cache"]

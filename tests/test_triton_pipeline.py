@@ -124,3 +124,22 @@ def test_ring_must_hold_whole_minibatches():
     p = problem(TEST_SHAPES[0], torch.float32)
     with pytest.raises(ValueError, match="ring_rows"):
         run_layer("triton", p, config=CONFIG.replace(minibatch_rows=32, ring_rows=48))
+
+
+def test_rank_run_through_a_peer_group_matches_the_emulated_run():
+    """TritonRankRun (what distributed_moe(backend="triton") runs in each process) with a one-rank peer group
+    in this process: x, router weights and dO copied into the group's buffers and republished for the
+    replaying ring's backward; the same bits as mok.moe."""
+    from mok.comm import EmulatedPeers
+    from mok.triton_ref.pipeline import TritonRankRun
+    p = problem(TEST_SHAPES[0], torch.bfloat16)
+    cfg = CONFIG.replace(minibatch_rows=32, ring_rows=32)
+    run = TritonRankRun(p[0], p[1], p[2].float(), *p[3:], rank=0, world=1, num_experts=TEST_SHAPES[0].num_experts,
+                        config=cfg, peers=EmulatedPeers(1, DEVICE))
+    assert any(plan.num_minibatches > plan.num_slots for plan in run.all_plans), "the ring must replay"
+    out = run.forward()
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(DEVICE, out.dtype)
+    assert_all_bitwise([out, *run.backward(grad)], run_layer("triton", p, config=cfg), "TritonRankRun vs mok.moe")
+    with pytest.raises(ValueError, match="transport must be 'peers'"):
+        TritonRankRun(p[0], p[1], p[2], *p[3:], rank=0, world=1, num_experts=TEST_SHAPES[0].num_experts,
+                      config=cfg, transport="collective", peers=EmulatedPeers(1, DEVICE))

@@ -9,7 +9,8 @@ What it reads and writes
 * ``tile_expert``: ``[M / tile_rows]`` int32, the (local) expert of each tile of ``tile_rows`` rows; ``-1``
   marks a tile past the last segment: it is skipped and its output rows are **not written**.
 * ``out``: ``[M, N]`` bf16 (stored) or fp32 (for a fused epilogue such as SwiGLU that wants the unrounded
-  accumulator).
+  accumulator); or, with ``push=``, no ``out``: each row goes into its source rank's (token, k) slot through
+  the push epilogue of :mod:`mok.triton_ref.push_combine` (the pipeline's MXFP8 down projection and dx GEMM).
 
 How it computes (and why this way)
 ----------------------------------
@@ -52,6 +53,7 @@ import triton.language as tl
 
 from ..mxfp8 import MX_BLOCK, MXFP8Tensor
 from .mxfp8_quant import decode_e4m3, e8m0_to_fp32, fp32_to_bf16_rne, interpreting
+from .push_combine import SlotPush, push_tile_in_halves
 
 
 @dataclass(frozen=True)
@@ -72,25 +74,71 @@ DEFAULT_CONFIG = GemmConfig()
 # On-chip dequantization of one operand tile
 # ======================================================================================================
 @triton.jit
+def _decode(codes, HW_DECODE: tl.constexpr):
+    """uint8 E4M3 codes -> fp32 values (exact)."""
+    if HW_DECODE:
+        values = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    else:
+        values = decode_e4m3(codes)
+    return values
+
+
+@triton.jit
+def _to_operand(values, INTERPRETING: tl.constexpr):
+    """Exact fp32 values of bf16 numbers -> the ``tl.dot`` operand: bf16, or fp32 under the interpreter."""
+    if INTERPRETING:  # the interpreter's bf16 cast and bf16 dot are broken: round by hand, multiply in fp32
+        operand = fp32_to_bf16_rne(values).to(tl.float32)
+    else:
+        operand = values.to(tl.bfloat16)  # exact (E4M3 value * power of two)
+    return operand
+
+
+@triton.jit
 def _dequantize_tile(codes, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, HW_DECODE: tl.constexpr,
                      INTERPRETING: tl.constexpr):
     """``[ROWS, BLOCK_K]`` uint8 E4M3 codes and ``[ROWS, BLOCK_K/32]`` uint8 scales -> the GEMM operand tile.
 
     Returns bf16 (or, under the interpreter, the same values in fp32).
     """
-    if HW_DECODE:
-        values = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-    else:
-        values = decode_e4m3(codes)
+    values = _decode(codes, HW_DECODE)
     # Broadcast each scale over its 32 elements: [ROWS, G] -> [ROWS, G, 32] -> [ROWS, BLOCK_K].
     scale = e8m0_to_fp32(scales)
     scale = tl.reshape(tl.broadcast_to(scale[:, :, None], (ROWS, BLOCK_K // 32, 32)), (ROWS, BLOCK_K))
-    values = values * scale
-    if INTERPRETING:  # the interpreter's bf16 cast and bf16 dot are broken: round by hand, multiply in fp32
-        operand = fp32_to_bf16_rne(values).to(tl.float32)
-    else:
-        operand = values.to(tl.bfloat16)  # exact (E4M3 value * power of two)
-    return operand
+    return _to_operand(values * scale, INTERPRETING)
+
+
+@triton.jit
+def _dequantize_tile_kn(codes, scales, BLOCK_K: tl.constexpr, COLS: tl.constexpr, HW_DECODE: tl.constexpr,
+                        INTERPRETING: tl.constexpr):
+    """As :func:`_dequantize_tile` for a tile held K-first: ``[BLOCK_K, COLS]`` codes and
+    ``[BLOCK_K/32, COLS]`` scales (a weight tile read as the ``[k, n]`` right-hand operand)."""
+    values = _decode(codes, HW_DECODE)
+    scale = e8m0_to_fp32(scales)
+    scale = tl.reshape(tl.broadcast_to(scale[:, None, :], (BLOCK_K // 32, 32, COLS)), (BLOCK_K, COLS))
+    return _to_operand(values * scale, INTERPRETING)
+
+
+# The dequantizing operand loaders as other kernels call them (the fused SwiGLU GEMMs of
+# mok.triton_ref.swiglu): hardware E4M3 decode on the GPU, bit operations and fp32 operands under the
+# interpreter.
+_HW_DECODE = tl.constexpr(not interpreting())
+_INTERPRETING = tl.constexpr(interpreting())
+
+
+@triton.jit
+def mx_operand(codes, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """An MXFP8 left-hand operand tile ``[ROWS, BLOCK_K]`` (uint8 codes, ``[ROWS, BLOCK_K/32]`` uint8 scales),
+    dequantized on chip to what ``tl.dot`` multiplies: bf16 (exact), or the same values in fp32 under the
+    interpreter."""
+    return _dequantize_tile(codes, scales, ROWS, BLOCK_K, _HW_DECODE, _INTERPRETING)
+
+
+@triton.jit
+def mx_operand_kn(codes, scales, BLOCK_K: tl.constexpr, COLS: tl.constexpr):
+    """An MXFP8 right-hand operand tile ``[BLOCK_K, COLS]`` (codes; scales ``[BLOCK_K/32, COLS]``), dequantized
+    on chip like :func:`mx_operand`. Loading the weight tile K-first, as the BF16 kernels do, keeps the MMA
+    operands of the MXFP8 and BF16 kernels in the same shape (no transpose)."""
+    return _dequantize_tile_kn(codes, scales, BLOCK_K, COLS, _HW_DECODE, _INTERPRETING)
 
 
 # ======================================================================================================
@@ -99,12 +147,14 @@ def _dequantize_tile(codes, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, H
 @triton.jit
 def _mxfp8_grouped_gemm_kernel(
         a_ptr, a_scale_ptr, w_ptr, w_scale_ptr, out_ptr, tile_expert_ptr,
-        N, K,
+        M, N, K,
         stride_am, stride_ak, stride_asm, stride_asg,
         stride_we, stride_wn, stride_wk, stride_wse, stride_wsn, stride_wsg,
         stride_om, stride_on,
+        src_rank_ptr, src_slot_ptr, slot_ptr_table, slot_stride,    # push epilogue (PUSH)
         TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        HW_DECODE: tl.constexpr, INTERPRETING: tl.constexpr, SOFTWARE_BF16_OUT: tl.constexpr):
+        HW_DECODE: tl.constexpr, INTERPRETING: tl.constexpr, SOFTWARE_BF16_OUT: tl.constexpr,
+        PUSH: tl.constexpr, SLOT_DTYPE: tl.constexpr, SLOTS_ALIGNED: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
 
@@ -138,12 +188,16 @@ def _mxfp8_grouped_gemm_kernel(
             w = _dequantize_tile(w_codes, w_scales, BLOCK_N, BLOCK_K, HW_DECODE, INTERPRETING)
             acc = tl.dot(a, tl.trans(w), acc)
 
-        # ---- epilogue: store in the output dtype ---------------------------------------------------------
-        if SOFTWARE_BF16_OUT:  # interpreter only (its bf16 cast truncates)
-            out = fp32_to_bf16_rne(acc)
+        # ---- epilogue: store in the output dtype, or push each row into its source rank's (token, k) slot ---
+        if PUSH:
+            push_tile_in_halves(acc, rows, pid_n * BLOCK_N, N, rows < M, src_rank_ptr, src_slot_ptr,
+                                slot_ptr_table, slot_stride, SLOT_DTYPE, SLOTS_ALIGNED, BLOCK_M, BLOCK_N)
         else:
-            out = acc.to(out_ptr.dtype.element_ty)
-        tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, out, mask=col_ok[None, :])
+            if SOFTWARE_BF16_OUT:  # interpreter only (its bf16 cast truncates)
+                out = fp32_to_bf16_rne(acc)
+            else:
+                out = acc.to(out_ptr.dtype.element_ty)
+            tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, out, mask=col_ok[None, :])
 
 
 # ======================================================================================================
@@ -155,10 +209,15 @@ def _raw(t: torch.Tensor) -> torch.Tensor:
 
 def mxfp8_grouped_gemm(a: MXFP8Tensor, w: MXFP8Tensor, tile_expert: torch.Tensor, tile_rows: int, *,
                        out_dtype: torch.dtype = torch.bfloat16, out: torch.Tensor | None = None,
-                       config: GemmConfig | None = None, hw_decode: bool | None = None) -> torch.Tensor:
+                       config: GemmConfig | None = None, hw_decode: bool | None = None,
+                       push: SlotPush | None = None) -> torch.Tensor | None:
     """``out[r] = dequant(A)[r] @ dequant(W[tile_expert[r // tile_rows]])^T`` with fp32 accumulation.
 
-    Same calling convention as :func:`mok.triton_ref.grouped_gemm.grouped_gemm_forward`, with MXFP8 operands.
+    Same calling convention as :func:`mok.triton_ref.grouped_gemm.grouped_gemm_forward`, with MXFP8 operands,
+    including its push epilogue (``push=``: row r goes into its source rank's (token, k) slot, rounded once to
+    the slots' dtype; padding rows and skipped tiles push nothing; nothing is stored, None is returned). The
+    pipeline's MXFP8 mode runs the forward down projection (push combine) and the backward dx GEMM (push
+    reverse-dispatch) this way.
 
     Args:
         a: ``[M, K]`` :class:`MXFP8Tensor` quantized along K (``a.dim == 1``); ``M % tile_rows == 0``.
@@ -202,7 +261,16 @@ def mxfp8_grouped_gemm(a: MXFP8Tensor, w: MXFP8Tensor, tile_expert: torch.Tensor
     devices = {a.device, w.device, tile_expert.device}
     if len(devices) != 1:
         raise ValueError(f"a, w and tile_expert must share one device, got {sorted(map(str, devices))}")
-    if out is None:
+    if push is not None:
+        if out is not None:
+            raise ValueError("give at most one of out= and push=")
+        if push.slots.shape[1:] != (n,):
+            raise ValueError(f"push target slots {push.slots.shape} do not have {n} columns")
+        if push.slots.ptr_table.device != a.device:
+            raise ValueError(f"the push slots' pointer table is on {push.slots.ptr_table.device}, not {a.device}")
+        if config.block_n % 2:
+            raise ValueError("the push epilogue stores column halves: block_n must be even")
+    elif out is None:
         out = torch.empty((rows, n), dtype=out_dtype, device=a.device)
     elif tuple(out.shape) != (rows, n) or out.dtype != out_dtype or out.device != a.device:
         raise ValueError(f"out must be [{rows}, {n}] {out_dtype} on {a.device}, got {list(out.shape)} {out.dtype}")
@@ -217,18 +285,27 @@ def mxfp8_grouped_gemm(a: MXFP8Tensor, w: MXFP8Tensor, tile_expert: torch.Tensor
     a_codes, a_scales = _raw(a.data), a.scales
     w_codes, w_scales = _raw(w.data), w.scales
     grid = (rows // block_m, triton.cdiv(n, config.block_n))
+    if push is not None:
+        out_args = (a_scales, 0, 0)  # unused
+        push_args = (push.src_rank, push.src_slot, push.slots.ptr_table, push.row_stride)
+        slot_dtype, slots_aligned = push.tl_dtype, push.aligned
+    else:
+        out_args = (out, out.stride(0), out.stride(1))
+        push_args = (tile_expert, tile_expert, tile_expert, 0)  # unused
+        slot_dtype, slots_aligned = tl.float32, False
     _mxfp8_grouped_gemm_kernel[grid](
-        a_codes, a_scales, w_codes, w_scales, out, tile_expert,
-        n, k,
+        a_codes, a_scales, w_codes, w_scales, out_args[0], tile_expert,
+        rows, n, k,
         a_codes.stride(0), a_codes.stride(1), a_scales.stride(0), a_scales.stride(1),
         w_codes.stride(0), w_codes.stride(1), w_codes.stride(2),
         w_scales.stride(0), w_scales.stride(1), w_scales.stride(2),
-        out.stride(0), out.stride(1),
+        out_args[1], out_args[2], *push_args,
         TILE=tile_rows, BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         HW_DECODE=hw_decode, INTERPRETING=interpret,
         SOFTWARE_BF16_OUT=interpret and out_dtype == torch.bfloat16,
+        PUSH=push is not None, SLOT_DTYPE=slot_dtype, SLOTS_ALIGNED=slots_aligned,
         num_warps=config.num_warps, num_stages=config.num_stages)
-    return out
+    return None if push is not None else out
 
 
 def mxfp8_grouped_gemm_torch(a: MXFP8Tensor, w: MXFP8Tensor, tile_expert: torch.Tensor, tile_rows: int, *,

@@ -45,9 +45,13 @@ What the kernels read and write
 Both kernels work on a ``[B, R, K]`` view (any strides) quantized along K, ``K % 32 == 0``:
 
 * quantize:   x ``[B, R, K]`` (fp32/bf16/fp16)  ->  codes ``[B, R, K]`` uint8 and scales ``[B, R, K/32]``
-  uint8, both contiguous (K innermost).
-* dequantize: codes ``[B, R, K]`` uint8 + scales ``[B, R, K/32]`` uint8  ->  out ``[B, R, K]`` (fp32/bf16),
-  contiguous.
+  uint8 (K innermost; contiguous from :func:`quantize_blocks`, any row stride from :func:`quantize_rows_into`,
+  which the pipeline uses to write packed rows: codes and scales of a row side by side).
+* dequantize: codes ``[B, R, K]`` uint8 + scales ``[B, R, K/32]`` uint8  ->  out ``[B, R, K]`` (fp32/bf16).
+
+Over a window of schedule rows the ``*_rows_into`` wrappers take the schedule's rows-in-use counter (on the
+device): programs wholly past it return at once, so the grid can cover a worst-case window without a host
+synchronisation (as the pull and GEMM kernels do).
 
 Tiling: one program per ``BLOCK_R rows x BLOCK_G groups x 32`` tile, held as a 3-D register tile
 ``[BLOCK_R, BLOCK_G, 32]`` so each block's amax is one reduction over the last axis. The grid is
@@ -182,11 +186,15 @@ def dequantize_groups(codes, scales):
 # ======================================================================================================
 @triton.jit
 def _quantize_kernel(x_ptr, codes_ptr, scales_ptr, R, K, stride_xb, stride_xr, stride_xk,
-                     BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr):
+                     stride_cb, stride_cr, stride_sb, stride_sr, rows_in_use_ptr, window_start,
+                     LIMIT_ROWS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr):
     pid_r = tl.program_id(0)
     pid_g = tl.program_id(1)
     batch = tl.program_id(2).to(tl.int64)
     groups_per_row = K // 32
+    if LIMIT_ROWS:  # schedule windows: programs wholly past the rows in use (read on the device) do nothing
+        if window_start + pid_r * BLOCK_R >= tl.load(rows_in_use_ptr):
+            return
 
     # ---- this program's tile: BLOCK_R rows x BLOCK_G groups x 32 lanes --------------------------------
     rows = (pid_r * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
@@ -200,22 +208,27 @@ def _quantize_kernel(x_ptr, codes_ptr, scales_ptr, R, K, stride_xb, stride_xr, s
     x = tl.load(x_ptr + batch * stride_xb + row3 * stride_xr + col3 * stride_xk, mask=mask3, other=0.0)
     codes, scales = quantize_groups(x.to(tl.float32))
 
-    # ---- store codes [B, R, K] and scales [B, R, K/32], both contiguous ----------------------------------
-    tl.store(codes_ptr + (batch * R + row3) * K + col3, codes, mask=mask3)
+    # ---- store codes [B, R, K] and scales [B, R, K/32] (unit stride along K) ---------------------------
+    tl.store(codes_ptr + batch * stride_cb + row3 * stride_cr + col3, codes, mask=mask3)
     row2 = rows[:, None]
     group2 = groups[None, :]
-    tl.store(scales_ptr + (batch * R + row2) * groups_per_row + group2, scales,
+    tl.store(scales_ptr + batch * stride_sb + row2 * stride_sr + group2, scales,
              mask=(row2 < R) & (group2 < groups_per_row))
 
 
 @triton.jit
 def _dequantize_kernel(codes_ptr, scales_ptr, out_ptr, R, K,
-                       stride_cb, stride_cr, stride_ck, stride_sb, stride_sr, stride_sg,
-                       BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
+                       stride_cb, stride_cr, stride_ck, stride_sb, stride_sr, stride_sg, stride_ob, stride_or,
+                       rows_in_use_ptr, window_start,
+                       LIMIT_ROWS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr,
+                       SOFTWARE_BF16: tl.constexpr):
     pid_r = tl.program_id(0)
     pid_g = tl.program_id(1)
     batch = tl.program_id(2).to(tl.int64)
     groups_per_row = K // 32
+    if LIMIT_ROWS:  # schedule windows: programs wholly past the rows in use (read on the device) do nothing
+        if window_start + pid_r * BLOCK_R >= tl.load(rows_in_use_ptr):
+            return
 
     # ---- this program's tile ---------------------------------------------------------------------------
     rows = (pid_r * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
@@ -239,7 +252,7 @@ def _dequantize_kernel(codes_ptr, scales_ptr, out_ptr, R, K,
         out = fp32_to_bf16_rne(values)
     else:
         out = values.to(out_ptr.dtype.element_ty)
-    tl.store(out_ptr + (batch * R + row3) * K + col3, out, mask=mask3)
+    tl.store(out_ptr + batch * stride_ob + row3 * stride_or + col3, out, mask=mask3)
 
 
 # ======================================================================================================
@@ -258,6 +271,15 @@ def _check_view(name: str, t: torch.Tensor) -> None:
         raise ValueError(f"{name}: B={t.shape[0]} exceeds the grid's z limit (65535); merge it into R")
 
 
+def _row_limit(rows_in_use: torch.Tensor | None, window_start: int, like: torch.Tensor):
+    """Kernel arguments of the optional device-side row limit (see :func:`quantize_rows_into`)."""
+    if rows_in_use is None:
+        return (like, 0, False)
+    if rows_in_use.dtype != torch.int32 or rows_in_use.numel() < 1:
+        raise TypeError("rows_in_use must be an int32 tensor holding the rows in use")
+    return (rows_in_use, int(window_start), True)
+
+
 def quantize_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``x`` along its last dim with the Triton kernel.
 
@@ -274,10 +296,42 @@ def quantize_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     codes = torch.empty((batches, rows, k), dtype=torch.float8_e4m3fn, device=x.device)
     scales = torch.empty((batches, rows, k // MX_BLOCK), dtype=torch.uint8, device=x.device)
     if codes.numel():
+        raw = codes.view(torch.uint8)
         _quantize_kernel[_grid(batches, rows, k)](
-            x, codes.view(torch.uint8), scales, rows, k, x.stride(0), x.stride(1), x.stride(2),
+            x, raw, scales, rows, k, x.stride(0), x.stride(1), x.stride(2),
+            raw.stride(0), raw.stride(1), scales.stride(0), scales.stride(1), *_row_limit(None, 0, scales),
             BLOCK_R=_BLOCK_R, BLOCK_G=_BLOCK_G, num_warps=_NUM_WARPS)
     return codes, scales
+
+
+def quantize_rows_into(x: torch.Tensor, codes_out: torch.Tensor, scales_out: torch.Tensor, *,
+                       rows_in_use: torch.Tensor | None = None, window_start: int = 0) -> None:
+    """Quantize the rows of ``x`` along K into caller-provided (e.g. packed-row) buffers.
+
+    Args:
+        x: ``[R, K]`` float32/bfloat16, any strides, ``K % 32 == 0``.
+        codes_out: ``[R, K]`` uint8 (or float8_e4m3fn) with unit column stride (any row stride).
+        scales_out: ``[R, K/32]`` uint8 with unit column stride.
+        rows_in_use, window_start: optional device-side limit for schedule windows: rows ``r`` with
+            ``window_start + r >= rows_in_use[0]`` (int32) may be skipped (left untouched), so a kernel over a
+            window of ``capacity`` rows costs only the rows in use, without a host synchronisation.
+    """
+    if x.dim() != 2 or x.shape[1] % MX_BLOCK:
+        raise ValueError(f"x must be [R, K] with K a multiple of {MX_BLOCK}, got {list(x.shape)}")
+    rows, k = x.shape
+    if tuple(codes_out.shape) != (rows, k) or codes_out.stride(1) != 1 or codes_out.element_size() != 1:
+        raise ValueError(f"codes_out must be a 1-byte [{rows}, {k}] tensor with unit column stride")
+    if tuple(scales_out.shape) != (rows, k // MX_BLOCK) or scales_out.stride(1) != 1 or scales_out.dtype != torch.uint8:
+        raise ValueError(f"scales_out must be uint8 [{rows}, {k // MX_BLOCK}] with unit column stride")
+    if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
+    if rows == 0:
+        return
+    raw = codes_out.view(torch.uint8)
+    _quantize_kernel[_grid(1, rows, k)](
+        x, raw, scales_out, rows, k, 0, x.stride(0), x.stride(1), 0, raw.stride(0), 0, scales_out.stride(0),
+        *_row_limit(rows_in_use, window_start, scales_out),
+        BLOCK_R=_BLOCK_R, BLOCK_G=_BLOCK_G, num_warps=_NUM_WARPS)
 
 
 def dequantize_blocks(codes: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -302,10 +356,34 @@ def dequantize_blocks(codes: torch.Tensor, scales: torch.Tensor, dtype: torch.dt
         raise TypeError(f"dtype must be float32 or bfloat16, got {dtype}")
     out = torch.empty((batches, rows, k), dtype=dtype, device=codes.device)
     if out.numel():
-        raw = codes.view(torch.uint8)
-        _dequantize_kernel[_grid(batches, rows, k)](
-            raw, scales, out, rows, k, raw.stride(0), raw.stride(1), raw.stride(2),
-            scales.stride(0), scales.stride(1), scales.stride(2),
-            BLOCK_R=_BLOCK_R, BLOCK_G=_BLOCK_G, SOFTWARE_BF16=interpreting() and dtype == torch.bfloat16,
-            num_warps=_NUM_WARPS)
+        _launch_dequantize(codes, scales, out, None, 0)
     return out
+
+
+def dequantize_rows_into(codes: torch.Tensor, scales: torch.Tensor, out: torch.Tensor, *,
+                         rows_in_use: torch.Tensor | None = None, window_start: int = 0) -> None:
+    """Dequantize rows from caller-provided (e.g. packed-row) buffers into ``out``.
+
+    Args:
+        codes: ``[R, K]`` uint8 (or float8_e4m3fn), any strides; scales: ``[R, K/32]`` uint8, any strides.
+        out: ``[R, K]`` float32/bfloat16 with unit column stride.
+        rows_in_use, window_start: as :func:`quantize_rows_into` (rows past the rows in use stay untouched).
+    """
+    rows, k = codes.shape
+    if tuple(scales.shape) != (rows, k // MX_BLOCK) or scales.dtype != torch.uint8 or codes.element_size() != 1:
+        raise ValueError("codes must be 1-byte [R, K] and scales uint8 [R, K/32]")
+    if tuple(out.shape) != (rows, k) or out.stride(1) != 1 or out.dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"out must be float32/bfloat16 [{rows}, {k}] with unit column stride")
+    if rows:
+        _launch_dequantize(codes[None], scales[None], out[None], rows_in_use, window_start)
+
+
+def _launch_dequantize(codes, scales, out, rows_in_use, window_start) -> None:
+    batches, rows, k = codes.shape
+    raw = codes.view(torch.uint8)
+    _dequantize_kernel[_grid(batches, rows, k)](
+        raw, scales, out, rows, k, raw.stride(0), raw.stride(1), raw.stride(2),
+        scales.stride(0), scales.stride(1), scales.stride(2), out.stride(0), out.stride(1),
+        *_row_limit(rows_in_use, window_start, scales),
+        BLOCK_R=_BLOCK_R, BLOCK_G=_BLOCK_G, SOFTWARE_BF16=interpreting() and out.dtype == torch.bfloat16,
+        num_warps=_NUM_WARPS)

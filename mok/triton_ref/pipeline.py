@@ -1,22 +1,37 @@
 """``mok.moe(..., backend="triton")``: the Triton kernels composed into MoK's forward and backward.
 
-The stages, per expert-side rank and ring minibatch (rank r owns tokens ``[rT/R, (r+1)T/R)`` and experts
-``[rE/R, (r+1)E/R)``; the ``ep_size`` ranks are emulated in one process and one stream, as
-:class:`mok.comm.EmulatedPeers` does, every rank's buffer being a :class:`mok.comm.PeerBuffer` that kernels
-reach through its ``ptr_table``)::
+The stages, per expert-side rank and ring minibatch (rank r owns tokens ``[r*T_local, (r+1)*T_local)`` and
+experts ``[r*E_local, (r+1)*E_local)``; every rank's buffers are :class:`mok.comm.PeerBuffer` s that kernels
+reach through their ``ptr_table``)::
 
-    forward   pull dispatch x -> ring        (pull_dispatch.pull_token_rows)
+    forward   publish x (and the router weights) on every source rank; barrier
+              pull dispatch x -> ring        (pull_dispatch.pull_token_rows)
               gate/up GEMM + SwiGLU          (swiglu.gate_up_swiglu: gate_up -> ring, h -> scratch)
               down GEMM + push combine       (grouped_gemm.grouped_gemm_forward(push=...): y -> source slots)
-      then, on every source rank: out[t] = sum_k w[t,k] y[t,k]   (push_combine.weighted_sum_over_k)
+      barrier, then on every source rank: out[t] = sum_k w[t,k] y[t,k]   (push_combine.weighted_sum_over_k)
 
-    backward  minibatches in reverse; replay (dispatch + gate/up) those the ring has overwritten
+    backward  publish dO; barrier; minibatches in reverse; replay (dispatch + gate/up) those the ring overwrote
               pull reverse-combine dO, w     (pull_dispatch.pull_reverse_combine)
               down dgrad + SwiGLU backward   (swiglu.down_dgrad_swiglu_backward: d_gate_up, w*h, dw partials)
               dx GEMM + push reverse-dispatch (grouped_gemm.grouped_gemm_dgrad(push=...): dx -> source slots)
               dw push reverse-dispatch       (push_combine.push_router_grad)
               weight gradients               (grouped_gemm.grouped_wgrad: one fixed-order chain per expert)
-      then, on every source rank: dx[t] = sum_k dx[t,k]           (push_combine.sum_over_k)
+      barrier, then on every source rank: dx[t] = sum_k dx[t,k]           (push_combine.sum_over_k)
+
+One implementation, two ways to run it. :class:`TritonRanksRun` drives the ranks a :class:`mok.comm.PeerGroup`
+gives this process (``peers.local_ranks``) and calls ``peers.barrier()`` where ranks synchronise:
+
+* :class:`TritonLayerRun` (``mok.moe(..., backend="triton", ep_size=R)``) drives all R ranks of an
+  :class:`EmulatedRankGroup` in one process and one stream (the barrier is stream order). A rank's buffers are
+  its share (dim-0 slice) of one tensor, so x, dO and the router weights are published in place (no copy),
+  and pointer tables travel host -> device from pinned memory without blocking: no host synchronisation.
+* :class:`TritonRankRun` (``mok.distributed.distributed_moe(..., backend="triton")``) drives one real rank of
+  a group of processes (:class:`mok.comm.symm_mem.SymmetricMemoryPeers` on GPUs, ``HostSharedPeers`` on CPUs):
+  it copies (or quantizes) x, dO and its router weights into the symmetric buffers and pulls from / pushes
+  into its peers' buffers directly.
+
+Both produce the same bits as each other and as every other EP degree: every row's arithmetic depends only on
+the row and the weights, and each expert's weight-gradient chain walks its rows in one global order.
 
 Minibatching. These kernels run stage by stage (no kernel overlaps communication with compute), so with
 ``MoKConfig.minibatch_rows`` and ``ring_rows`` both ``None`` each rank walks **one minibatch covering its whole
@@ -26,31 +41,37 @@ reference backend does (:mod:`mok.ring`: forward in order, backward in reverse, 
 replayed); that needs each rank's rows in use on the host to count minibatches: one synchronisation per
 forward. No result bit depends on the minibatching or on ``ep_size``.
 
-Emulated peer buffers. A rank's token buffer, router weights and slot buffers are the rank's share (dim-0
-slice) of one tensor (:func:`peer_slices`): x, dO and the router weights are the caller's tensors, not copies.
-Pointer tables travel host -> device from pinned memory without blocking, so building them never waits for
-the GPU. One stream orders every rank's writes before the sums that read them (the emulated barrier).
-
-Precision hook. How dispatched token rows are stored and how the gate/up GEMM reads them is a
-:class:`RowFormat`, chosen per precision (:func:`register_row_format`). ``"bf16"`` and ``"fp32"`` use
-:class:`PlainRows` (rows in the activation dtype); an MXFP8 format (FP8 rows plus E8M0 scales, a dequantizing
-operand loader) plugs in at the same place.
+Precision hook. How rows are stored and moved and which kernel runs each expert GEMM is a :class:`RowFormat`,
+chosen per precision (:func:`register_row_format`). ``"bf16"`` and ``"fp32"`` use :class:`PlainRows` (rows
+in the activation dtype). ``"mxfp8"`` uses :class:`mok.triton_ref.mxfp8_rows.MXFP8Rows`: MoK's MXFP8 mode.
+The caller passes the usual bf16 weights; they are quantized once per weight version through the cache of
+:meth:`mok.mxfp8.MXFP8Weights.quantize` (requantized only after an in-place update such as an optimizer
+step). x and dO are quantized along H on their source rank and travel as packed FP8 rows plus E8M0 scales
+(about half the bytes of bf16); the gate/up GEMM (+SwiGLU, + h quantized along I in its epilogue), the down
+GEMM, the down dgrad (+SwiGLU backward) and the dx GEMM (on ``[d_gate|d_up]`` quantized along 2I) dequantize
+their MXFP8 operands on chip and multiply in bf16 with fp32 accumulation; outputs, combine and the router
+gradient are as in BF16. Weight gradients use bf16 operands (the exactly dequantized x and dO rows, bf16
+``d_gate_up`` and ``w*h``) with fp32 accumulation: an MXFP8 wgrad would quantize along the token axis, which
+is not done here.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Callable
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
 from ..backends import Backend, register_backend
-from ..backends.reference import choose_minibatch_rows
-from ..comm import PeerBuffer
-from ..config import MoKConfig
+from ..checks import resolve_precision
+from ..comm import EmulatedPeers, PeerBuffer, PeerGroup
+from ..config import MoEShape, MoKConfig
+from ..heuristics import device_spec, minibatch_rows
 from ..ring import RingBuffer, RingPlan, plan_ring
 from ..schedule import RankSchedule, build_schedule
-from ._common import check_device, fresh, poison_
+from ._common import check_device, fresh, poison_, poisoning
 from .grouped_gemm import grouped_gemm_dgrad, grouped_gemm_forward, grouped_wgrad
 from .pull_dispatch import pull_reverse_combine, pull_token_rows
 from .push_combine import SlotPush, push_router_grad, sum_over_k, weighted_sum_over_k
@@ -67,67 +88,176 @@ def pointer_table(views: list[torch.Tensor], device: torch.device) -> torch.Tens
     return ptrs
 
 
-def peer_slices(name: str, tensor: torch.Tensor, ep_size: int) -> PeerBuffer:
-    """A :class:`PeerBuffer` whose rank r is the r-th of ``ep_size`` equal dim-0 slices of ``tensor``.
+def fresh_rows(rows: int, width: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``torch.empty((rows, width))``, poisoned when poisoning is on: NaN for floats, 0xFF bytes for packed
+    MXFP8 rows (the E4M3 NaN code and the E8M0 NaN scale, so an unwritten row dequantizes to NaN)."""
+    t = fresh((rows, width), dtype, device)
+    if poisoning() and dtype == torch.uint8:
+        t.fill_(0xFF)
+    return t
 
-    In emulation a rank's buffer (x, dO, router weights, slots) is simply its share of one tensor, so the
-    caller's tensors are used in place; on real GPUs these would be symmetric allocations.
+
+class EmulatedRankGroup(EmulatedPeers):
+    """:class:`mok.comm.EmulatedPeers` for one layer run: rank r's buffer is the r-th dim-0 slice of one
+    allocation (so a rank's share of x or dO can be published in place, :meth:`wrap`), pointer tables travel
+    without a host synchronisation, and fresh buffers are poisoned when poisoning is on."""
+
+    def __init__(self, world_size: int, device: torch.device | str) -> None:
+        super().__init__(world_size, device)
+        self._blocks: dict[str, torch.Tensor] = {}
+
+    def buffer(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> PeerBuffer:
+        shape = tuple(int(s) for s in shape)
+        existing = self._buffers.get(name)
+        if existing is not None and existing.shape == shape and existing.dtype == dtype:
+            return existing
+        block = poison_(torch.empty((self.world_size * shape[0], *shape[1:]), dtype=dtype, device=self.device))
+        buf = self.wrap(name, block)
+        self._buffers[name] = buf
+        return buf
+
+    def wrap(self, name: str, tensor: torch.Tensor) -> PeerBuffer:
+        """A :class:`PeerBuffer` whose rank r is the r-th of ``world_size`` equal dim-0 slices of ``tensor``
+        (contiguous; used in place, no copy)."""
+        if not tensor.is_contiguous() or tensor.shape[0] % self.world_size:
+            raise ValueError(f"{name}: a contiguous tensor with a multiple of {self.world_size} rows is needed")
+        views = list(tensor.chunk(self.world_size)) if tensor.shape[0] else [tensor] * self.world_size
+        self._blocks[name] = tensor
+        return PeerBuffer(name, tuple(views[0].shape), tensor.dtype, views, pointer_table(views, tensor.device))
+
+    def block(self, buf: PeerBuffer) -> torch.Tensor:
+        """Every rank's buffer ``buf`` as one tensor (rank-major)."""
+        return self._blocks[buf.name]
+
+
+# ========================================================================================================
+# Precision hook: how rows are stored and moved, and which kernel runs each expert GEMM
+# ========================================================================================================
+@dataclass(frozen=True)
+class Window:
+    """Rows ``[start, start + n_rows)`` of one expert-side rank's schedule table (a ring minibatch).
+
+    ``tile_expert`` is the table's tile -> local expert map from the window's first tile on; ``rows_in_use``
+    (int32 ``[1]``, on the device) is the table's rows in use, for kernels that skip rows past it.
     """
-    tensor = tensor.contiguous()
-    views = list(tensor.chunk(ep_size)) if tensor.shape[0] else [tensor] * ep_size
-    return PeerBuffer(name, tuple(views[0].shape), tensor.dtype, views, pointer_table(views, tensor.device))
+
+    table: RankSchedule
+    start: int
+    n_rows: int
+    tile_expert: torch.Tensor
+    tile: int
+
+    @property
+    def rows_in_use(self) -> torch.Tensor:
+        return self.table.segment_offsets[-1:]
 
 
-# ========================================================================================================
-# Precision hook: the dispatched row format and the gate/up GEMM's operand loader
-# ========================================================================================================
+Scratch = Callable[[str, int, torch.dtype], torch.Tensor]
+"""``scratch(name, width, dtype)``: a ``[minibatch rows, width]`` buffer, the same one for every minibatch
+of a pass (stream order serialises the minibatches that share it)."""
+
+
 class RowFormat:
-    """How token rows are published by source ranks, pulled into the ring, and read by the gate/up GEMM."""
+    """One precision's data flow: how token rows (x, dO, h) are stored and moved, and which kernel runs each
+    expert GEMM. Every method works on one :class:`Window`; ``weights`` is what :meth:`prepare_weights` made,
+    cut to one rank's experts by :meth:`local_weights`."""
 
-    def ring_columns(self, hidden: int, intermediate: int, dtype: torch.dtype) -> dict[str, tuple[int, torch.dtype]]:
-        """Per-row ring buffers (name -> (width, dtype)); must include ``"gate_up"`` ``(2I, dtype)``."""
+    def row_storage(self, width: int, dtype: torch.dtype) -> tuple[int, torch.dtype]:
+        """How a row of ``width`` activation values is stored (columns, dtype): in published buffers, the
+        ring and scratch."""
         raise NotImplementedError
 
-    def publish(self, x: torch.Tensor, ep_size: int) -> dict[str, PeerBuffer]:
-        """What every source rank exposes for the dispatch (``x``: ``[T, H]`` in rank order)."""
+    def encode(self, values: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows ``[R, width]`` (activation dtype) in storage form, into ``out`` if given (a source rank
+        publishing its x or dO). May return ``values`` itself when they are already in storage form."""
         raise NotImplementedError
 
-    def pull(self, table: RankSchedule, start: int, n_rows: int, published: dict[str, PeerBuffer],
-             ring_rows: dict[str, torch.Tensor]) -> None:
-        """Pull table rows ``[start, start + n_rows)`` into the ring minibatch's rows."""
+    def prepare_weights(self, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *,
+                        backward: bool) -> Any:
+        """This process's experts' weights (``[E_here, I, H]``, ``[E_here, H, I]``) as the GEMMs read them."""
         raise NotImplementedError
 
-    def gate_up(self, ring_rows: dict[str, torch.Tensor], w_gate: torch.Tensor, w_up: torch.Tensor,
-                tile_expert: torch.Tensor, tile_rows: int, n_rows: int, h_out: torch.Tensor | None) -> None:
-        """The gate/up GEMM + SwiGLU epilogue into ``ring_rows["gate_up"]`` (and ``h_out``)."""
+    def local_weights(self, weights: Any, start: int, stop: int) -> Any:
+        """Experts ``[start, stop)`` of ``weights`` (views)."""
         raise NotImplementedError
 
-    def wgrad_rows(self, ring_rows: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The A operand of the W_gate/W_up gradient (the dispatched rows in the activation dtype)."""
+    def gate_up(self, win: Window, x_rows: torch.Tensor, weights: Any, gate_up_out: torch.Tensor,
+                h_out: torch.Tensor | None) -> None:
+        """Gate/up GEMM + SwiGLU: ``gate_up_out`` (activation dtype ``[n, 2I]``) and ``h_out`` (stored rows of
+        width I, or None in a backward replay)."""
+        raise NotImplementedError
+
+    def down(self, win: Window, h_rows: torch.Tensor, weights: Any, push: SlotPush) -> None:
+        """Down GEMM ``y = h W_down^T``, each row pushed into its source slot (the forward combine)."""
+        raise NotImplementedError
+
+    def router_grad_partials(self, intermediate: int, hidden: int, dtype: torch.dtype, tile: int) -> int:
+        """Columns of the router-gradient partials :meth:`down_dgrad_swiglu` writes."""
+        raise NotImplementedError
+
+    def down_dgrad_swiglu(self, win: Window, grad_rows: torch.Tensor, weights: Any, weight_rows: torch.Tensor,
+                          gate_up: torch.Tensor, d_gate_up_out: torch.Tensor, hw_out: torch.Tensor,
+                          dw_partial_out: torch.Tensor) -> None:
+        """``g = dO W_down`` with the SwiGLU backward and router-gradient partials (stored dO rows in)."""
+        raise NotImplementedError
+
+    def dx(self, win: Window, d_gate_up: torch.Tensor, weights: Any, push: SlotPush, scratch: Scratch) -> None:
+        """``dx = [d_gate|d_up] W_gate_up``, each row pushed into its source slot (reverse dispatch)."""
+        raise NotImplementedError
+
+    def values(self, win: Window, rows: torch.Tensor, width: int, scratch: Scratch, name: str) -> torch.Tensor:
+        """Stored rows (x in the ring, pulled dO) as activation-dtype values: the weight gradients' operands."""
         raise NotImplementedError
 
 
 class PlainRows(RowFormat):
     """bf16 / fp32: rows travel and are multiplied in the activation dtype (fp32 accumulation)."""
 
-    def ring_columns(self, hidden, intermediate, dtype):
-        return {"x": (hidden, dtype), "gate_up": (2 * intermediate, dtype)}
+    def row_storage(self, width, dtype):
+        return width, dtype
 
-    def publish(self, x, ep_size):
-        return {"x": peer_slices("x", x, ep_size)}
+    def encode(self, values, out=None):
+        if out is None:
+            return values
+        out.copy_(values)
+        return out
 
-    def pull(self, table, start, n_rows, published, ring_rows):
-        pull_token_rows(table, start, n_rows, published["x"], ring_rows["x"])
+    def prepare_weights(self, w_gate, w_up, w_down, *, backward):
+        return w_gate.contiguous(), w_up.contiguous(), w_down.contiguous()
 
-    def gate_up(self, ring_rows, w_gate, w_up, tile_expert, tile_rows, n_rows, h_out):
-        gate_up_swiglu(ring_rows["x"], w_gate, w_up, tile_expert, tile_rows, gate_up_out=ring_rows["gate_up"],
-                       h_out=h_out, n_rows=n_rows)
+    def local_weights(self, weights, start, stop):
+        return tuple(w[start:stop] for w in weights)
 
-    def wgrad_rows(self, ring_rows):
-        return ring_rows["x"]
+    def gate_up(self, win, x_rows, weights, gate_up_out, h_out):
+        gate_up_swiglu(x_rows, weights[0], weights[1], win.tile_expert, win.tile, gate_up_out=gate_up_out,
+                       h_out=h_out, n_rows=win.n_rows)
+
+    def down(self, win, h_rows, weights, push):
+        grouped_gemm_forward(h_rows, weights[2], win.tile_expert, win.tile, n_rows=win.n_rows, push=push)
+
+    def router_grad_partials(self, intermediate, hidden, dtype, tile):
+        return router_grad_partials(intermediate, hidden, dtype, tile)
+
+    def down_dgrad_swiglu(self, win, grad_rows, weights, weight_rows, gate_up, d_gate_up_out, hw_out,
+                          dw_partial_out):
+        down_dgrad_swiglu_backward(grad_rows, weights[2], weight_rows, gate_up, win.tile_expert, win.tile,
+                                   d_gate_up_out=d_gate_up_out, hw_out=hw_out, dw_partial_out=dw_partial_out,
+                                   n_rows=win.n_rows)
+
+    def dx(self, win, d_gate_up, weights, push, scratch):
+        grouped_gemm_dgrad(d_gate_up, (weights[0], weights[1]), win.tile_expert, win.tile, n_rows=win.n_rows,
+                           push=push)
+
+    def values(self, win, rows, width, scratch, name):
+        return rows
 
 
-_ROW_FORMATS: dict[str, Callable[[], RowFormat]] = {"bf16": PlainRows, "fp32": PlainRows}
+def _mxfp8_rows() -> RowFormat:
+    # Imported on first use: mxfp8_rows builds on this module.
+    return importlib.import_module(".mxfp8_rows", __package__).MXFP8Rows()
+
+
+_ROW_FORMATS: dict[str, Callable[[], RowFormat]] = {"bf16": PlainRows, "fp32": PlainRows, "mxfp8": _mxfp8_rows}
 
 
 def register_row_format(precision: str, factory: Callable[[], RowFormat]) -> None:
@@ -143,52 +273,79 @@ def row_format(precision: str) -> RowFormat:
 
 
 # ========================================================================================================
-# One forward and its backward
+# One forward and its backward, for the ranks this process drives
 # ========================================================================================================
-class TritonLayerRun:
-    """One forward (and its backward) over ``ep_size`` emulated ranks; holds what the backward needs."""
+class TritonRanksRun:
+    """One forward (and its backward) of the layer for the ranks ``peers.local_ranks`` (consecutive), which
+    hold what the backward needs.
+
+    Args:
+        x: ``[L * T_local, H]`` the local ranks' tokens in rank order (L = ``len(peers.local_ranks)``).
+        topk_ids: ``[world * T_local, K]`` the global routing (every rank's ids, rank order).
+        topk_weights: ``[L * T_local, K]`` router weights of the local ranks' tokens (made fp32).
+        w_gate, w_up: ``[L * E_local, I, H]``; w_down: ``[L * E_local, H, I]``: the local ranks' experts.
+        peers: an :class:`EmulatedRankGroup` (every rank local) or a group with one local rank.
+        world: the EP degree; num_experts: E (global); config: :class:`MoKConfig`; precision: a registered
+            :class:`RowFormat` name.
+        backward: whether a backward may follow (MXFP8 then quantizes the weights' dgrad orientations too).
+    """
 
     def __init__(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate: torch.Tensor,
-                 w_up: torch.Tensor, w_down: torch.Tensor, ep_size: int, config: MoKConfig, precision: str) -> None:
+                 w_up: torch.Tensor, w_down: torch.Tensor, *, peers: PeerGroup, world: int, num_experts: int,
+                 config: MoKConfig, precision: str, backward: bool = True) -> None:
         check_device(x)
+        self.peers = peers
+        self.local_ranks = list(peers.local_ranks)
+        self.emulated = isinstance(peers, EmulatedRankGroup)
+        if not self.emulated and len(self.local_ranks) != 1:
+            raise ValueError("a peer group drives every rank (EmulatedRankGroup) or exactly one")
+        if self.local_ranks != list(range(self.local_ranks[0], self.local_ranks[0] + len(self.local_ranks))):
+            raise ValueError(f"the local ranks must be consecutive, got {self.local_ranks}")
+        if peers.world_size != world:
+            raise ValueError(f"the peer group has {peers.world_size} ranks, the layer {world}")
         self.format = row_format(precision)
         self.dtype, self.device = x.dtype, x.device
-        self.ep_size = ep_size
-        self.tokens, self.hidden = x.shape
-        self.num_experts, self.intermediate, _ = w_gate.shape
+        self.world = world
+        n_local = len(self.local_ranks)
+        self.tokens_local = x.shape[0] // n_local
+        self.hidden = x.shape[1]
+        self.num_experts = num_experts
+        self.local_experts = num_experts // world
+        self.intermediate = w_gate.shape[1]
         self.top_k = topk_ids.shape[1]
-        self.tokens_per_rank = self.tokens // ep_size
-        self.local_experts = self.num_experts // ep_size
         self.tile = config.expert_padding
         self.weight_dtype = w_gate.dtype
+        self.x = x.contiguous()
+        self.topk_weights = topk_weights.to(torch.float32).contiguous()
 
-        # Each rank's local experts: views, no copies.
-        def local(w):
-            w = w.contiguous()
-            return [w[r * self.local_experts:(r + 1) * self.local_experts] for r in range(ep_size)]
-        self.w_gate, self.w_up, self.w_down = local(w_gate), local(w_up), local(w_down)
+        weights = self.format.prepare_weights(w_gate, w_up, w_down, backward=backward)
+        el = self.local_experts
+        self.weights = {r: self.format.local_weights(weights, j * el, (j + 1) * el)
+                        for j, r in enumerate(self.local_ranks)}
 
-        self.schedule = build_schedule(topk_ids, self.num_experts, ep_size, self.tile, config.capacity_rows)
-        self.tables = self.schedule.ranks()
-        self.plans = self._plan_rings(x, config)
-        columns = self.format.ring_columns(self.hidden, self.intermediate, self.dtype)
-        self.rings = [RingBuffer(plan, columns, self.device) for plan in self.plans]
-        for ring in self.rings:
+        self.schedule = build_schedule(topk_ids, num_experts, world, self.tile, config.capacity_rows)
+        self.tables = {r: self.schedule.rank(r) for r in self.local_ranks}
+        self.all_plans = self._plan_rings(config)
+        self.plans = {r: self.all_plans[r] for r in self.local_ranks}
+        columns = {"x": self.format.row_storage(self.hidden, self.dtype),
+                   "gate_up": (2 * self.intermediate, self.dtype)}
+        self.rings = {r: RingBuffer(plan, columns, self.device) for r, plan in self.plans.items()}
+        for ring in self.rings.values():
             for t in ring.tensors.values():
-                poison_(t)
-        self.scratch_rows = max(plan.minibatch_rows for plan in self.plans)
+                if poisoning():
+                    t.fill_(0xFF if t.dtype == torch.uint8 else float("nan"))
+        self.scratch_rows = max(plan.minibatch_rows for plan in self.plans.values())
+        self.x_buf: PeerBuffer | None = None
+        self.weight_buf: PeerBuffer | None = None
 
-        # What each source rank exposes for the whole step: its tokens and its router weights.
-        self.published = self.format.publish(x, ep_size)
-        self.weights_2d = topk_weights.to(torch.float32).contiguous()
-        self.weight_buf = peer_slices("topk_weights", self.weights_2d.view(-1), ep_size)
-
-    def _plan_rings(self, x: torch.Tensor, config: MoKConfig) -> list[RingPlan]:
+    def _plan_rings(self, config: MoKConfig) -> list[RingPlan]:
+        """Every rank's ring plan (all ranks agree on them; a rank uses its own)."""
         capacity = self.schedule.capacity
         if config.minibatch_rows is None and config.ring_rows is None:
             # One minibatch over the whole table: no host synchronisation (module docstring).
-            return [RingPlan(capacity, capacity, capacity) for _ in range(self.ep_size)]
-        mb_rows = choose_minibatch_rows(x, self.num_experts, self.top_k, self.intermediate, self.ep_size, config)
+            return [RingPlan(capacity, capacity, capacity) for _ in range(self.world)]
+        shape = MoEShape("rank", self.tokens_local, self.hidden, self.intermediate, self.local_experts, self.top_k)
+        mb_rows = minibatch_rows(shape, device_spec(self.device), config)
         if config.ring_rows is not None and config.ring_rows % mb_rows:
             raise ValueError(f"MoKConfig.ring_rows ({config.ring_rows}) must be a multiple of the minibatch "
                              f"size ({mb_rows} rows)")
@@ -196,11 +353,52 @@ class TritonLayerRun:
         return [plan_ring(rows, mb_rows, config.ring_rows) for rows in self.schedule.rows_used()]
 
     # ----------------------------------------------------------------------------------------------------
+    # Peer buffers
+    # ----------------------------------------------------------------------------------------------------
+    def _publish(self, name: str, local: torch.Tensor) -> PeerBuffer:
+        """Expose the local ranks' ``local`` (rank-major along dim 0) to every rank."""
+        if self.emulated:
+            return self.peers.wrap(name, local.contiguous())
+        buf = self.peers.buffer(name, tuple(local.shape), local.dtype)
+        buf[self.local_ranks[0]].copy_(local)
+        return buf
+
+    def _publish_rows(self, name: str, values: torch.Tensor) -> PeerBuffer:
+        """Expose token rows ``[L * T_local, width]`` (x or dO) in the format's storage form."""
+        if self.emulated:
+            return self.peers.wrap(name, self.format.encode(values.contiguous()))
+        width, dtype = self.format.row_storage(values.shape[1], values.dtype)
+        buf = self.peers.buffer(name, (self.tokens_local, width), dtype)
+        self.format.encode(values, out=buf[self.local_ranks[0]])
+        return buf
+
+    def _slots(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> PeerBuffer:
+        """Per-(token, k) slots ``shape`` on every rank; each slot has exactly one writer, so no clearing."""
+        buf = self.peers.buffer(name, shape, dtype)
+        if not self.emulated:
+            poison_(buf[self.local_ranks[0]])
+        return buf
+
+    def _local(self, buf: PeerBuffer) -> torch.Tensor:
+        """The local ranks' buffers ``buf`` as one tensor (rank-major)."""
+        return self.peers.block(buf) if self.emulated else buf[self.local_ranks[0]]
+
+    def _scratch(self) -> Scratch:
+        made: dict[str, torch.Tensor] = {}
+
+        def scratch(name: str, width: int, dtype: torch.dtype) -> torch.Tensor:
+            if name not in made:
+                made[name] = fresh_rows(self.scratch_rows, width, dtype, self.device)
+            return made[name]
+        return scratch
+
+    # ----------------------------------------------------------------------------------------------------
     # Shared steps
     # ----------------------------------------------------------------------------------------------------
-    def _window(self, rank: int, i: int):
+    def _window(self, rank: int, i: int) -> Window:
         start, end = self.plans[rank].window(i)
-        return start, end - start, self.schedule.tile_expert[rank][start // self.tile:]
+        return Window(self.tables[rank], start, end - start, self.schedule.tile_expert[rank][start // self.tile:],
+                      self.tile)
 
     def _ring_rows(self, rank: int, i: int) -> dict[str, torch.Tensor]:
         ring = self.rings[rank]
@@ -208,68 +406,86 @@ class TritonLayerRun:
 
     def _dispatch_and_project(self, rank: int, i: int, h_out: torch.Tensor | None) -> None:
         """Pull minibatch i's token rows into the ring and run the gate/up GEMM (+ SwiGLU) on them."""
-        start, n_rows, tile_expert = self._window(rank, i)
+        win = self._window(rank, i)
         ring_rows = self._ring_rows(rank, i)
-        self.format.pull(self.tables[rank], start, n_rows, self.published, ring_rows)
-        self.format.gate_up(ring_rows, self.w_gate[rank], self.w_up[rank], tile_expert, self.tile, n_rows, h_out)
+        pull_token_rows(win.table, win.start, win.n_rows, self.x_buf, ring_rows["x"])
+        self.format.gate_up(win, ring_rows["x"], self.weights[rank], ring_rows["gate_up"], h_out)
         self.rings[rank].claim(i)
+
+    def _own_tokens(self, j: int) -> slice:
+        return slice(j * self.tokens_local, (j + 1) * self.tokens_local)
+
+    def _own_slots(self, j: int) -> slice:
+        return slice(j * self.tokens_local * self.top_k, (j + 1) * self.tokens_local * self.top_k)
 
     # ----------------------------------------------------------------------------------------------------
     # Forward
     # ----------------------------------------------------------------------------------------------------
-    def _slot_buffer(self, name: str, dtype: torch.dtype) -> PeerBuffer:
-        """Per-(token, k) slots on every rank, ``[T_local * top_k, H]`` (lives for one pass only)."""
-        slots = fresh((self.tokens * self.top_k, self.hidden), dtype, self.device)
-        return peer_slices(name, slots, self.ep_size)
-
     def forward(self) -> torch.Tensor:
-        combine = self._slot_buffer("combine_slots", self.dtype)
-        out = fresh((self.tokens, self.hidden), self.dtype, self.device)
-        h = fresh((self.scratch_rows, self.intermediate), self.dtype, self.device)
-        for rank in range(self.ep_size):
+        """``[L * T_local, H]`` in x's dtype: the local ranks' tokens' outputs."""
+        slots = self.tokens_local * self.top_k
+        self.x_buf = self._publish_rows("triton_x", self.x)
+        self.weight_buf = self._publish("triton_topk_weights", self.topk_weights.view(-1))
+        combine = self._slots("triton_combine_slots", (slots, self.hidden), self.dtype)
+        self.peers.barrier()  # every rank's x is published, and nobody still reads last call's slots
+
+        scratch = self._scratch()
+        h = scratch("h", *self.format.row_storage(self.intermediate, self.dtype))
+        for rank in self.local_ranks:
             for i in self.plans[rank].forward_order():
                 self._dispatch_and_project(rank, i, h_out=h)
-                start, n_rows, tile_expert = self._window(rank, i)
-                grouped_gemm_forward(h, self.w_down[rank], tile_expert, self.tile, n_rows=n_rows,
-                                     push=SlotPush.window(self.tables[rank], start, combine))
-        # (barrier: stream order puts every rank's pushes before the sums)
-        for rank in range(self.ep_size):
-            own = slice(rank * self.tokens_per_rank, (rank + 1) * self.tokens_per_rank)
-            weighted_sum_over_k(combine[rank], self.weights_2d[own], out[own])
+                win = self._window(rank, i)
+                self.format.down(win, h, self.weights[rank], SlotPush.window(win.table, win.start, combine))
+        self.peers.barrier()  # every rank's pushes have landed
+
+        out = fresh((len(self.local_ranks) * self.tokens_local, self.hidden), self.dtype, self.device)
+        combined = self._local(combine)
+        for j in range(len(self.local_ranks)):
+            weighted_sum_over_k(combined[self._own_slots(j)], self.topk_weights[self._own_tokens(j)],
+                                out[self._own_tokens(j)])
         return out
 
     # ----------------------------------------------------------------------------------------------------
     # Backward
     # ----------------------------------------------------------------------------------------------------
     def backward(self, grad_out: torch.Tensor):
-        """Returns ``(dx [T, H], d_topk_weights fp32 [T, K], d_w_gate, d_w_up [E, I, H], d_w_down [E, H, I])``."""
-        dtype, device, inter, hidden = self.dtype, self.device, self.intermediate, self.hidden
-        rows = self.scratch_rows
-        grad_buf = peer_slices("grad_out", grad_out.to(dtype), self.ep_size)
-        dx = fresh((self.tokens, hidden), dtype, device)
-        dw = fresh((self.tokens * self.top_k,), torch.float32, device)
-        dw_buf = peer_slices("dw_slots", dw, self.ep_size)
-        dx_buf = self._slot_buffer("dx_slots", dtype)
-        d_w_gate = fresh((self.num_experts, inter, hidden), self.weight_dtype, device)
-        d_w_up = fresh((self.num_experts, inter, hidden), self.weight_dtype, device)
-        d_w_down = fresh((self.num_experts, hidden, inter), self.weight_dtype, device)
+        """Gradients from ``grad_out`` ``[L * T_local, H]``: ``(dx [L*T_local, H], d_topk_weights fp32
+        [L*T_local, K], d_w_gate, d_w_up [L*E_local, I, H], d_w_down [L*E_local, H, I])``."""
+        fmt, dtype, device, inter, hidden = self.format, self.dtype, self.device, self.intermediate, self.hidden
+        slots = self.tokens_local * self.top_k
+        if not self.emulated:
+            # Another layer sharing the peer buffers may have used them since the forward: publish again what
+            # the peers read (x only if some rank replays minibatches its ring has overwritten).
+            if any(plan.num_minibatches > plan.num_slots for plan in self.all_plans):
+                self.x_buf = self._publish_rows("triton_x", self.x)
+            self.weight_buf = self._publish("triton_topk_weights", self.topk_weights.view(-1))
+        grad_buf = self._publish_rows("triton_grad_out", grad_out.to(dtype))
+        dw_slots = self._slots("triton_dw_slots", (slots,), torch.float32)
+        dx_slots = self._slots("triton_dx_slots", (slots, hidden), dtype)
+        self.peers.barrier()  # every rank's dO is published, and nobody still reads last call's slots
 
-        # Per-minibatch scratch, reused by every minibatch of every rank (stream order serialises them).
-        grad_rows = fresh((rows, hidden), dtype, device)
-        weight_rows = fresh((rows,), torch.float32, device)
-        d_gate_up = fresh((rows, 2 * inter), dtype, device)
-        hw = fresh((rows, inter), dtype, device)
-        dw_partial = fresh((rows, router_grad_partials(inter, hidden, dtype, self.tile)), torch.float32, device)
+        n_experts_here = len(self.local_ranks) * self.local_experts
+        d_w_gate = fresh((n_experts_here, inter, hidden), self.weight_dtype, device)
+        d_w_up = fresh((n_experts_here, inter, hidden), self.weight_dtype, device)
+        d_w_down = fresh((n_experts_here, hidden, inter), self.weight_dtype, device)
+
+        # Per-minibatch scratch, reused by every minibatch of every local rank (stream order serialises them).
+        scratch = self._scratch()
+        grad_rows = scratch("grad_rows", *fmt.row_storage(hidden, dtype))
+        weight_rows = fresh((self.scratch_rows,), torch.float32, device)
+        d_gate_up = scratch("d_gate_up", 2 * inter, dtype)
+        hw = scratch("hw", inter, dtype)
+        dw_partial = scratch("dw_partial", fmt.router_grad_partials(inter, hidden, dtype, self.tile), torch.float32)
         # fp32 running sums of the weight gradients, only when an expert's chain spans several minibatches.
-        chained = any(plan.num_minibatches > 1 for plan in self.plans)
+        chained = any(plan.num_minibatches > 1 for plan in self.plans.values())
         el = self.local_experts
         chains = ({"gate": fresh((el, inter, hidden), torch.float32, device),
                    "up": fresh((el, inter, hidden), torch.float32, device),
                    "down": fresh((el, hidden, inter), torch.float32, device)} if chained else {})
 
-        for rank in range(self.ep_size):
-            table, ring = self.tables[rank], self.rings[rank]
-            experts = slice(rank * el, (rank + 1) * el)
+        for j, rank in enumerate(self.local_ranks):
+            table, ring, weights = self.tables[rank], self.rings[rank], self.weights[rank]
+            experts = slice(j * el, (j + 1) * el)
             order = list(self.plans[rank].backward_order())
             if not order:  # no rows reach this rank: its experts get no gradient
                 for grad in (d_w_gate, d_w_up, d_w_down):
@@ -278,37 +494,86 @@ class TritonLayerRun:
             for step, i in enumerate(order):
                 if not ring.holds(i):
                     self._dispatch_and_project(rank, i, h_out=None)  # overwritten since the forward: replay
-                start, n_rows, tile_expert = self._window(rank, i)
+                win = self._window(rank, i)
                 ring_rows = self._ring_rows(rank, i)
 
                 # ---- pull reverse-combine, then the fused down dgrad + SwiGLU backward ----------------
-                pull_reverse_combine(table, start, n_rows, grad_buf, self.weight_buf, grad_rows, weight_rows)
-                down_dgrad_swiglu_backward(grad_rows, self.w_down[rank], weight_rows, ring_rows["gate_up"],
-                                           tile_expert, self.tile, d_gate_up_out=d_gate_up, hw_out=hw,
-                                           dw_partial_out=dw_partial, n_rows=n_rows)
+                pull_reverse_combine(table, win.start, win.n_rows, grad_buf, self.weight_buf, grad_rows,
+                                     weight_rows)
+                fmt.down_dgrad_swiglu(win, grad_rows, weights, weight_rows, ring_rows["gate_up"], d_gate_up, hw,
+                                      dw_partial)
 
                 # ---- dx GEMM with the push reverse-dispatch epilogue; dw push --------------------------
-                grouped_gemm_dgrad(d_gate_up, (self.w_gate[rank], self.w_up[rank]), tile_expert, self.tile,
-                                   n_rows=n_rows, push=SlotPush.window(table, start, dx_buf))
-                push_router_grad(table, start, n_rows, dw_partial, dw_buf)
+                fmt.dx(win, d_gate_up, weights, SlotPush.window(table, win.start, dx_slots), scratch)
+                push_router_grad(table, win.start, win.n_rows, dw_partial, dw_slots)
 
                 # ---- weight gradients: continue each expert's fixed-order chain -----------------------
                 chain_args = dict(load_chain=step > 0, store_final=step == len(order) - 1)
-                x_rows = self.format.wgrad_rows(ring_rows)
-                seg = self.schedule.segment_offsets[rank]
-                grouped_wgrad(d_gate_up[:, :inter], x_rows, seg, start, n_rows, self.tile,
+                x_rows = fmt.values(win, ring_rows["x"], hidden, scratch, "x_values")
+                g_rows = fmt.values(win, grad_rows, hidden, scratch, "grad_values")
+                seg = table.segment_offsets
+                grouped_wgrad(d_gate_up[:, :inter], x_rows, seg, win.start, win.n_rows, self.tile,
                               out=d_w_gate[experts], chain=chains.get("gate"), **chain_args)
-                grouped_wgrad(d_gate_up[:, inter:], x_rows, seg, start, n_rows, self.tile,
+                grouped_wgrad(d_gate_up[:, inter:], x_rows, seg, win.start, win.n_rows, self.tile,
                               out=d_w_up[experts], chain=chains.get("up"), **chain_args)
-                grouped_wgrad(grad_rows, hw, seg, start, n_rows, self.tile,
+                grouped_wgrad(g_rows, hw, seg, win.start, win.n_rows, self.tile,
                               out=d_w_down[experts], chain=chains.get("down"), **chain_args)
-        # (barrier: stream order puts every rank's pushes before the sums)
-        for rank in range(self.ep_size):
-            own = slice(rank * self.tokens_per_rank, (rank + 1) * self.tokens_per_rank)
-            sum_over_k(dx_buf[rank], self.top_k, dx[own])
-        return dx, dw.view(self.tokens, self.top_k), d_w_gate, d_w_up, d_w_down
+        self.peers.barrier()  # every rank's pushes have landed
+
+        dx = fresh((len(self.local_ranks) * self.tokens_local, hidden), dtype, device)
+        dx_local = self._local(dx_slots)
+        for j in range(len(self.local_ranks)):
+            sum_over_k(dx_local[self._own_slots(j)], self.top_k, dx[self._own_tokens(j)])
+        d_weights = self._local(dw_slots).view(-1, self.top_k)
+        if not self.emulated:
+            d_weights = d_weights.clone()  # the slot buffer is reused by the next call
+        return dx, d_weights, d_w_gate, d_w_up, d_w_down
 
 
+class TritonLayerRun(TritonRanksRun):
+    """``mok.moe(..., backend="triton", ep_size=R)``: every rank of an :class:`EmulatedRankGroup` driven by
+    this process (global x ``[T, H]``, routing, router weights and weights ``[E, ...]``)."""
+
+    def __init__(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate: torch.Tensor,
+                 w_up: torch.Tensor, w_down: torch.Tensor, ep_size: int, config: MoKConfig, precision: str, *,
+                 backward: bool = True) -> None:
+        super().__init__(x, topk_ids, topk_weights, w_gate, w_up, w_down, peers=EmulatedRankGroup(ep_size, x.device),
+                         world=ep_size, num_experts=w_gate.shape[0], config=config, precision=precision,
+                         backward=backward)
+
+
+class TritonRankRun(TritonRanksRun):
+    """One real rank of ``mok.distributed.distributed_moe(..., backend="triton")`` (one process per rank).
+
+    The constructor of :class:`mok.distributed.RankLayerRun`: ``x_local`` ``[T_local, H]``, the global
+    ``topk_ids`` ``[world * T_local, K]``, fp32 ``topk_weights_local`` ``[T_local, K]``, this rank's experts
+    (``[E_local, I, H]``, ``[E_local, H, I]``). ``transport`` must be ``"peers"`` (or ``"peers-triton"``: the
+    same thing here); ``peers`` is the group whose buffers the kernels read and write (default:
+    :func:`mok.distributed.default_peers` of ``group``). ``precision``: ``None`` (x's dtype), ``"bf16"``,
+    ``"fp32"`` or ``"mxfp8"``. ``forward()`` -> ``[T_local, H]``; ``backward(grad)`` -> ``(dx, d_topk_weights,
+    d_w_gate, d_w_up, d_w_down)`` of this rank. Collective: every rank constructs, runs forward and backward.
+    """
+
+    def __init__(self, x_local: torch.Tensor, topk_ids: torch.Tensor, topk_weights_local: torch.Tensor,
+                 w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, rank: int, world: int,
+                 num_experts: int, config: MoKConfig, transport: str = "peers", group=None,
+                 peers: PeerGroup | None = None, precision: str | None = None, backward: bool = True) -> None:
+        if transport not in ("peers", "peers-triton"):
+            raise ValueError(f"the triton backend moves rows through peer memory: transport must be 'peers', "
+                             f"got {transport!r}")
+        if peers is None:
+            from ..distributed import default_peers
+            peers = default_peers(group, x_local.device)
+        if list(peers.local_ranks) != [rank]:
+            raise ValueError(f"peer group drives ranks {list(peers.local_ranks)}, expected [{rank}]")
+        super().__init__(x_local, topk_ids, topk_weights_local, w_gate, w_up, w_down, peers=peers, world=world,
+                         num_experts=num_experts, config=config, precision=resolve_precision(precision, x_local),
+                         backward=backward)
+
+
+# ========================================================================================================
+# mok.moe(..., backend="triton")
+# ========================================================================================================
 def _on_device(device: torch.device):
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
@@ -317,9 +582,10 @@ class TritonMoE(torch.autograd.Function):
     """Autograd wrapper: the Triton forward and the explicit MoK backward."""
 
     @staticmethod
-    def forward(ctx, x, topk_weights, w_gate, w_up, w_down, topk_ids, ep_size, config, precision):
+    def forward(ctx, x, topk_weights, w_gate, w_up, w_down, topk_ids, ep_size, config, precision, backward):
         with _on_device(x.device):
-            run = TritonLayerRun(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size, config, precision)
+            run = TritonLayerRun(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size, config, precision,
+                                 backward=backward)
             out = run.forward()
         ctx.run = run
         ctx.weights_dtype = topk_weights.dtype
@@ -332,15 +598,20 @@ class TritonMoE(torch.autograd.Function):
         with _on_device(grad_out.device):
             dx, d_weights, d_gate, d_up, d_down = run.backward(grad_out.contiguous())
         ctx.run = None
-        return dx, d_weights.to(ctx.weights_dtype), d_gate, d_up, d_down, None, None, None, None
+        return dx, d_weights.to(ctx.weights_dtype), d_gate, d_up, d_down, None, None, None, None, None
 
 
 def triton_moe(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: int = 1, precision: str = "bf16",
                config: MoKConfig | None = None) -> torch.Tensor:
-    """``mok.moe(..., backend="triton")``: see the module docstring. Inputs as :func:`mok.moe` (checked there)."""
+    """``mok.moe(..., backend="triton")``: see the module docstring. Inputs as :func:`mok.moe` (checked there);
+    for ``precision="mxfp8"`` the usual bf16 weights (quantized through :meth:`mok.mxfp8.MXFP8Weights.quantize`'s
+    cache, so only once per weight version)."""
+    backward = torch.is_grad_enabled() and any(
+        t.requires_grad for t in (x, topk_weights, w_gate, w_up, w_down))
     return TritonMoE.apply(x.contiguous(), topk_weights, w_gate, w_up, w_down, topk_ids, ep_size,
-                           config or MoKConfig(), precision)
+                           config or MoKConfig(), precision, backward)
 
 
-register_backend(Backend("triton", triton_moe, ("bf16", "fp32"),
-                         "Triton reference kernels: pull dispatch, grouped GEMMs with fused SwiGLU, push combine"))
+register_backend(Backend("triton", triton_moe, ("bf16", "fp32", "mxfp8"),
+                         "Triton reference kernels: pull dispatch, grouped GEMMs with fused SwiGLU, push combine; "
+                         "BF16, FP32 and MXFP8"))

@@ -14,7 +14,10 @@ Writes
     backward also ``weight_out[j]`` (0 on padding rows).
 
 Tiling
-    Pure data movement: a program copies ``BLOCK_ROWS`` table rows x ``BLOCK_COLS`` columns. Each row is one
+    Pure data movement: a program copies ``BLOCK_ROWS`` table rows x ``BLOCK_COLS`` columns. Rows are bf16,
+    fp32 or raw bytes: MXFP8 mode pulls packed rows (E4M3 codes, then the row's E8M0 scales; see
+    :mod:`mok.triton_ref.mxfp8_rows`) as uint8, so the same kernel moves ``H + H/32`` bytes per row instead of
+    ``2H``. Each row is one
     contiguous run on its source rank, so the loads are coalesced along columns whichever peer each row comes
     from; splitting columns gives enough programs to keep every SM's memory pipe busy and bounds registers.
     Programs whose rows all lie past the rank's rows in use (``segment_offsets[-1]``, read on the device) exit
@@ -32,6 +35,11 @@ import triton.language as tl
 from ..comm import PeerBuffer
 from ..schedule import RankSchedule
 from ._common import INTERPRETING, check_device, peer_aligned, peer_base, tl_dtype
+
+
+def _row_dtype(dtype: torch.dtype):
+    """The Triton element type of a row buffer: the float types, or uint8 for packed MXFP8 rows."""
+    return tl.uint8 if dtype == torch.uint8 else tl_dtype(dtype)
 
 
 @triton.jit
@@ -85,6 +93,8 @@ def _launch_pull(table: RankSchedule, start: int, n_rows: int, src: PeerBuffer, 
     if n_rows <= 0:
         return
     width = out.shape[1]
+    if (src.dtype == torch.uint8) != (out.dtype == torch.uint8):
+        raise TypeError(f"pull: packed (uint8) rows go into uint8 rows; got {src.dtype} -> {out.dtype}")
     if src.shape[1:] != (width,) or out.shape[0] < n_rows or out.stride(1) != 1:
         raise ValueError(f"pull: source rows {src.shape} and destination {tuple(out.shape)} disagree "
                          f"(need [{n_rows}+, {width}] with unit column stride)")
@@ -98,7 +108,7 @@ def _launch_pull(table: RankSchedule, start: int, n_rows: int, src: PeerBuffer, 
         out, out.stride(0),
         weights.ptr_table if pull_weight else src.ptr_table, weight_out if pull_weight else out,
         n_rows, width, table.top_k,
-        SRC_DTYPE=tl_dtype(src.dtype), SRC_ALIGNED=peer_aligned(src), PULL_WEIGHT=pull_weight,
+        SRC_DTYPE=_row_dtype(src.dtype), SRC_ALIGNED=peer_aligned(src), PULL_WEIGHT=pull_weight,
         BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=4)
 
 
@@ -109,7 +119,8 @@ def pull_token_rows(table: RankSchedule, start: int, n_rows: int, src: PeerBuffe
         table: the expert-side rank's schedule table.
         start, n_rows: the window of table rows (a ring minibatch).
         src: the token buffers, ``[T_local, H]`` on every rank.
-        out: ``[>= n_rows, H]`` expert-side rows (a ring minibatch view), src's dtype or wider.
+        out: ``[>= n_rows, H]`` expert-side rows (a ring minibatch view), src's dtype or wider (uint8 packed
+            MXFP8 rows go into uint8 rows: padding rows become all-zero codes and scales, i.e. value 0).
 
     Rows past the table's rows in use are left untouched (no kernel reads them).
     """

@@ -36,7 +36,11 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device, column_halves, gemm_config, grouped_program_order, mma, round_to, tl_dtype
+from ..mxfp8 import MXFP8Tensor
+from ._common import (INTERPRETING, TileConfig, check_device, column_halves, gemm_config, grouped_program_order, mma,
+                      round_to, tl_dtype)
+from .mxfp8_gemm import mx_operand, mx_operand_kn
+from .mxfp8_quant import quantize_groups
 
 
 # ========================================================================================================
@@ -44,13 +48,16 @@ from ._common import check_device, column_halves, gemm_config, grouped_program_o
 # ========================================================================================================
 @triton.jit
 def _gate_up_swiglu_kernel(
-    x_ptr, stride_xm,                    # [n_rows, H] dispatched rows (unit column stride)
-    wg_ptr, wu_ptr, stride_we, stride_wi,  # W_gate, W_up: [E_local, I, H] (unit stride on H)
+    x_ptr, stride_xm,                    # [n_rows, H] dispatched rows (unit column stride); MX: E4M3 codes
+    wg_ptr, wu_ptr, stride_we, stride_wi,  # W_gate, W_up: [E_local, I, H] (unit stride on H); MX: codes
     tile_expert_ptr,                     # int32 [n_rows // TILE_ROWS]
     gate_up_ptr, stride_gu,              # out [n_rows, 2I]
-    h_ptr, stride_h,                     # out [n_rows, I] (STORE_H)
+    h_ptr, stride_h,                     # out [n_rows, I] (STORE_H); MX: E4M3 codes of h
+    xs_ptr, stride_xsm,                  # MX: x scales [n_rows, H/32]
+    wgs_ptr, wus_ptr, stride_wse, stride_wsi,  # MX: W_gate, W_up scales [E_local, I, H/32]
+    hs_ptr, stride_hs,                   # MX (STORE_H): h scales [n_rows, I/32]
     n_rows, H, I,
-    TILE_ROWS: tl.constexpr, STORE_H: tl.constexpr, ACT_DTYPE: tl.constexpr,
+    TILE_ROWS: tl.constexpr, STORE_H: tl.constexpr, ACT_DTYPE: tl.constexpr, MX: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     # ---- which tile, which expert --------------------------------------------------------------------
@@ -70,15 +77,39 @@ def _gate_up_swiglu_kernel(
     acc_gate = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     x_rows = x_ptr + rows64[:, None] * stride_xm
-    w_cols = expert.to(tl.int64) * stride_we + cols[None, :] * stride_wi   # W[e][col, k] read as [k, col]
-    for k in range(0, H, BLOCK_K):
-        k_ok = (k + ks) < H
-        x = tl.load(x_rows + (k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        w_mask = k_ok[:, None] & col_ok[None, :]
-        wg = tl.load(wg_ptr + w_cols + (k + ks)[:, None], mask=w_mask, other=0.0)
-        wu = tl.load(wu_ptr + w_cols + (k + ks)[:, None], mask=w_mask, other=0.0)
-        acc_gate = mma(x, wg, acc_gate)
-        acc_up = mma(x, wu, acc_up)
+    if MX:
+        # MXFP8 operand loader: codes and E8M0 scales of x and of the weights' [col, k] tiles, dequantized on
+        # chip (exact) into the bf16 operands of the same MMA chain.
+        xs_rows = xs_ptr + rows64[:, None] * stride_xsm
+        w_cols = expert.to(tl.int64) * stride_we + cols[None, :] * stride_wi      # W[e][col, k] read as [k, col]
+        ws_cols = expert.to(tl.int64) * stride_wse + cols[None, :] * stride_wsi
+        gs = tl.arange(0, BLOCK_K // 32)
+        for k in range(0, H, BLOCK_K):
+            k_ok = (k + ks) < H
+            g_ok = (k // 32 + gs) < H // 32
+            x = mx_operand(tl.load(x_rows + (k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0),
+                           tl.load(xs_rows + (k // 32 + gs)[None, :], mask=row_ok[:, None] & g_ok[None, :],
+                                   other=0), BLOCK_M, BLOCK_K)
+            w_mask = k_ok[:, None] & col_ok[None, :]
+            s_mask = g_ok[:, None] & col_ok[None, :]
+            wg = mx_operand_kn(tl.load(wg_ptr + w_cols + (k + ks)[:, None], mask=w_mask, other=0),
+                               tl.load(wgs_ptr + ws_cols + (k // 32 + gs)[:, None], mask=s_mask, other=0),
+                               BLOCK_K, BLOCK_N)
+            wu = mx_operand_kn(tl.load(wu_ptr + w_cols + (k + ks)[:, None], mask=w_mask, other=0),
+                               tl.load(wus_ptr + ws_cols + (k // 32 + gs)[:, None], mask=s_mask, other=0),
+                               BLOCK_K, BLOCK_N)
+            acc_gate = mma(x, wg, acc_gate)
+            acc_up = mma(x, wu, acc_up)
+    else:
+        w_cols = expert.to(tl.int64) * stride_we + cols[None, :] * stride_wi   # W[e][col, k] read as [k, col]
+        for k in range(0, H, BLOCK_K):
+            k_ok = (k + ks) < H
+            x = tl.load(x_rows + (k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            w_mask = k_ok[:, None] & col_ok[None, :]
+            wg = tl.load(wg_ptr + w_cols + (k + ks)[:, None], mask=w_mask, other=0.0)
+            wu = tl.load(wu_ptr + w_cols + (k + ks)[:, None], mask=w_mask, other=0.0)
+            acc_gate = mma(x, wg, acc_gate)
+            acc_up = mma(x, wu, acc_up)
 
     # ---- epilogue: round gate/up (what the backward reads), then h from the rounded values -------------
     mask = row_ok[:, None] & col_ok[None, :]
@@ -89,8 +120,17 @@ def _gate_up_swiglu_kernel(
     tl.store(gate_up + I, up, mask=mask)
     if STORE_H:
         gate32 = gate.to(tl.float32)
-        h = gate32 * tl.sigmoid(gate32) * up.to(tl.float32)
-        tl.store(h_ptr + rows64[:, None] * stride_h + cols[None, :], round_to(h, ACT_DTYPE), mask=mask)
+        h = round_to(gate32 * tl.sigmoid(gate32) * up.to(tl.float32), ACT_DTYPE)
+        if MX:
+            # h quantized along I for the down GEMM: the rounded h, in blocks of 32 columns of this tile.
+            codes, scales = quantize_groups(tl.reshape(h.to(tl.float32), (BLOCK_M, BLOCK_N // 32, 32)))
+            tl.store(h_ptr + rows64[:, None] * stride_h + cols[None, :], tl.reshape(codes, (BLOCK_M, BLOCK_N)),
+                     mask=mask)
+            groups = pid_n * (BLOCK_N // 32) + tl.arange(0, BLOCK_N // 32)
+            tl.store(hs_ptr + rows64[:, None] * stride_hs + groups[None, :], scales,
+                     mask=row_ok[:, None] & (groups < I // 32)[None, :])
+        else:
+            tl.store(h_ptr + rows64[:, None] * stride_h + cols[None, :], h, mask=mask)
 
 
 def gate_up_swiglu(x_rows: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, tile_expert: torch.Tensor,
@@ -120,15 +160,81 @@ def gate_up_swiglu(x_rows: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tenso
             raise ValueError(f"{name} must be [>= {n_rows}, {width}] of x's dtype with unit column stride")
     check_device(x_rows, w_gate, w_up, tile_expert, gate_up_out)
     cfg = gemm_config("gate_up_swiglu", dtype, tile_rows, inter, hidden)
+    h = h_out if h_out is not None else gate_up_out
+    unused = (tile_expert, 0)
+    _launch_gate_up(cfg, x_rows, w_gate, w_up, w_gate.stride(0), w_gate.stride(1), tile_expert, tile_rows,
+                    gate_up_out, h, h_out is not None, n_rows, hidden, inter, tl_dtype(dtype), mx=False,
+                    mx_args=(*unused, tile_expert, tile_expert, 0, 0, *unused))
+
+
+def _launch_gate_up(cfg, x, wg, wu, stride_we, stride_wi, tile_expert, tile_rows, gate_up_out, h, store_h, n_rows,
+                    hidden, inter, act_dtype, *, mx: bool, mx_args) -> None:
     grid = (triton.cdiv(n_rows, cfg.block_m) * triton.cdiv(inter, cfg.block_n),)
-    store_h = h_out is not None
-    h = h_out if store_h else gate_up_out
     _gate_up_swiglu_kernel[grid](
-        x_rows, x_rows.stride(0), w_gate, w_up, w_gate.stride(0), w_gate.stride(1), tile_expert,
-        gate_up_out, gate_up_out.stride(0), h, h.stride(0), n_rows, hidden, inter,
-        TILE_ROWS=tile_rows, STORE_H=store_h, ACT_DTYPE=tl_dtype(dtype),
+        x, x.stride(0), wg, wu, stride_we, stride_wi, tile_expert,
+        gate_up_out, gate_up_out.stride(0), h, h.stride(0), *mx_args, n_rows, hidden, inter,
+        TILE_ROWS=tile_rows, STORE_H=store_h, ACT_DTYPE=act_dtype, MX=mx,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+def _mx_rows(name: str, q: MXFP8Tensor, n_rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(codes as uint8, scales)`` of MXFP8 rows ``[>= n_rows, width]`` quantized along the row (any row stride)."""
+    codes, scales = q.data.view(torch.uint8), q.scales
+    if q.dim != 1 or codes.dim() != 2 or codes.shape[0] < n_rows or codes.shape[1] != width \
+            or codes.stride(1) != 1 or scales.stride(1) != 1:
+        raise ValueError(f"{name} must be MXFP8 rows [>= {n_rows}, {width}] quantized along the row, unit "
+                         f"column stride; got {list(codes.shape)} quantized along dim {q.dim}")
+    return codes, scales
+
+
+def _mx_weight(name: str, q: MXFP8Tensor, shape: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(codes as uint8, scales)`` of an MXFP8 weight ``shape`` = ``[E, N, K]`` quantized along K."""
+    codes, scales = q.data.view(torch.uint8), q.scales
+    if q.dim != 2 or tuple(codes.shape) != shape or codes.stride(2) != 1 or scales.stride(2) != 1:
+        raise ValueError(f"{name} must be an MXFP8 weight {list(shape)} quantized along its last dim, got "
+                         f"{list(codes.shape)} quantized along dim {q.dim}")
+    return codes, scales
+
+
+def gate_up_swiglu_mxfp8(x_rows: MXFP8Tensor, w_gate_up: MXFP8Tensor, tile_expert: torch.Tensor, tile_rows: int,
+                         *, gate_up_out: torch.Tensor, h_out: MXFP8Tensor | None = None,
+                         n_rows: int | None = None) -> None:
+    """:func:`gate_up_swiglu` with MXFP8 operands and an MXFP8 ``h``: MoK's MXFP8 gate/up projection.
+
+    The same kernel with its MXFP8 operand loader (``mok.triton_ref.mxfp8_gemm.mx_operand``: E4M3 codes and
+    E8M0 scales dequantized on chip, exact, then the bf16 MMA chain with fp32 accumulation) and, in the
+    epilogue, ``h`` (rounded to bf16 as in BF16 mode) quantized along I in blocks of 32 columns.
+
+    Args:
+        x_rows: MXFP8 ``[>= n_rows, H]`` dispatched rows quantized along H (e.g. views of packed ring rows).
+        w_gate_up: MXFP8 ``[E_local, 2I, H]`` quantized along H (:attr:`mok.mxfp8.MXFP8Weights.gate_up_fwd`;
+            gate rows ``[0, I)``, up rows ``[I, 2I)``).
+        tile_expert, tile_rows, n_rows: as :func:`gate_up_swiglu`.
+        gate_up_out: bf16 ``[>= n_rows, 2I]`` pre-activations (what the backward reads).
+        h_out: MXFP8 ``[>= n_rows, I]`` quantized along I (the down GEMM's A operand), or None.
+    """
+    experts, two_inter, hidden = w_gate_up.shape
+    inter = two_inter // 2
+    n_rows = x_rows.shape[0] if n_rows is None else n_rows
+    x_codes, x_scales = _mx_rows("x_rows", x_rows, n_rows, hidden)
+    w_codes, w_scales = _mx_weight("w_gate_up", w_gate_up, (experts, two_inter, hidden))
+    if n_rows % tile_rows:
+        raise ValueError(f"a window holds whole schedule tiles: {n_rows} rows, tile {tile_rows}")
+    if (gate_up_out.shape[0] < n_rows or gate_up_out.shape[1] != two_inter or gate_up_out.stride(1) != 1
+            or gate_up_out.dtype != torch.bfloat16):
+        raise ValueError(f"gate_up_out must be bf16 [>= {n_rows}, {two_inter}] with unit column stride")
+    check_device(x_codes, w_codes, tile_expert, gate_up_out)
+    if h_out is not None:
+        h_codes, h_scales = _mx_rows("h_out", h_out, n_rows, inter)
+    else:
+        h_codes, h_scales = gate_up_out, x_scales  # unused
+    cfg = mx_gemm_config("gate_up_swiglu", tile_rows, inter, hidden)
+    _launch_gate_up(cfg, x_codes, w_codes[:, :inter], w_codes[:, inter:], w_codes.stride(0), w_codes.stride(1),
+                    tile_expert, tile_rows, gate_up_out, h_codes, h_out is not None, n_rows, hidden, inter,
+                    tl.bfloat16, mx=True,
+                    mx_args=(x_scales, x_scales.stride(0), w_scales[:, :inter], w_scales[:, inter:],
+                             w_scales.stride(0), w_scales.stride(1), h_scales, h_scales.stride(0)))
 
 
 # ========================================================================================================
@@ -160,8 +266,11 @@ def _swiglu_backward_columns(g, weight, rows64, row_ok, cols, I, gate_up_ptr, st
 
 @triton.jit
 def _down_dgrad_swiglu_backward_kernel(
-    dout_ptr, stride_dm,                 # [n_rows, H] pulled output gradients, unscaled
-    wd_ptr, stride_we, stride_wh,        # W_down: [E_local, H, I] (unit stride on I)
+    dout_ptr, stride_dm,                 # [n_rows, H] pulled output gradients, unscaled; MX: E4M3 codes
+    wd_ptr, stride_we, stride_wh,        # W_down: [E_local, H, I] (unit stride on I); MX: W_down^T codes
+                                         # [E_local, I, H] (unit stride on H; stride_wh steps along I)
+    ds_ptr, stride_dsm,                  # MX: dO scales [n_rows, H/32]
+    wds_ptr, stride_wse, stride_wsi,     # MX: W_down^T scales [E_local, I, H/32]
     weight_ptr,                          # fp32 [n_rows] router weight per row (0 on padding)
     gate_up_ptr, stride_gu,              # [n_rows, 2I] stored pre-activations
     tile_expert_ptr,                     # int32 [n_rows // TILE_ROWS]
@@ -169,7 +278,7 @@ def _down_dgrad_swiglu_backward_kernel(
     hw_ptr, stride_hw,                   # out [n_rows, I]: w * h
     dw_partial_ptr,                      # out fp32 [n_rows, cdiv(I, BLOCK_N)]
     n_rows, H, I,
-    TILE_ROWS: tl.constexpr, ACT_DTYPE: tl.constexpr,
+    TILE_ROWS: tl.constexpr, ACT_DTYPE: tl.constexpr, MX: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     # ---- which tile, which expert --------------------------------------------------------------------
@@ -189,12 +298,30 @@ def _down_dgrad_swiglu_backward_kernel(
     # ---- main loop: g = dO @ W_down[e] (fp32, stays in registers) -------------------------------------
     g = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     dout_rows = dout_ptr + rows64[:, None] * stride_dm
-    w_cols = wd_ptr + expert.to(tl.int64) * stride_we + cols[None, :]
-    for k in range(0, H, BLOCK_K):
-        k_ok = (k + ks) < H
-        d = tl.load(dout_rows + (k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        w = tl.load(w_cols + (k + ks)[:, None] * stride_wh, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-        g = mma(d, w, g)
+    if MX:
+        # MXFP8 operand loader: dO quantized along H, W_down quantized along H (its dgrad orientation, stored
+        # [E, I, H]); both dequantized on chip (exact) into the bf16 MMA chain.
+        ds_rows = ds_ptr + rows64[:, None] * stride_dsm
+        w_cols = wd_ptr + expert.to(tl.int64) * stride_we + cols[None, :] * stride_wh     # read as [k, col]
+        ws_cols = wds_ptr + expert.to(tl.int64) * stride_wse + cols[None, :] * stride_wsi
+        gs = tl.arange(0, BLOCK_K // 32)
+        for k in range(0, H, BLOCK_K):
+            k_ok = (k + ks) < H
+            g_ok = (k // 32 + gs) < H // 32
+            d = mx_operand(tl.load(dout_rows + (k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0),
+                           tl.load(ds_rows + (k // 32 + gs)[None, :], mask=row_ok[:, None] & g_ok[None, :],
+                                   other=0), BLOCK_M, BLOCK_K)
+            w = mx_operand_kn(tl.load(w_cols + (k + ks)[:, None], mask=k_ok[:, None] & col_ok[None, :], other=0),
+                              tl.load(ws_cols + (k // 32 + gs)[:, None], mask=g_ok[:, None] & col_ok[None, :],
+                                      other=0), BLOCK_K, BLOCK_N)
+            g = mma(d, w, g)
+    else:
+        w_cols = wd_ptr + expert.to(tl.int64) * stride_we + cols[None, :]
+        for k in range(0, H, BLOCK_K):
+            k_ok = (k + ks) < H
+            d = tl.load(dout_rows + (k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            w = tl.load(w_cols + (k + ks)[:, None] * stride_wh, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+            g = mma(d, w, g)
 
     # ---- epilogue, one column half at a time (register budget: see column_halves) -------------------
     weight = tl.load(weight_ptr + rows, mask=row_ok, other=0.0)[:, None]
@@ -208,10 +335,42 @@ def _down_dgrad_swiglu_backward_kernel(
     tl.store(dw_partial_ptr + rows64 * num_pid_n + pid_n, dw_partial, mask=row_ok)
 
 
-def router_grad_partials(intermediate: int, hidden: int, dtype: torch.dtype, tile_rows: int) -> int:
-    """How many per-column-block partial dots :func:`down_dgrad_swiglu_backward` writes per row."""
-    cfg = gemm_config("down_dgrad_swiglu", dtype, tile_rows, intermediate, hidden)
+def router_grad_partials(intermediate: int, hidden: int, dtype: torch.dtype, tile_rows: int, *,
+                         mx: bool = False) -> int:
+    """How many per-column-block partial dots :func:`down_dgrad_swiglu_backward` (``mx=False``) or
+    :func:`down_dgrad_swiglu_backward_mxfp8` (``mx=True``) writes per row."""
+    if mx:
+        cfg = mx_gemm_config("down_dgrad_swiglu", tile_rows, intermediate, hidden)
+    else:
+        cfg = gemm_config("down_dgrad_swiglu", dtype, tile_rows, intermediate, hidden)
     return triton.cdiv(intermediate, cfg.block_n)
+
+
+def _check_backward_buffers(n_rows, tile_rows, inter, dtype, weight_rows, gate_up, d_gate_up_out, hw_out,
+                            dw_partial_out, partials) -> None:
+    if n_rows % tile_rows:
+        raise ValueError(f"a window holds whole schedule tiles: {n_rows} rows, tile {tile_rows}")
+    for name, t, width in (("gate_up", gate_up, 2 * inter), ("d_gate_up_out", d_gate_up_out, 2 * inter),
+                           ("hw_out", hw_out, inter)):
+        if t.shape[0] < n_rows or t.shape[1] != width or t.stride(1) != 1 or t.dtype != dtype:
+            raise ValueError(f"{name} must be [>= {n_rows}, {width}] of the activation dtype, unit column stride")
+    if weight_rows.dtype != torch.float32 or weight_rows.numel() < n_rows:
+        raise TypeError("weight_rows must be fp32 with one weight per row")
+    if (dw_partial_out.dtype != torch.float32 or not dw_partial_out.is_contiguous()
+            or dw_partial_out.shape[0] < n_rows or dw_partial_out.shape[1] != partials):
+        raise ValueError(f"dw_partial_out must be contiguous fp32 [>= {n_rows}, {partials}]")
+
+
+def _launch_down_dgrad(cfg, dout, wd, stride_we, stride_wh, mx_args, weight_rows, gate_up, tile_expert,
+                       d_gate_up_out, hw_out, dw_partial_out, n_rows, hidden, inter, tile_rows, act_dtype, mx):
+    grid = (triton.cdiv(n_rows, cfg.block_m) * triton.cdiv(inter, cfg.block_n),)
+    _down_dgrad_swiglu_backward_kernel[grid](
+        dout, dout.stride(0), wd, stride_we, stride_wh, *mx_args, weight_rows,
+        gate_up, gate_up.stride(0), tile_expert, d_gate_up_out, d_gate_up_out.stride(0), hw_out, hw_out.stride(0),
+        dw_partial_out, n_rows, hidden, inter,
+        TILE_ROWS=tile_rows, ACT_DTYPE=act_dtype, MX=mx,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
 def down_dgrad_swiglu_backward(grad_rows: torch.Tensor, w_down: torch.Tensor, weight_rows: torch.Tensor,
@@ -234,26 +393,76 @@ def down_dgrad_swiglu_backward(grad_rows: torch.Tensor, w_down: torch.Tensor, we
     experts, hidden, inter = w_down.shape
     dtype = grad_rows.dtype
     partials = router_grad_partials(inter, hidden, dtype, tile_rows)
-    if n_rows % tile_rows or grad_rows.shape[1] != hidden or grad_rows.stride(1) != 1:
+    if grad_rows.shape[1] != hidden or grad_rows.stride(1) != 1:
         raise ValueError(f"grad_rows must be [{n_rows} (whole tiles of {tile_rows}), H={hidden}], unit column stride")
     if not w_down.is_contiguous() or w_down.dtype != dtype:
         raise ValueError("w_down must be a contiguous [E_local, H, I] tensor of the activation dtype")
-    for name, t, width in (("gate_up", gate_up, 2 * inter), ("d_gate_up_out", d_gate_up_out, 2 * inter),
-                           ("hw_out", hw_out, inter)):
-        if t.shape[0] < n_rows or t.shape[1] != width or t.stride(1) != 1 or t.dtype != dtype:
-            raise ValueError(f"{name} must be [>= {n_rows}, {width}] of the activation dtype, unit column stride")
-    if weight_rows.dtype != torch.float32 or weight_rows.numel() < n_rows:
-        raise TypeError("weight_rows must be fp32 with one weight per row")
-    if (dw_partial_out.dtype != torch.float32 or not dw_partial_out.is_contiguous()
-            or dw_partial_out.shape[0] < n_rows or dw_partial_out.shape[1] != partials):
-        raise ValueError(f"dw_partial_out must be contiguous fp32 [>= {n_rows}, {partials}]")
+    _check_backward_buffers(n_rows, tile_rows, inter, dtype, weight_rows, gate_up, d_gate_up_out, hw_out,
+                            dw_partial_out, partials)
     check_device(grad_rows, w_down, weight_rows, gate_up, tile_expert, d_gate_up_out, hw_out, dw_partial_out)
     cfg = gemm_config("down_dgrad_swiglu", dtype, tile_rows, inter, hidden)
-    grid = (triton.cdiv(n_rows, cfg.block_m) * partials,)
-    _down_dgrad_swiglu_backward_kernel[grid](
-        grad_rows, grad_rows.stride(0), w_down, w_down.stride(0), w_down.stride(1), weight_rows,
-        gate_up, gate_up.stride(0), tile_expert, d_gate_up_out, d_gate_up_out.stride(0), hw_out, hw_out.stride(0),
-        dw_partial_out, n_rows, hidden, inter,
-        TILE_ROWS=tile_rows, ACT_DTYPE=tl_dtype(dtype),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    unused = (tile_expert, 0, tile_expert, 0, 0)
+    _launch_down_dgrad(cfg, grad_rows, w_down, w_down.stride(0), w_down.stride(1), unused, weight_rows, gate_up,
+                       tile_expert, d_gate_up_out, hw_out, dw_partial_out, n_rows, hidden, inter, tile_rows,
+                       tl_dtype(dtype), False)
+
+
+def down_dgrad_swiglu_backward_mxfp8(grad_rows: MXFP8Tensor, w_down_dgrad: MXFP8Tensor, weight_rows: torch.Tensor,
+                                     gate_up: torch.Tensor, tile_expert: torch.Tensor, tile_rows: int, *,
+                                     d_gate_up_out: torch.Tensor, hw_out: torch.Tensor,
+                                     dw_partial_out: torch.Tensor, n_rows: int | None = None) -> None:
+    """:func:`down_dgrad_swiglu_backward` with MXFP8 operands: ``g = dequant(dO) @ dequant(W_down)`` (fp32
+    accumulation), then the same SwiGLU-backward epilogue (bf16 ``d_gate_up`` and ``w*h``, fp32 router partials).
+
+    Args:
+        grad_rows: MXFP8 ``[>= n_rows, H]`` pulled output gradients quantized along H (zeros on padding rows).
+        w_down_dgrad: MXFP8 ``[E_local, I, H]``, W_down quantized along H
+            (:attr:`mok.mxfp8.MXFP8Weights.down_dgrad`).
+        dw_partial_out: fp32 contiguous ``[>= n_rows, router_grad_partials(I, H, bf16, tile_rows, mx=True)]``.
+        Others as :func:`down_dgrad_swiglu_backward` (bf16).
+    """
+    experts, inter, hidden = w_down_dgrad.shape
+    n_rows = grad_rows.shape[0] if n_rows is None else n_rows
+    d_codes, d_scales = _mx_rows("grad_rows", grad_rows, n_rows, hidden)
+    w_codes, w_scales = _mx_weight("w_down_dgrad", w_down_dgrad, (experts, inter, hidden))
+    partials = router_grad_partials(inter, hidden, torch.bfloat16, tile_rows, mx=True)
+    _check_backward_buffers(n_rows, tile_rows, inter, torch.bfloat16, weight_rows, gate_up, d_gate_up_out, hw_out,
+                            dw_partial_out, partials)
+    check_device(d_codes, w_codes, weight_rows, gate_up, tile_expert, d_gate_up_out, hw_out, dw_partial_out)
+    cfg = mx_gemm_config("down_dgrad_swiglu", tile_rows, inter, hidden)
+    _launch_down_dgrad(cfg, d_codes, w_codes, w_codes.stride(0), w_codes.stride(1),
+                       (d_scales, d_scales.stride(0), w_scales, w_scales.stride(0), w_scales.stride(1)),
+                       weight_rows, gate_up, tile_expert, d_gate_up_out, hw_out, dw_partial_out, n_rows, hidden,
+                       inter, tile_rows, tl.bfloat16, True)
+
+
+# ========================================================================================================
+# MXFP8 tile configurations
+# ========================================================================================================
+def mx_gemm_config(kernel: str, tile_rows: int, n: int, k: int) -> TileConfig:
+    """The fixed configuration of the MXFP8 variant of ``kernel`` (``"gate_up_swiglu"`` or
+    ``"down_dgrad_swiglu"``) for an ``n``-wide output with a ``k``-deep reduction.
+
+    Under the interpreter: the BF16 one. On the GPU: :data:`_MX_GPU`, pinned here rather than following the
+    BF16 table, because the on-chip dequantization needs registers of its own. ``block_k`` and ``block_n`` are
+    whole multiples of the 32-element MX block (the epilogue quantizes h in blocks of 32 columns).
+    """
+    if INTERPRETING:
+        cfg = gemm_config(kernel, torch.bfloat16, tile_rows, n, k)
+    else:
+        cfg = _MX_GPU[kernel]
+        cfg = TileConfig(min(cfg.block_m, tile_rows), min(cfg.block_n, triton.next_power_of_2(n)),
+                         min(cfg.block_k, triton.next_power_of_2(k)), cfg.group_m, cfg.num_warps, cfg.num_stages)
+    return TileConfig(cfg.block_m, max(cfg.block_n, 32), max(cfg.block_k, 32), cfg.group_m, cfg.num_warps,
+                      cfg.num_stages)
+
+
+# Hopper, MXFP8 operands. Checked offline with ptxas for sm_90a under triton 3.6 (the H200's) and 3.9: the
+# gate/up kernel (two 128 x 128 accumulators, x and both weight tiles dequantized per K step, h quantized in
+# the epilogue) uses 255 registers without local memory; the down-dgrad kernel spills at BLOCK_K 64 under 3.6
+# (the dequantized dO and W_down tiles next to the 128 x 128 accumulator), so it steps K by one MX block
+# (236 registers, no local memory) with a deeper pipeline instead.
+_MX_GPU = {
+    "gate_up_swiglu": TileConfig(128, 128, 64, 8, 8, 3),
+    "down_dgrad_swiglu": TileConfig(128, 128, 32, 8, 8, 4),
+}
