@@ -20,9 +20,10 @@ Tiling and order
     blocks together in L2. The K loop walks ``BLOCK_K`` steps in order with one fp32 accumulator chain, no
     split-K: a row's result depends only on that row and W, never on its neighbours, the window or the rank.
     Programs of tiles past the rows in use exit at once, so grids cover the whole window and no host
-    synchronisation is needed. Hopper bf16: 128 x 256 tiles, ``BLOCK_K`` 64, 8 warps (two warpgroups of
-    64 x 256 wgmma), 3 stages (48 KB of shared memory each); the push epilogue stores one column half at a
-    time (:func:`mok.triton_ref._common.column_halves`).
+    synchronisation is needed. Hopper bf16 (tuned on the H200, see ``_common._GPU_BF16``): ``BLOCK_K`` 64,
+    8 warps (two warpgroups), 3 stages, TMA operand loads; 128 x 128 tiles for the down projection and
+    128 x 256 for dx; the push epilogue stores one column half at a time
+    (:func:`mok.triton_ref._common.column_halves`).
 
     Wgrad: a program per (expert, ``BLOCK_M`` x ``BLOCK_N`` block of dW). It walks the expert's tiles in the
     window in **descending** tile order (``BLOCK_K`` rows per MMA step, ascending inside a tile), chaining
@@ -30,7 +31,7 @@ Tiling and order
     so across minibatches the chain continues in the same global order, through an fp32 buffer between
     launches (an exact round trip). Every expert's chain is therefore the same sequence of operations for any
     ring size or EP degree (segments list the same rows in the same order for any EP degree), without
-    split-K or atomics. Hopper bf16: 128 x 128 blocks of dW, 64 rows per step, 8 warps, 3 stages. Both
+    split-K or atomics. Hopper bf16: 128 x 128 blocks of dW, 64 rows per step, 8 warps, 3 stages, TMA. Both
     operands are row-major in memory and the MMA wants G^T: G is loaded as ``[P, R]`` straight from its rows
     (consecutive P are consecutive addresses, so the loads coalesce) and wgmma reads the tile MN-major from
     shared memory; nothing is transposed in registers.
