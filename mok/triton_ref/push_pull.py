@@ -149,6 +149,11 @@ def _wait_arrivals(signal_ptrs, expected_ptr, rank, MAX_SPINS: tl.constexpr, SCO
     words = _signal_words(signal_ptrs, rank)
     # Only this program touches the target (one receiver per rank per call; calls are stream-ordered).
     target = tl.load(words + TARGET) + tl.load(expected_ptr + rank)
+    # NOTE: every thread of the program loads the old target, and one thread stores the new one: the barrier
+    # keeps that store behind every load. Without it a late warp read the new target, waited for twice the
+    # rows and spun to MAX_SPINS, while the thread that checks for time-outs saw its own, correct target (seen
+    # on the H200, 2026-11-29: push with signalling took ~240 ms instead of ~0.6 ms, with no time-out recorded).
+    tl.debug_barrier()
     tl.store(words + TARGET, target)
     seen = tl.atomic_add(words + ARRIVALS, 0, sem="acquire", scope=SCOPE)
     spins = 0
