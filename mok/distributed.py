@@ -54,6 +54,7 @@ import os
 import torch
 import torch.distributed as dist
 
+from .backends.layer_run import LayerRunFunction
 from .backends.reference import LayerRun
 from .checks import require_tensor, resolve_precision
 from .comm.peers import PeerGroup
@@ -251,24 +252,6 @@ class RankLayerRun(LayerRun):
                          config=config)
 
 
-class DistributedMoE(torch.autograd.Function):
-    """Autograd wrapper around a per-rank layer run (forward, then an explicit collective backward)."""
-
-    @staticmethod
-    def forward(ctx, x_local, topk_weights_local, w_gate, w_up, w_down, make_run):
-        run = make_run(x_local, topk_weights_local.float(), w_gate, w_up, w_down)
-        ctx.run = run
-        ctx.weights_dtype = topk_weights_local.dtype
-        return run.forward()
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):
-        dx, d_weights, d_gate, d_up, d_down = ctx.run.backward(grad_out.contiguous())
-        ctx.run = None
-        return dx, d_weights.to(ctx.weights_dtype), d_gate, d_up, d_down, None
-
-
 # --------------------------------------------------------------------------------------------------------
 # Entry point
 # --------------------------------------------------------------------------------------------------------
@@ -426,12 +409,12 @@ def distributed_moe(x_local: torch.Tensor, topk_ids_local: torch.Tensor, topk_we
         check_global_routing(topk_ids, num_experts)
 
     def make_run(x, weights, w_gate, w_up, w_down):
-        return run_class(x, topk_ids, weights, w_gate, w_up, w_down, rank=rank, world=world,
+        return run_class(x, topk_ids, weights.float(), w_gate, w_up, w_down, rank=rank, world=world,
                          num_experts=num_experts, config=config, transport=transport, group=group, peers=peers)
 
-    return DistributedMoE.apply(x_local, topk_weights_local, w_gate_local, w_up_local, w_down_local, make_run)
+    return LayerRunFunction.apply(x_local, topk_weights_local, w_gate_local, w_up_local, w_down_local, make_run)
 
 
-__all__ = ["BACKENDS", "TRANSPORTS", "CollectiveTransport", "DistributedMoE", "ExchangeRows", "PeerTransport",
+__all__ = ["BACKENDS", "TRANSPORTS", "CollectiveTransport", "ExchangeRows", "PeerTransport",
            "RankLayerRun", "TritonPeerTransport", "check_global_routing", "check_local_inputs", "default_peers",
            "distributed_moe", "exchange_rows", "gather_routing", "make_transport", "release_default_peers"]

@@ -13,6 +13,13 @@ from mok.validate import OUTPUTS, bitwise_equal, forward_backward, random_proble
 HAS_CUDA = torch.cuda.is_available()
 OUTPUT_NAMES = list(OUTPUTS)
 
+# Without a GPU the Triton kernels run under the interpreter. Set here, before any test module imports
+# mok.triton_ref: Triton reads the variable when a kernel is defined.
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+TRITON_DEVICE = "cpu" if INTERPRET else "cuda"  # where the Triton tests put their tensors
+
 
 def pytest_collection_modifyitems(config, items):
     if HAS_CUDA:

@@ -7,17 +7,11 @@ kernel should write but does not, or should leave alone but does, shows up.
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-if not INTERPRET and not torch.cuda.is_available():
-    pytest.skip("Triton needs a GPU or TRITON_INTERPRET=1", allow_module_level=True)
-DEVICE = "cpu" if INTERPRET else "cuda"
+from conftest import INTERPRET, TRITON_DEVICE as DEVICE  # noqa: E402  (the interpreter without a GPU)
 
 from conftest import assert_bitwise_equal, bits, make_problem, rel_err  # noqa: E402
 

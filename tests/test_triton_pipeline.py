@@ -8,17 +8,11 @@ CPU under TRITON_INTERPRET=1 (set here when there is no GPU), or CUDA when prese
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-if not INTERPRET and not torch.cuda.is_available():
-    pytest.skip("Triton needs a GPU or TRITON_INTERPRET=1", allow_module_level=True)
-DEVICE = "cpu" if INTERPRET else "cuda"
+from conftest import TRITON_DEVICE as DEVICE  # noqa: E402  (the interpreter without a GPU)
 
 from conftest import OUTPUT_NAMES, assert_bitwise_equal, bits, make_problem, rel_err, run_layer  # noqa: E402
 

@@ -48,6 +48,7 @@ from ..ring import RingBuffer, RingPlan, plan_ring
 from ..schedule import Schedule, build_schedule
 from ..swiglu import swiglu_backward, swiglu_forward
 from ..transfers import sum_over_k
+from .layer_run import LayerRunFunction
 
 
 @contextlib.contextmanager
@@ -340,26 +341,13 @@ class EmulatedLayerRun(LayerRun):
                          config=config)
 
 
-class ReferenceMoE(torch.autograd.Function):
-    """Autograd wrapper: forward and an explicit MoK backward (not autograd through the forward)."""
-
-    @staticmethod
-    def forward(ctx, x, topk_weights, w_gate, w_up, w_down, topk_ids, ep_size, config):
-        run = EmulatedLayerRun(x, topk_ids, topk_weights.float(), w_gate, w_up, w_down, ep_size, config)
-        ctx.run = run
-        ctx.weights_dtype = topk_weights.dtype
-        return run.forward()
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):
-        dx, d_weights, d_gate, d_up, d_down = ctx.run.backward(grad_out.contiguous())
-        ctx.run = None
-        return dx, d_weights.to(ctx.weights_dtype), d_gate, d_up, d_down, None, None, None
-
-
 def reference_moe(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: int = 1,
                   precision: str = "bf16", config: MoKConfig | None = None) -> torch.Tensor:
     """``mok.moe(..., backend="reference")``: see the module docstring."""
     del precision  # bf16 and fp32 both compute in the activation dtype; checked by mok.moe
-    return ReferenceMoE.apply(x, topk_weights, w_gate, w_up, w_down, topk_ids, ep_size, config or MoKConfig())
+    config = config or MoKConfig()
+
+    def make_run(x, topk_weights, w_gate, w_up, w_down):
+        return EmulatedLayerRun(x, topk_ids, topk_weights.float(), w_gate, w_up, w_down, ep_size, config)
+
+    return LayerRunFunction.apply(x, topk_weights, w_gate, w_up, w_down, make_run)

@@ -57,7 +57,6 @@ is not done here.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -65,6 +64,7 @@ from typing import Any, Callable
 import torch
 
 from ..backends import Backend, register_backend
+from ..backends.layer_run import LayerRunFunction
 from ..checks import resolve_precision
 from ..comm import EmulatedPeers, PeerBuffer, PeerGroup
 from ..config import MoEShape, MoKConfig
@@ -574,33 +574,6 @@ class TritonRankRun(TritonRanksRun):
 # ========================================================================================================
 # mok.moe(..., backend="triton")
 # ========================================================================================================
-def _on_device(device: torch.device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-
-
-class TritonMoE(torch.autograd.Function):
-    """Autograd wrapper: the Triton forward and the explicit MoK backward."""
-
-    @staticmethod
-    def forward(ctx, x, topk_weights, w_gate, w_up, w_down, topk_ids, ep_size, config, precision, backward):
-        with _on_device(x.device):
-            run = TritonLayerRun(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size, config, precision,
-                                 backward=backward)
-            out = run.forward()
-        ctx.run = run
-        ctx.weights_dtype = topk_weights.dtype
-        return out
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):
-        run = ctx.run
-        with _on_device(grad_out.device):
-            dx, d_weights, d_gate, d_up, d_down = run.backward(grad_out.contiguous())
-        ctx.run = None
-        return dx, d_weights.to(ctx.weights_dtype), d_gate, d_up, d_down, None, None, None, None, None
-
-
 def triton_moe(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: int = 1, precision: str = "bf16",
                config: MoKConfig | None = None) -> torch.Tensor:
     """``mok.moe(..., backend="triton")``: see the module docstring. Inputs as :func:`mok.moe` (checked there);
@@ -608,8 +581,13 @@ def triton_moe(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: int 
     cache, so only once per weight version)."""
     backward = torch.is_grad_enabled() and any(
         t.requires_grad for t in (x, topk_weights, w_gate, w_up, w_down))
-    return TritonMoE.apply(x.contiguous(), topk_weights, w_gate, w_up, w_down, topk_ids, ep_size,
-                           config or MoKConfig(), precision, backward)
+    config = config or MoKConfig()
+
+    def make_run(x, topk_weights, w_gate, w_up, w_down):
+        return TritonLayerRun(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size, config, precision,
+                              backward=backward)
+
+    return LayerRunFunction.apply(x.contiguous(), topk_weights, w_gate, w_up, w_down, make_run)
 
 
 register_backend(Backend("triton", triton_moe, ("bf16", "fp32", "mxfp8"),
