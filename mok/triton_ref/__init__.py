@@ -11,5 +11,9 @@ One module per stage, in data-flow order; each opens with what it reads and writ
 * :mod:`.push_combine`   -- pushes rows into the source ranks' (token, k) slots; fixed-order sums over k.
 * :mod:`.pipeline`       -- composes them over emulated EP ranks and ring minibatches; registers the backend.
 
+MXFP8 (``precision="mxfp8"``): :mod:`.mxfp8_quant` (quantize/dequantize kernels), :mod:`.mxfp8_gemm` (grouped GEMM
+with on-chip dequantization), :mod:`.mxfp8_rows` (the packed FP8-plus-scales rows that dispatch moves, and the
+layer's MXFP8 arithmetic in PyTorch for tests). Experiments: :mod:`.push_pull` (push vs pull row transfers).
+
 Importing a submodule imports Triton; set ``TRITON_INTERPRET=1`` before that to run the kernels on CPU tensors.
 """
