@@ -2,10 +2,10 @@
 // No torch here; csrc/binding.cpp allocates the tensors and calls sm90_schedule_tables().
 #include <cuda_runtime.h>
 
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 
+#include "mok/host_error.cuh"
 #include "mok/launch.cuh"
 #include "mok/schedule_tables.cuh"
 
@@ -46,15 +46,7 @@ __global__ void __launch_bounds__(kRowsThreads)
   if (row % tile == 0) tile_expert[static_cast<long long>(rank) * (capacity / tile) + row / tile] = s.tile_expert;
 }
 
-int fail(char* message, size_t message_len, const char* format, ...) {
-  if (message != nullptr && message_len > 0) {
-    va_list args;
-    va_start(args, format);
-    vsnprintf(message, message_len, format, args);
-    va_end(args);
-  }
-  return 1;
-}
+using mok::fail;
 
 }  // namespace
 

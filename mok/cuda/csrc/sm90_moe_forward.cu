@@ -5,10 +5,10 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 
+#include "mok/host_error.cuh"
 #include "mok/launch.cuh"
 #include "mok/sm90_moe_forward.cuh"
 
@@ -17,15 +17,7 @@ namespace {
 
 using Tiles = Sm90Tiles;
 
-int fail(char* message, size_t message_len, const char* format, ...) {
-  if (message != nullptr && message_len > 0) {
-    va_list args;
-    va_start(args, format);
-    vsnprintf(message, message_len, format, args);
-    va_end(args);
-  }
-  return 1;
-}
+using mok::fail;
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point: no link against libcuda needed.
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
