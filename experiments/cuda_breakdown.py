@@ -8,9 +8,9 @@ For each shape (T, H, I, E, K), bf16, routing given (random logits -> ``mok.rout
  (b)  ``schedule``       the schedule tables alone (``mok.cuda.schedule_tables.build_kernel_schedule``, what the
                          backend runs: sort + two kernels): ``gpu`` = replayed from a CUDA graph (device time
                          only: its share of a layer whose host runs ahead), ``eager`` = plain calls (includes the
-                         host's launch cost when the host is the slower side); ``torch_ops_gpu`` = the same tables
-                         from PyTorch operations (graph); ``foundation`` = ``mok.build_schedule`` (eager; its
-                         ``bincount`` reads back to the host)
+                         host's launch cost when the host is the slower side); ``foundation`` =
+                         ``mok.build_schedule`` (PyTorch operations, with the inverse map), eager and
+                         ``foundation_gpu`` from a graph
  (c)  ``prep``           everything else the backend does before the launch (``prepare`` with the tables given:
                          pointer tables, output allocation, workspace lookup), and ``launch_host``: the host time
                          to enqueue reset + kernel (TMA descriptors, checks)
@@ -26,9 +26,9 @@ Derived: ``not_hidden`` = (d) - (e) in ms and as a share of (d) (split into disp
 schedule share = (b, gpu) / (a); the layer overhead = (a) - (d). Timing: CUDA events around each call, median
 of ``--iters`` calls after warm-up, input sets rotated (tokens and routing; weights are far larger than L2).
 
-Run on the H200 (after the extension is built, e.g. by the GPU tests; a cold JIT build adds about a minute)::
+Run on the H200 (after the extension is built, e.g. by the GPU tests, or it is built first)::
 
-    python experiments/cuda_breakdown.py            # all nine shapes, ~30-60 s; JSON to $OUT if set
+    python experiments/cuda_breakdown.py            # all nine shapes (15 s on 2026-11-29); JSON to $OUT if set
     python experiments/cuda_breakdown.py --shapes anchor-2,kimi-k2.7/ep64 --iters 20
 
 Prints one compact table last; writes ``cuda_breakdown_<stamp>.json`` to ``$OUT`` (or ``--out DIR``).
@@ -40,7 +40,6 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -48,6 +47,7 @@ from pathlib import Path
 import torch
 
 import mok
+from mok.bench.harness import time_fn
 from mok.config import ANCHOR_SHAPES, EP64_SLICES, MoEShape, get_shape
 
 SHAPES = {s.name: s for s in [*ANCHOR_SHAPES, *EP64_SLICES]}
@@ -60,17 +60,7 @@ VARIANTS = ("simple", "pipelined")
 
 def time_events(fn, n_sets: int, iters: int, warmup: int = 2) -> float:
     """Median milliseconds of ``fn(i)`` between CUDA events, calls back to back, input set ``i % n_sets``."""
-    for w in range(warmup):
-        fn(w % n_sets)
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for it in range(iters):
-        starts[it].record()
-        fn(it % n_sets)
-        ends[it].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return time_fn(fn, device="cuda", n_sets=n_sets, warmup=warmup, iters=iters).median_ms
 
 
 def time_host(fn, n_sets: int, iters: int) -> float:
@@ -178,10 +168,9 @@ def measure_shape(shape: MoEShape, iters: int, n_sets: int, deadline: float) -> 
     r["schedule_host_ms"] = time_host(lambda j: build_kernel_schedule(ids[j], shape.num_experts), n_sets,
                                       small_iters)
     r["schedule_gpu_ms"] = time_graph(lambda: build_kernel_schedule(ids[0], shape.num_experts), small_iters)
-    r["schedule_torch_ops_gpu_ms"] = time_graph(
-        lambda: build_kernel_schedule(ids[0], shape.num_experts, device_kernels=False), small_iters)
     r["schedule_foundation_ms"] = time_events(lambda j: mok.build_schedule(ids[j], shape.num_experts), n_sets,
                                               small_iters)
+    r["schedule_foundation_gpu_ms"] = time_graph(lambda: mok.build_schedule(ids[0], shape.num_experts), small_iters)
 
     # (c) the rest of the preparation, and the host cost of the launch call
     tables = [build_kernel_schedule(i, shape.num_experts) for i in ids]
@@ -261,8 +250,8 @@ def fmt(value, digits: int = 2) -> str:
 def table(rows: list[dict]) -> str:
     """The compact per-shape table (default variant for the not-hidden split)."""
     head = ("| shape | layer ms (TF/s) | kernel simple / pipelined ms (TF/s) | no-comm ms | not hidden ms (% kernel): "
-            "total / dispatch / combine | GEMM-only ms (TF/s) | schedule gpu / eager / torch-ops gpu / foundation ms | "
-            "schedule share % | prep + launch-host ms | layer - kernel ms |")
+            "total / dispatch / combine | GEMM-only ms (TF/s) | schedule gpu / eager / foundation gpu / foundation "
+            "eager ms | schedule share % | prep + launch-host ms | layer - kernel ms |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         v = r.get("default_variant", "simple")
@@ -276,7 +265,7 @@ def table(rows: list[dict]) -> str:
             f"| {r['shape']} | {fmt(r.get('layer_ms'), 3)} ({fmt(r.get('layer_tflops'), 0)}) | {kern} | "
             f"{fmt(r.get(f'no_comm_{v}_ms'), 3)} | {nh} | {fmt(r.get('gemm_only_ms'), 3)} "
             f"({fmt(r.get('gemm_only_tflops'), 0)}) | {fmt(r.get('schedule_gpu_ms'), 3)} / "
-            f"{fmt(r.get('schedule_eager_ms'), 3)} / {fmt(r.get('schedule_torch_ops_gpu_ms'), 3)} / "
+            f"{fmt(r.get('schedule_eager_ms'), 3)} / {fmt(r.get('schedule_foundation_gpu_ms'), 3)} / "
             f"{fmt(r.get('schedule_foundation_ms'), 3)} | "
             f"{fmt(r.get('schedule_share_pct'), 1)} | {fmt(r.get('prep_ms'), 3)} + {fmt(r.get('launch_host_ms'), 3)} | "
             f"{fmt(r.get('layer_overhead_ms'), 3)} |")

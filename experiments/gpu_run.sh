@@ -21,14 +21,18 @@
 #   MOK_STAGES            comma list of stages (arguments win)
 #   MOK_DEADLINE_S        seconds from start by which every stage must be done (default 560: the call's hard
 #                         limit is 600 s, and the summary and file transfer need the rest)
-#   MOK_TIMEOUT_<STAGE>   cap for one stage in seconds (TESTS 240, BENCH 300 or 540 with SonicMoE, PUSHPULL 120,
-#                         NOTEBOOKS 240, TRAIN 180); a stage also never runs past the deadline
+#   MOK_TIMEOUT_<STAGE>   cap for one stage in seconds (TESTS 240, BENCH 300 or 540 with SonicMoE, CUDA 200,
+#                         SANITIZE 200, BREAKDOWN 150, TUNE 200, PUSHPULL 120, NOTEBOOKS 240, TRAIN 180); a stage
+#                         also never runs past the deadline
 #   MOK_BENCH_SHAPES      shapes for the bench stage (presets/groups, see python3 -m mok.bench --help)
 #   MOK_BENCH_ARGS        extra arguments for the bench stage (e.g. "--iters 50 --backends torch,triton")
-#   MOK_SONIC_SHAPES      opt-in SonicMoE for these bench shapes (its JIT: ~7 min for the first shape, 1-2 min
-#                         per later one: use a call of its own, e.g. MOK_STAGES=bench MOK_BENCH_SHAPES=anchor-1
-#                         MOK_SONIC_SHAPES=anchor-1). Needs the bundle in .carry/sonic (carry it): see
-#                         ../shared/tools/sonic_bundle.sh
+#   MOK_CUDA_BENCH        shapes the cuda stage times the megakernel on (default "kimi-k2.7/ep64 anchor-4")
+#   MOK_TUNE_ARGS         extra arguments for experiments/tune_triton.py
+#   MOK_SONIC_SHAPES      opt-in SonicMoE for these bench shapes. UNTESTED: mok's SonicMoE wrapper
+#                         (mok/bench/baselines.py) has never run on a GPU. Its JIT takes minutes per shape (rough
+#                         estimate: ~7 min for the first, 1-2 min per later one): use a call of its own, e.g.
+#                         MOK_STAGES=bench MOK_BENCH_SHAPES=anchor-1 MOK_SONIC_SHAPES=anchor-1. Needs the bundle
+#                         in .carry/sonic (carry it): see ../shared/tools/sonic_bundle.sh
 #   MOK_PIP_INSTALL=1     pip install -e . (default: PYTHONPATH=. , which needs no install)
 #   MOK_PYTEST_ARGS       extra pytest arguments (e.g. "-k triton" or "tests/test_triton_gpu.py")
 #   MOK_GIT_COMMIT        recorded as the commit in every result (the GPU copy of the tree has no .git)
@@ -152,7 +156,7 @@ for stage in $STAGES; do
     train)
       run_stage train "${MOK_TIMEOUT_TRAIN:-180}" python3 experiments/train_tiny_moe.py ;;
     *)
-      echo "=== unknown stage '$stage' (tests, bench, pushpull, notebooks, train)"
+      echo "=== unknown stage '$stage' (tests, bench, cuda, sanitize, breakdown, tune, pushpull, notebooks, train)"
       SUMMARY+=("$(printf '%-10s %-8s %6s  %s' "$stage" unknown - "")") ;;
   esac
 done

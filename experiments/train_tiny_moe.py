@@ -28,7 +28,6 @@ Exit status: 0 when every mok backend was deterministic, 1 otherwise (2 when no 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -205,13 +204,18 @@ def train(cfg: TinyConfig, backend: str, ep_size: int, device: torch.device, moe
 
 
 def usable_backends(spec: str, device: torch.device, precision: str) -> tuple[list[str], dict[str, str]]:
+    """``(backends that run a small problem here, {skipped backend: reason})`` of ``spec`` (a comma list or
+    ``"auto"``: every registered backend)."""
     from mok.bench.cli import probe_backend
 
     names = mok.available_backends() if spec == "auto" else [s for s in spec.split(",") if s]
     usable, skipped = [], {}
     for name in names:
         reason = probe_backend(name, device, precision)
-        (skipped.__setitem__(name, reason) if reason else usable.append(name))
+        if reason is None:
+            usable.append(name)
+        else:
+            skipped[name] = reason
     return usable, skipped
 
 

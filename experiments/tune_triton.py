@@ -1,6 +1,7 @@
 """Where the Triton MoE pipeline's time goes, stage by stage, and which tile configurations are fastest.
 
-One call on the H200 (about 2-3 minutes; ``--budget`` caps the measuring, default 170 s)::
+One call on the H200 (``--budget`` caps the measuring, default 170 s; the run recorded in
+experiments/results/tune_triton_20261129.json took 46 s with ``--budget 140``)::
 
     python3 experiments/tune_triton.py                         # anchor-4, anchor-5, kimi-k2.7/ep64
     python3 experiments/tune_triton.py --shapes anchor-4 --kernels wgrad,dx_dgrad --budget 90
@@ -39,7 +40,6 @@ import json
 import multiprocessing
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,13 +55,14 @@ os.environ.setdefault("TRITON_CACHE_DIR", str(ROOT / "build" / "mok-cache" / "tr
 import torch  # noqa: E402
 
 import mok  # noqa: E402
-from mok.bench.harness import collect_metadata, gbps, geomean, tflops  # noqa: E402
-from mok.comm import PeerBuffer  # noqa: E402
+from mok.bench.harness import collect_metadata, gbps, geomean, tflops, time_fn  # noqa: E402
 from mok.config import MoEShape, get_shape  # noqa: E402
 from mok.schedule import build_schedule  # noqa: E402
 from mok.triton_ref import _common, grouped_gemm, pull_dispatch, push_combine, swiglu  # noqa: E402
 from mok.triton_ref._common import TileConfig, override_configs  # noqa: E402
+from mok.triton_ref.pipeline import EmulatedRankGroup  # noqa: E402
 from mok.triton_ref.push_combine import SlotPush  # noqa: E402
+from mok.validate import bitwise_equal, relative_error  # noqa: E402
 
 TILE = 128
 DEFAULT_SHAPES = "anchor-4,anchor-5,kimi-k2.7/ep64"
@@ -71,12 +72,12 @@ T = TileConfig
 # Candidate configurations per kernel, most promising first (the budget may cut the tail). The default
 # (the _common.py table entry) is always measured first and is the reference. Offline sm_90 compiles
 # (triton 3.6) of every entry here showed no spills (the pointer-load 128 x 256 / 256 x 128 wgrad spill, so
-# only their TMA forms are listed).
+# only their TMA forms are listed). Registers below: the H200 run in experiments/results/tune_triton_20261129.json.
 CANDIDATES: dict[str, list[TileConfig]] = {
     "wgrad": [
-        T(128, 128, 64, 8, 8, 3, True),    # TMA: 114 registers, 96 KB smem -> 2 CTAs per SM
-        T(128, 256, 64, 8, 8, 3, True),    # half the passes over the expert's rows (246 registers)
-        T(256, 128, 64, 8, 8, 3, True),    # (220 registers)
+        T(128, 128, 64, 8, 8, 3, True),    # TMA: 109 registers, 96 KB smem -> 2 CTAs per SM
+        T(128, 256, 64, 8, 8, 3, True),    # half the passes over the expert's rows (207 registers)
+        T(256, 128, 64, 8, 8, 3, True),    # (192 registers)
         T(128, 256, 64, 8, 8, 4, True),
         T(256, 128, 64, 8, 8, 4, True),
         T(128, 128, 64, 8, 8, 4, True),
@@ -87,7 +88,7 @@ CANDIDATES: dict[str, list[TileConfig]] = {
         T(128, 128, 64, 8, 8, 4, False),
     ],
     "dx_dgrad": [
-        T(128, 256, 64, 8, 8, 3, True),    # TMA: 181 registers instead of 238
+        T(128, 256, 64, 8, 8, 3, True),    # TMA: 181 registers (218 with pointer loads and 4 stages)
         T(128, 256, 64, 8, 8, 4, True),
         T(128, 128, 64, 8, 8, 3, True),    # 94 registers, 96 KB smem -> 2 CTAs per SM
         T(128, 128, 64, 8, 4, 4, True),
@@ -141,46 +142,12 @@ def config_line(kernel: str, cfg: TileConfig) -> str:
 # ========================================================================================================
 def time_ms(fn: Callable[[], object], device: torch.device, warmup: int, iters: int) -> float:
     """Median milliseconds of ``fn()`` after ``warmup`` calls (CUDA events; a host clock on a CPU)."""
-    for _ in range(warmup):
-        fn()
-    if device.type != "cuda":
-        samples = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(samples)
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize(device)
-    return statistics.median(start.elapsed_time(end) for start, end in events)
-
-
-def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
-    """||got - want|| / ||want|| in fp64 (inf when got has a NaN: an element no kernel wrote)."""
-    got, want = got.double(), want.double()
-    if bool(torch.isnan(got).any()):
-        return float("inf")
-    return float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want).clamp_min(1e-30))
-
-
-def same_bits(got: torch.Tensor, want: torch.Tensor) -> bool:
-    view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[got.element_size()]
-    return bool(torch.equal(got.contiguous().view(view), want.contiguous().view(view)))
+    return time_fn(lambda _: fn(), device=device, warmup=warmup, iters=iters).median_ms
 
 
 # ========================================================================================================
 # One shape's stages (EP 1, one minibatch over the whole table: the pipeline's default path)
 # ========================================================================================================
-def one_rank_buffer(name: str, tensor: torch.Tensor) -> PeerBuffer:
-    """A one-rank peer buffer over ``tensor`` (EP 1: the source rank is the expert rank)."""
-    table = torch.tensor([tensor.data_ptr()], dtype=torch.int64, device=tensor.device)
-    return PeerBuffer(name, tuple(tensor.shape), tensor.dtype, [tensor], table)
-
-
 class Stages:
     """The inputs, buffers and stage calls of one layer shape, as :mod:`mok.triton_ref.pipeline` composes them
     for EP 1 and one minibatch. Every stage reads what the stages before it left, so call :meth:`run_all`
@@ -212,17 +179,18 @@ class Stages:
         def empty(*size, dtype=dtype):
             return torch.empty(*size, dtype=dtype, device=device)
 
-        # source-side buffers
-        self.x_buf = one_rank_buffer("x", self.x)
-        self.grad_buf = one_rank_buffer("grad_out", self.grad_out)
-        self.weight_buf = one_rank_buffer("topk_weights", self.weights.view(-1))
+        # source-side buffers: one rank's peer buffers over these tensors (EP 1: the source is the expert rank)
+        peers = EmulatedRankGroup(1, device)
+        self.x_buf = peers.wrap("x", self.x)
+        self.grad_buf = peers.wrap("grad_out", self.grad_out)
+        self.weight_buf = peers.wrap("topk_weights", self.weights.view(-1))
         self.combine = empty(t * k, h)
-        self.combine_buf = one_rank_buffer("combine_slots", self.combine)
+        self.combine_buf = peers.wrap("combine_slots", self.combine)
         self.out = empty(t, h)
         self.dx_slots = empty(t * k, h)
-        self.dx_buf = one_rank_buffer("dx_slots", self.dx_slots)
+        self.dx_buf = peers.wrap("dx_slots", self.dx_slots)
         self.dw = empty(t * k, dtype=torch.float32)
-        self.dw_buf = one_rank_buffer("dw_slots", self.dw)
+        self.dw_buf = peers.wrap("dw_slots", self.dw)
         self.dx = empty(t, h)
         # expert-side rows (the ring minibatch and the backward's scratch)
         self.x_rows = empty(self.n, h)
@@ -487,9 +455,10 @@ def measure_candidates(st: Stages, kernel: str, configs: list[TileConfig], budge
                     row["status"] = (f"skipped (spills: {row.get('spills')} registers, {row.get('local_ops')} "
                                      f"LDL/STL)")
                     continue
-                errs = {name: rel_err(t, reference[name]) for name, t in st.outputs(kernel).items()}
+                # relative_error is inf when an output holds a NaN: an element the candidate did not write
+                errs = {name: relative_error(t, reference[name]) for name, t in st.outputs(kernel).items()}
                 row["rel_err"] = max(errs.values())
-                row["bitwise"] = all(same_bits(t, reference[name]) for name, t in st.outputs(kernel).items())
+                row["bitwise"] = all(bitwise_equal(t, reference[name]) for name, t in st.outputs(kernel).items())
                 if not row["rel_err"] < REL_TOL:
                     row["status"] = f"WRONG (rel err {row['rel_err']:.2e}: {errs})"
                     continue
@@ -599,7 +568,7 @@ def precompile(kernels: list[str], jobs: int, device: str) -> str:
 # Report
 # ========================================================================================================
 def _f(value, spec: str, width: int) -> str:
-    return f"{value:{spec}}".rjust(width) if isinstance(value, (int, float)) and value is not None else "-".rjust(width)
+    return f"{value:{spec}}".rjust(width) if isinstance(value, (int, float)) else "-".rjust(width)
 
 
 def print_shape(res: dict) -> list[str]:

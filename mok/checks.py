@@ -54,12 +54,8 @@ def resolve_precision(precision: str | None, x: torch.Tensor) -> str:
 
 def check_moe_inputs(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                      w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, ep_size: int,
-                     check_values: bool = True, weights_checked_elsewhere: bool = False) -> None:
-    """Shapes, dtypes, devices and (optionally) routing values of :func:`mok.moe`'s arguments.
-
-    ``weights_checked_elsewhere``: the expert weights are not plain tensors (MXFP8 weights carry their own
-    shape checks), so only the activations and routing are checked here.
-    """
+                     check_values: bool = True) -> None:
+    """Shapes, dtypes, devices and (optionally) routing values of :func:`mok.moe`'s arguments."""
     require_tensor("x", x, 2)
     require_tensor("topk_ids", topk_ids, 2)
     require_tensor("topk_weights", topk_weights, 2)
@@ -76,25 +72,22 @@ def check_moe_inputs(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torc
     if not topk_weights.is_floating_point():
         raise TypeError(f"topk_weights must be floating point (fp32 recommended), got {topk_weights.dtype}")
 
-    tensors = {"x": x, "topk_ids": topk_ids, "topk_weights": topk_weights}
-    if not weights_checked_elsewhere:
-        require_tensor("w_gate", w_gate, 3)
-        require_tensor("w_up", w_up, 3)
-        require_tensor("w_down", w_down, 3)
-        num_experts, intermediate, w_hidden = w_gate.shape
-        if w_hidden != hidden:
-            raise ValueError(f"w_gate must have shape [E, I, H={hidden}] (the nn.Linear convention), got {_shape(w_gate)}")
-        if w_up.shape != w_gate.shape:
-            raise ValueError(f"w_up must have the shape of w_gate {_shape(w_gate)}, got {_shape(w_up)}")
-        if tuple(w_down.shape) != (num_experts, hidden, intermediate):
-            raise ValueError(f"w_down must have shape [E={num_experts}, H={hidden}, I={intermediate}], got {_shape(w_down)}")
-        for name, w in (("w_gate", w_gate), ("w_up", w_up), ("w_down", w_down)):
-            if w.dtype != x.dtype:
-                raise TypeError(f"{name} must have x's dtype {x.dtype}, got {w.dtype}")
-        tensors.update(w_gate=w_gate, w_up=w_up, w_down=w_down)
-    else:
-        num_experts = w_gate.shape[0]
+    require_tensor("w_gate", w_gate, 3)
+    require_tensor("w_up", w_up, 3)
+    require_tensor("w_down", w_down, 3)
+    num_experts, intermediate, w_hidden = w_gate.shape
+    if w_hidden != hidden:
+        raise ValueError(f"w_gate must have shape [E, I, H={hidden}] (the nn.Linear convention), got {_shape(w_gate)}")
+    if w_up.shape != w_gate.shape:
+        raise ValueError(f"w_up must have the shape of w_gate {_shape(w_gate)}, got {_shape(w_up)}")
+    if tuple(w_down.shape) != (num_experts, hidden, intermediate):
+        raise ValueError(f"w_down must have shape [E={num_experts}, H={hidden}, I={intermediate}], got {_shape(w_down)}")
+    for name, w in (("w_gate", w_gate), ("w_up", w_up), ("w_down", w_down)):
+        if w.dtype != x.dtype:
+            raise TypeError(f"{name} must have x's dtype {x.dtype}, got {w.dtype}")
 
+    tensors = {"x": x, "topk_ids": topk_ids, "topk_weights": topk_weights, "w_gate": w_gate, "w_up": w_up,
+               "w_down": w_down}
     for name, t in tensors.items():
         if t.device != x.device:
             raise ValueError(f"{name} is on {t.device} but x is on {x.device}; all inputs must share one device")
@@ -109,15 +102,23 @@ def check_moe_inputs(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torc
     if top_k > num_experts:
         raise ValueError(f"top_k={top_k} exceeds the number of experts E={num_experts}")
 
-    if check_values and topk_ids.numel():
-        lo, hi = int(topk_ids.min()), int(topk_ids.max())
-        if lo < 0 or hi >= num_experts:
-            bad = lo if lo < 0 else hi
-            raise ValueError(f"topk_ids must lie in [0, E={num_experts}), found {bad}")
-        if top_k > 1:
-            ordered = topk_ids.sort(dim=1).values
-            repeated = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1)
-            if bool(repeated.any()):
-                row = int(repeated.nonzero()[0])
-                raise ValueError(f"topk_ids must not repeat an expert within a row; row {row} is "
-                                 f"{topk_ids[row].tolist()}")
+    if check_values:
+        check_routing_values(topk_ids, num_experts)
+
+
+def check_routing_values(topk_ids: torch.Tensor, num_experts: int) -> None:
+    """``topk_ids`` ``[T, K]``: every id in ``[0, num_experts)`` and no expert twice in a row (reads the ids
+    back to the host, so it synchronises)."""
+    if not topk_ids.numel():
+        return
+    lo, hi = int(topk_ids.min()), int(topk_ids.max())
+    if lo < 0 or hi >= num_experts:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"topk_ids must lie in [0, E={num_experts}), found {bad}")
+    if topk_ids.shape[1] > 1:
+        ordered = topk_ids.sort(dim=1).values
+        repeated = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1)
+        if bool(repeated.any()):
+            row = int(repeated.nonzero()[0])
+            raise ValueError(f"topk_ids must not repeat an expert within a row; row {row} is "
+                             f"{topk_ids[row].tolist()}")

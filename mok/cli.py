@@ -10,13 +10,13 @@ import torch
 
 
 def _info(args: argparse.Namespace) -> int:
-    from . import heuristics
+    from . import __version__, heuristics
     from .backends import available_backends
     from .config import MODELS
 
     dev = heuristics.device_spec()
     where = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device (using H200 figures)"
-    print(f"mok {__import__('mok').__version__}  torch {torch.__version__}  device: {where}  SMs: {dev.num_sms}")
+    print(f"mok {__version__}  torch {torch.__version__}  device: {where}  SMs: {dev.num_sms}")
     print(f"backends: {', '.join(available_backends())}")
     print(f"minibatch policies: {', '.join(heuristics.policies())}")
     print("\nTwo-SM-wave token threshold per minibatch (128x256 tiles; M* = 2 * SMs * 128 / ceil(min(2I, H) / 256)):")
@@ -31,7 +31,7 @@ def _info(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from .backends import available_backends, get_backend
     from .config import MoKConfig, get_shape
-    from .validate import validate
+    from .validate import DTYPES, default_tile, validate
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu":
@@ -40,9 +40,9 @@ def _validate(args: argparse.Namespace) -> int:
     if args.tokens:
         shape = shape.with_tokens(args.tokens)
     backends = args.backend or ["reference", "triton"] + (["cuda"] if _is_hopper(device) else [])
-    tile = args.tile or (16 if shape.tokens * shape.top_k <= 4096 else 128)
-    config = MoKConfig(expert_padding=tile, minibatch_rows=args.minibatch, ring_rows=args.ring)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    config = MoKConfig(expert_padding=args.tile or default_tile(shape), minibatch_rows=args.minibatch,
+                       ring_rows=args.ring)
+    dtype = DTYPES[args.dtype]
     ep_sizes = tuple(int(e) for e in args.ep.split(","))
     failed = 0
     for name in backends:

@@ -49,7 +49,8 @@ DEFAULT_RESULTS = Path("experiments/results/multi_gpu")
 # Process group
 # --------------------------------------------------------------------------------------------------------
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (for a one-process group's rendezvous)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -65,7 +66,7 @@ def init_distributed(device: str | None = None) -> tuple[int, int, torch.device]
         os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton transfer kernels run on CPU tensors
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(_free_port()))
+                          MASTER_PORT=str(free_port()))
     if use_cuda:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local_rank)
@@ -147,7 +148,8 @@ def fingerprint(tensors: list[torch.Tensor]) -> str:
 def _validate(args: argparse.Namespace) -> int:
     from .config import MoKConfig, get_shape
     from .distributed import _rank_run_class
-    from .validate import OUTPUTS, TOLERANCE, bitwise_equal, forward_backward, random_problem, relative_error
+    from .validate import (DTYPES, OUTPUTS, TOLERANCE, bitwise_equal, default_tile, forward_backward,
+                           random_problem, relative_error)
 
     rank, world, device = init_distributed(args.device)
     shape = get_shape(args.shape)
@@ -155,12 +157,9 @@ def _validate(args: argparse.Namespace) -> int:
         shape = shape.with_tokens(args.tokens)
     if shape.tokens % world or shape.num_experts % world:
         raise SystemExit(f"shape {shape.describe()}: tokens and experts must be divisible by the {world} ranks")
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
-    precision = "bf16" if dtype == torch.bfloat16 else "fp32"
-    tile = args.tile or (16 if shape.tokens * shape.top_k <= 4096 else 128)
+    tile = args.tile or default_tile(shape)
     config = MoKConfig(expert_padding=tile, minibatch_rows=args.minibatch, ring_rows=args.ring)
-    problem = random_problem(shape, dtype, device, seed=args.seed, skew=args.skew)
-    problem[2] = problem[2].float()
+    problem = random_problem(shape, DTYPES[args.dtype], device, seed=args.seed, skew=args.skew)
 
     runs: dict[str, tuple[str, list[torch.Tensor]]] = {}
     skipped: dict[str, str] = {}
@@ -186,7 +185,7 @@ def _validate(args: argparse.Namespace) -> int:
                 single[backend, ep] = forward_backward(backend, problem, ep_size=ep, config=config,
                                                        grad_seed=args.seed + 1)
         oracle = forward_backward("oracle", problem, grad_seed=args.seed + 1)
-        tolerance = TOLERANCE[precision]
+        tolerance = TOLERANCE[args.dtype]  # --dtype names the precision
         record = {**machine_description(world, device), "command": "validate", "shape": shape.describe(),
                   "dtype": args.dtype, "tile": tile, "minibatch_rows": args.minibatch, "ring_rows": args.ring,
                   "seed": args.seed, "skew": args.skew, "tolerance": tolerance, "runs": {},
@@ -248,28 +247,39 @@ def _slowest(ms: float, device: torch.device, group=None) -> float:
     return float(slowest)
 
 
+def _elapsed_ms(run, device: torch.device) -> float:
+    """Milliseconds ``run()`` takes: CUDA events around it on a GPU (waiting for its work), wall time on a CPU."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+    t0 = time.perf_counter()
+    run()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _start_together(device: torch.device, group=None) -> None:
+    """Wait for this rank's queued work, then for every rank."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    dist.barrier(group=group)
+
+
 def _timed(fn, *, iters: int, warmup: int, device: torch.device, group=None) -> float:
     """Milliseconds per call of ``fn`` run back to back (for short transfers): the slowest rank's mean over
     ``iters`` calls after ``warmup``."""
     for _ in range(warmup):
         fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    dist.barrier(group=group)
-    if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+    _start_together(device, group)
+
+    def back_to_back():
         for _ in range(iters):
             fn()
-        end.record()
-        end.synchronize()
-        ms = start.elapsed_time(end) / iters
-    else:
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        ms = (time.perf_counter() - t0) * 1e3 / iters
-    return _slowest(ms, device, group)
+
+    return _slowest(_elapsed_ms(back_to_back, device) / iters, device, group)
 
 
 def _timed_each(fn, setup=None, *, iters: int, warmup: int, device: torch.device, group=None) -> float:
@@ -278,20 +288,8 @@ def _timed_each(fn, setup=None, *, iters: int, warmup: int, device: torch.device
     total = 0.0
     for i in range(warmup + iters):
         arg = setup() if setup is not None else None
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        dist.barrier(group=group)
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn(arg)
-            end.record()
-            end.synchronize()
-            ms = start.elapsed_time(end)
-        else:
-            t0 = time.perf_counter()
-            fn(arg)
-            ms = (time.perf_counter() - t0) * 1e3
+        _start_together(device, group)
+        ms = _elapsed_ms(lambda: fn(arg), device)
         total += ms if i >= warmup else 0.0
     return _slowest(total / iters, device, group)
 
@@ -350,9 +348,9 @@ def _layer_case(spec, args, rank: int, world: int, device: torch.device, backend
 
     fwd = _timed_each(forward, iters=args.iters, warmup=args.warmup, device=device)
     bwd = _timed_each(backward, forward, iters=args.iters, warmup=args.warmup, device=device)
-    flops = 6 * tokens * spec.top_k * spec.hidden * spec.intermediate  # per GPU
-    return {"forward_ms": fwd, "backward_ms": bwd, "forward_tflops": flops / fwd / 1e9,
-            "backward_tflops": 2 * flops / bwd / 1e9}
+    per_gpu = spec.layer(tokens)  # this GPU's tokens (its share of the FLOPs)
+    return {"forward_ms": fwd, "backward_ms": bwd, "forward_tflops": per_gpu.forward_flops / fwd / 1e9,
+            "backward_tflops": per_gpu.backward_flops / bwd / 1e9}
 
 
 TRANSFERS = ("pull_dispatch", "push_dispatch", "push_combine", "pull_combine")  # MoK's pair: pull dispatch,

@@ -39,8 +39,8 @@ transports only copy values, the output and every gradient are **bitwise identic
 ``mok.moe(..., backend="reference", ep_size=world)`` and to ``ep_size=1``, for any number of processes.
 
 Backends: ``"reference"`` (the above), ``"nccl"`` (the all-to-all + grouped-GEMM baseline of
-:mod:`mok.backends.nccl_baseline`), ``"triton"`` (needs ``mok.triton_ref.pipeline.TritonRankRun``; see
-:func:`_rank_run_class`). The backward is collective: every rank must run it (as with any
+:mod:`mok.backends.nccl_baseline`), ``"triton"`` (:class:`mok.triton_ref.pipeline.TritonRankRun`, the Triton
+backend's per-rank run over peer memory). The backward is collective: every rank must run it (as with any
 ``torch.distributed`` model).
 
 NVLink multicast is kept off (importing :mod:`mok.comm.symm_mem` sets the environment; see there).
@@ -48,7 +48,7 @@ NVLink multicast is kept off (importing :mod:`mok.comm.symm_mem` sets the enviro
 
 from __future__ import annotations
 
-import importlib
+import math
 import os
 
 import torch
@@ -56,7 +56,7 @@ import torch.distributed as dist
 
 from .backends.layer_run import LayerRunFunction
 from .backends.reference import LayerRun
-from .checks import require_tensor, resolve_precision
+from .checks import check_routing_values, require_tensor, resolve_precision
 from .comm.peers import PeerGroup
 from .comm.symm_mem import HostSharedPeers, SymmetricMemoryPeers
 from .comm.transport import PEER_TRANSPORTS, PeerTransport, Transport, TritonPeerTransport, Window
@@ -75,10 +75,7 @@ TRANSPORT_ENV = "MOK_DIST_TRANSPORT"  # default transport for callers that canno
 def _rows_as_bytes(t: torch.Tensor) -> torch.Tensor:
     """``[N, ...]`` -> ``[N, row_bytes]`` uint8 view (gloo has no int16/bf16 all_to_all for every dtype;
     bytes move everything, bit for bit)."""
-    width = 1
-    for s in t.shape[1:]:
-        width *= s
-    return t.reshape(t.shape[0], width).view(torch.uint8)
+    return t.reshape(t.shape[0], math.prod(t.shape[1:])).view(torch.uint8)
 
 
 def exchange_rows(send: torch.Tensor, send_counts: list[int], recv_counts: list[int], group) -> torch.Tensor:
@@ -141,6 +138,7 @@ class CollectiveTransport(Transport):
         self.schedule, self.rank, self.group = schedule, rank, group
         self.world = schedule.ep_size
         self.local_ranks = [rank]
+        self._routes: dict[tuple[Window, ...], tuple[torch.Tensor, list[int], torch.Tensor, list[int]]] = {}
 
     def _check(self, rank: int) -> None:
         if rank != self.rank:
@@ -180,6 +178,14 @@ class CollectiveTransport(Transport):
             counts.append(slots[-1].numel())
         return torch.cat(slots), counts
 
+    def _route(self, windows: list[Window]) -> tuple[torch.Tensor, list[int], torch.Tensor, list[int]]:
+        """:meth:`_expert_side` and :meth:`_source_side` of one step's ``windows``, cached: the pulls and pushes
+        of a step share them (each reads its counts back to the host)."""
+        key = tuple(windows)
+        if key not in self._routes:
+            self._routes[key] = (*self._expert_side(windows[self.rank]), *self._source_side(windows))
+        return self._routes[key]
+
     def pull(self, rank: int, windows: list[Window], src: torch.Tensor, out: torch.Tensor, *,
              by_token: bool) -> None:
         """``out[j] = src[src_rank][index]`` for my rows ``windows[rank]`` (zero on padding): the collective
@@ -188,10 +194,9 @@ class CollectiveTransport(Transport):
         out.zero_()
         if all(end <= start for start, end in windows):
             return
-        slots, send_counts = self._source_side(windows)
+        rows, from_sources, slots, to_experts = self._route(windows)
         index = slots // self.schedule.top_k if by_token else slots
-        rows, recv_counts = self._expert_side(windows[self.rank])
-        received = exchange_rows(src[index], send_counts, recv_counts, self.group)
+        received = exchange_rows(src[index], to_experts, from_sources, self.group)
         out[rows] = received.to(out.dtype)
 
     def push(self, rank: int, windows: list[Window], values: torch.Tensor, dst: torch.Tensor) -> None:
@@ -200,9 +205,8 @@ class CollectiveTransport(Transport):
         self._check(rank)
         if all(end <= start for start, end in windows):
             return
-        rows, send_counts = self._expert_side(windows[self.rank])
-        slots, recv_counts = self._source_side(windows)
-        received = exchange_rows(values[rows].to(dst.dtype), send_counts, recv_counts, self.group)
+        rows, from_sources, slots, to_experts = self._route(windows)
+        received = exchange_rows(values[rows].to(dst.dtype), from_sources, to_experts, self.group)
         dst[slots] = received
 
 
@@ -313,44 +317,21 @@ def check_local_inputs(x_local, topk_ids_local, topk_weights_local, w_gate, w_up
         raise ValueError(f"top_k={topk_ids_local.shape[1]} exceeds num_experts={num_experts}")
 
 
-def check_global_routing(topk_ids: torch.Tensor, num_experts: int) -> None:
-    """Ids in ``[0, E)`` and no expert twice in a row, on the gathered routing (so every rank raises alike)."""
-    if not topk_ids.numel():
-        return
-    lo, hi = int(topk_ids.min()), int(topk_ids.max())
-    if lo < 0 or hi >= num_experts:
-        raise ValueError(f"topk ids must lie in [0, num_experts={num_experts}), found {lo if lo < 0 else hi}")
-    if topk_ids.shape[1] > 1:
-        ordered = topk_ids.sort(dim=1).values
-        repeated = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1)
-        if bool(repeated.any()):
-            row = int(repeated.nonzero()[0])
-            raise ValueError(f"topk ids must not repeat an expert within a row; global token {row} has "
-                             f"{topk_ids[row].tolist()}")
-
-
 def _rank_run_class(backend: str):
     """The per-rank layer-run class of ``backend`` (constructor and ``forward``/``backward`` as
-    :class:`RankLayerRun`).
+    :class:`RankLayerRun`); RuntimeError if its module cannot be imported here.
 
-    ``"triton"`` needs ``mok.triton_ref.pipeline.TritonRankRun``: the same constructor as
-    :class:`RankLayerRun` with ``transport="peers"`` and a ``peers`` group whose buffers' ``ptr_table`` its
-    kernels read (pull-dispatch, push-combine, pull reverse-combine, push reverse-dispatch), calling
-    ``peers.barrier()`` where :class:`RankLayerRun` calls ``fence()``.
+    ``"triton"``: :class:`mok.triton_ref.pipeline.TritonRankRun`, whose kernels read the peer group's
+    ``ptr_table`` (pull-dispatch, push-combine, pull reverse-combine, push reverse-dispatch).
     """
     if backend == "reference":
         return RankLayerRun
     if backend == "triton":
         try:
-            module = importlib.import_module("mok.triton_ref.pipeline")
+            from .triton_ref.pipeline import TritonRankRun
         except ImportError as err:
             raise RuntimeError(f"backend 'triton' is unavailable: {err}") from err
-        cls = getattr(module, "TritonRankRun", None)
-        if cls is None:
-            raise RuntimeError("backend 'triton' across processes needs mok.triton_ref.pipeline.TritonRankRun "
-                               "(a per-rank layer run over a PeerGroup; see mok.distributed._rank_run_class); "
-                               "use backend='reference' meanwhile")
-        return cls
+        return TritonRankRun
     raise ValueError(f"distributed backend must be one of {BACKENDS}, got {backend!r}")
 
 
@@ -377,7 +358,7 @@ def distributed_moe(x_local: torch.Tensor, topk_ids_local: torch.Tensor, topk_we
             ``"peers-triton"`` (the Triton transfer kernels through the same memory). ``None``: the
             ``MOK_DIST_TRANSPORT`` environment variable, else ``"collective"`` (``"peers"`` for backend
             ``"triton"``).
-        check_inputs: validate the gathered routing (one host synchronisation).
+        check_inputs: validate the gathered routing (reads it back to the host: synchronises).
 
     Returns ``[T_local, H]`` in x's dtype, differentiable with respect to x, the router weights and the local
     expert weights. For ``"reference"`` every bit equals the matching rows of the single-process
@@ -395,7 +376,7 @@ def distributed_moe(x_local: torch.Tensor, topk_ids_local: torch.Tensor, topk_we
     if backend == "nccl":
         from .backends.nccl_baseline import nccl_moe
         return nccl_moe(x_local, topk_ids_local, topk_weights_local, w_gate_local, w_up_local, w_down_local,
-                        group=group, num_experts=num_experts, precision=precision, config=config)
+                        group=group, num_experts=num_experts)
     run_class = _rank_run_class(backend)
     if transport is None:
         transport = os.environ.get(TRANSPORT_ENV) or ("peers" if backend == "triton" else "collective")
@@ -406,7 +387,7 @@ def distributed_moe(x_local: torch.Tensor, topk_ids_local: torch.Tensor, topk_we
 
     topk_ids = gather_routing(topk_ids_local, group)
     if check_inputs:
-        check_global_routing(topk_ids, num_experts)
+        check_routing_values(topk_ids, num_experts)  # on the gathered routing, so every rank raises alike
 
     def make_run(x, weights, w_gate, w_up, w_down):
         return run_class(x, topk_ids, weights.float(), w_gate, w_up, w_down, rank=rank, world=world,
@@ -416,5 +397,5 @@ def distributed_moe(x_local: torch.Tensor, topk_ids_local: torch.Tensor, topk_we
 
 
 __all__ = ["BACKENDS", "TRANSPORTS", "CollectiveTransport", "ExchangeRows", "PeerTransport",
-           "RankLayerRun", "TritonPeerTransport", "check_global_routing", "check_local_inputs", "default_peers",
+           "RankLayerRun", "TritonPeerTransport", "check_local_inputs", "default_peers",
            "distributed_moe", "exchange_rows", "gather_routing", "make_transport", "release_default_peers"]

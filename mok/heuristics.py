@@ -134,6 +134,14 @@ def whole_layer_policy(shape: MoEShape, device: DeviceSpec, config: MoKConfig) -
     return round_to_tiles(shape.rows + shape.num_experts * (config.expert_padding - 1), config.expert_padding)
 
 
+def rank_minibatch_rows(tokens_per_rank: int, hidden: int, intermediate: int, local_experts: int, top_k: int,
+                        device: torch.device | str | None, config: MoKConfig) -> int:
+    """Minibatch rows for one expert-parallel rank: the policy sees that rank's share of the layer (its tokens and
+    local experts) and the real SM count of ``device``. Every backend that walks a ring asks here."""
+    shape = MoEShape("rank", tokens_per_rank, hidden, intermediate, local_experts, top_k)
+    return minibatch_rows(shape, device_spec(device), config)
+
+
 def minibatch_rows(shape: MoEShape, device: DeviceSpec, config: MoKConfig) -> int:
     """``config.minibatch_rows`` if set, else the configured policy's choice (a multiple of the tile)."""
     if config.minibatch_rows is not None:

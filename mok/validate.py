@@ -23,10 +23,18 @@ TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2, "mxfp8": 1e-1}
 
 OUTPUTS = ("out", "dx", "d_topk_weights", "d_w_gate", "d_w_up", "d_w_down")
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # activation dtype by precision name (the CLIs' --dtype)
+
+
+def default_tile(shape: MoEShape) -> int:
+    """Expert padding for a validation run: 16 rows for tiny shapes (at most 4,096 routed rows), else 128."""
+    return 16 if shape.rows <= 4096 else 128
+
 
 def random_problem(shape: MoEShape, dtype: torch.dtype, device: torch.device | str, seed: int = 0,
                    skew: float = 0.0, scoring: str = "softmax") -> list[torch.Tensor]:
-    """Fresh random inputs for ``shape``: ``[x, topk_ids, topk_weights, w_gate, w_up, w_down]``.
+    """Fresh random inputs for ``shape``: ``[x, topk_ids, topk_weights, w_gate, w_up, w_down]``, all in ``dtype``
+    but the int32 ids and the fp32 router weights (:func:`mok.route`'s).
 
     Weights are scaled by fan-in so activations stay O(1); ``skew`` biases routing towards low expert ids.
     """
@@ -120,7 +128,6 @@ def validate(backend: str, shape: MoEShape, *, dtype: torch.dtype = torch.float3
         os.environ.setdefault("TRITON_INTERPRET", "1")
     get_backend(backend)  # fail early, with the backend's own message, if it cannot load
     problem = random_problem(shape, dtype, device, seed=seed, skew=skew)
-    problem[2] = problem[2].float()
     resolved = precision or ("bf16" if dtype == torch.bfloat16 else "fp32")
     report = Report(backend, shape, resolved, device, tolerance=TOLERANCE[resolved])
 

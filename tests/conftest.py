@@ -30,10 +30,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
 def make_problem(tokens, hidden, intermediate, experts, top_k, *, dtype=torch.float32, device="cpu", seed=0,
                  scoring="softmax", skew: float = 0.0):
     """Fresh random inputs (never zeros): ``[x, topk_ids, topk_weights, w_gate, w_up, w_down]``.
@@ -63,3 +59,22 @@ def assert_bitwise_equal(a: torch.Tensor, b: torch.Tensor, what: str = "") -> No
 
 
 rel_err = relative_error
+
+
+def assert_all_bitwise(got, want, what: str) -> None:
+    """Every output of :func:`run_layer` (``OUTPUT_NAMES`` order) bitwise equal."""
+    for name, a, b in zip(OUTPUT_NAMES, got, want):
+        assert_bitwise_equal(a, b, f"{what}: {name}")
+
+
+def assert_close_to(got, want, tol: float, what: str) -> None:
+    """Every output free of NaN (a poisoned element nothing wrote) and within ``tol`` relative error."""
+    for name, a, b in zip(OUTPUT_NAMES, got, want):
+        assert not bool(torch.isnan(a).any()), f"{what}: {name} has NaN (an unwritten poisoned element?)"
+        err = rel_err(a, b)
+        assert err < tol, f"{what}: {name} relative error {err:.3e} >= {tol:g}"
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Cosine similarity of two tensors, flattened, in fp64."""
+    return float(torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0))

@@ -1,13 +1,9 @@
 #!/usr/bin/env bash
-# The test command (README). CPU: Triton kernels under the interpreter, GPU tests skipped. GPU: everything.
+# The test command (README). CPU: Triton kernels under the interpreter (tests/conftest.py selects it), GPU tests
+# skipped. GPU: everything.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python3 -c "import mok, pytest" 2>/dev/null || bash scripts/install.sh || exit 1
-if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-  export TRITON_INTERPRET=${TRITON_INTERPRET:-0}
-else
-  export TRITON_INTERPRET=${TRITON_INTERPRET:-1}
-fi
 python3 -m pytest -q -p no:cacheprovider "$@"
 rc=$?
 # pytest exits 5 when it collected no tests: never let that pass silently.

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from mok.bench import harness
 from mok.bench.cli import main, parse_shapes
@@ -55,6 +56,31 @@ def test_time_fn_rotates_input_sets():
     timing = harness.time_fn(seen.append, device="cpu", n_sets=3, warmup=2, iters=5)
     assert seen == [0, 1, 0, 1, 2, 0, 1]
     assert timing.iters == 5 and timing.method == "host-clock" and timing.median_ms >= 0
+
+
+def test_time_fn_sizes_the_series_from_the_last_warmup_call():
+    """A slow first call (compilation) must not cut the series to ``min_iters``."""
+    import time
+
+    calls = []
+
+    def fn(i):
+        if not calls:
+            time.sleep(0.5)
+        calls.append(i)
+
+    timing = harness.time_fn(fn, device="cpu", warmup=2, iters=10, max_seconds=0.5)
+    assert timing.iters == 10 and len(calls) == 12
+
+
+def test_named_backends_without_the_precision_are_skipped_not_failed():
+    from mok.bench.cli import select_backends
+
+    names, skipped = select_backends("torch,no-such-backend", torch.device("cpu"), "mxfp8", quick=True)
+    assert names == ["no-such-backend"]  # does not import: kept, so the results record why
+    assert set(skipped) == {"torch"} and "no mxfp8 support" in skipped["torch"]
+    names, skipped = select_backends("torch,naive", torch.device("cpu"), "bf16", quick=True)
+    assert names == ["torch", "naive"] and not skipped
 
 
 def test_parse_shapes_groups_custom_and_scale():
@@ -120,8 +146,6 @@ def test_summarize_prints_saved_results(tmp_path, capsys):
 def test_train_tiny_moe_quick_is_bitwise_reproducible(tmp_path, capsys, monkeypatch):
     import importlib.util
 
-    import torch
-
     monkeypatch.delenv("OUT", raising=False)
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     spec = importlib.util.spec_from_file_location("train_tiny_moe", REPO / "experiments" / "train_tiny_moe.py")
@@ -157,8 +181,8 @@ def test_gpu_bench_records_cuda_event_timings(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.gpu
 def test_gpu_tile_gemm_matches_fp64():
-    import torch
-    from mok.bench.wave_gemm import tile_count, tile_gemm
+    from mok.bench.wave_gemm import tile_gemm
+    from mok.heuristics import gemm_tiles
 
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(300, 7168, generator=gen).to("cuda", torch.bfloat16)
@@ -168,4 +192,4 @@ def test_gpu_tile_gemm_matches_fp64():
     want = a.double() @ b.double().T
     assert not out.isnan().any(), "some output tile was never written"
     assert float((out.double() - want).norm() / want.norm()) < 1e-2
-    assert tile_count(300, 4096) == 3 * 16
+    assert gemm_tiles(300, 4096) == 3 * 16  # the programs tile_gemm launched

@@ -22,7 +22,6 @@ import atexit
 import functools
 import os
 import shutil
-import socket
 import tempfile
 
 import pytest
@@ -33,18 +32,15 @@ import torch.multiprocessing as mp
 import mok
 from mok import MoKConfig
 from mok.config import MoEShape
+from mok.dist_cli import free_port
 from mok.schedule import build_schedule
-from mok.validate import TOLERANCE, random_problem
+from mok.validate import DTYPES, TOLERANCE, random_problem
 
 from conftest import HAS_CUDA, OUTPUT_NAMES, assert_bitwise_equal, rel_err, run_layer
-
-if not HAS_CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before any Triton kernel is defined (transport test below)
 
 SHAPE = MoEShape("dist", 64, 32, 16, 8, 2)
 SKEW = 1.5  # hot and empty experts, uneven rows per rank
 SEED = 5
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # 16-row minibatches through a 2-minibatch ring: ranks with more rows replay in the backward.
 RING = MoKConfig(expert_padding=16, minibatch_rows=16, ring_rows=32)
 WHOLE = MoKConfig(expert_padding=16)
@@ -52,9 +48,7 @@ LAYER = dict(hidden_size=32, intermediate_size=16, num_experts=8, top_k=2)
 
 
 def _problem(dtype_name: str) -> list[torch.Tensor]:
-    problem = random_problem(SHAPE, DTYPES[dtype_name], "cpu", seed=SEED, skew=SKEW)
-    problem[2] = problem[2].float()
-    return problem
+    return random_problem(SHAPE, DTYPES[dtype_name], "cpu", seed=SEED, skew=SKEW)
 
 
 def _full_layer() -> mok.MoELayer:
@@ -131,19 +125,13 @@ def _worker(rank: int, world: int, ports: tuple[int, int], out_dir: str) -> None
         _run_cli(rank, world, ports[1], out_dir)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @functools.lru_cache(maxsize=None)
 def _spawn(world: int) -> tuple[dict, str]:
     """Run the workers once per world size (pytest may set a parametrized module fixture up twice).
     Returns rank 0's results and the folder the entry points wrote to (kept until the session ends)."""
     out_dir = tempfile.mkdtemp(prefix=f"mok-dist-{world}-")
     atexit.register(shutil.rmtree, out_dir, True)
-    mp.spawn(_worker, args=(world, (_free_port(), _free_port()), out_dir), nprocs=world, join=True)
+    mp.spawn(_worker, args=(world, (free_port(), free_port()), out_dir), nprocs=world, join=True)
     return torch.load(os.path.join(out_dir, "results.pt")), out_dir
 
 

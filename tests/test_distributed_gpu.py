@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -20,6 +19,7 @@ import mok
 from mok import MoKConfig
 from mok.comm.symm_mem import MULTICAST_OFF, SymmetricMemoryPeers, symmetric_memory_available
 from mok.config import MoEShape
+from mok.dist_cli import free_port
 from mok.validate import TOLERANCE, random_problem
 
 from conftest import OUTPUT_NAMES, assert_bitwise_equal, rel_err, run_layer
@@ -28,12 +28,6 @@ pytestmark = pytest.mark.gpu
 
 SHAPE = MoEShape("dist-gpu", 256, 128, 64, 16, 4)
 CONFIG = MoKConfig(expert_padding=16, minibatch_rows=64, ring_rows=128)  # small ring: backward replays
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +39,7 @@ def group():
     started = not dist.is_initialized()
     if started:
         torch.cuda.set_device(0)
-        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1,
+        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
                                 device_id=torch.device("cuda", 0))
     yield dist.group.WORLD
     from mok.distributed import release_default_peers
@@ -63,9 +57,7 @@ def peers(group):
 
 
 def _problem(dtype):
-    problem = random_problem(SHAPE, dtype, "cuda", seed=3, skew=1.0)
-    problem[2] = problem[2].float()
-    return problem
+    return random_problem(SHAPE, dtype, "cuda", seed=3, skew=1.0)
 
 
 def test_multicast_stays_off():
@@ -126,7 +118,7 @@ def test_nccl_baseline_world1(group):
         assert rel_err(g, o) <= TOLERANCE["bf16"], f"nccl baseline {name}: {rel_err(g, o):.2e}"
 
 
-def _dist_cli(*args: str, tmp_path) -> subprocess.CompletedProcess:
+def _dist_cli(*args: str) -> subprocess.CompletedProcess:
     """``python -m mok.dist_cli ...`` as a fresh one-process group (its own NCCL group and port)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(mok.__file__)))
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
@@ -138,7 +130,7 @@ def _dist_cli(*args: str, tmp_path) -> subprocess.CompletedProcess:
 def test_dist_cli_validate_one_gpu(tmp_path):
     out = tmp_path / "validate.json"
     proc = _dist_cli("validate", "--device", "cuda", "--shape", "256,128,64,16,4", "--minibatch", "64",
-                     "--ring", "128", "--out", str(out), tmp_path=tmp_path)
+                     "--ring", "128", "--out", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = json.loads(out.read_text())
     assert record["gpu_count"] == 1 and all(run["passed"] for run in record["runs"].values())
@@ -148,8 +140,7 @@ def test_dist_cli_validate_one_gpu(tmp_path):
 def test_dist_cli_bench_one_gpu(tmp_path):
     stem = tmp_path / "bench"
     proc = _dist_cli("bench", "--device", "cuda", "--models", "1024,512,16,4", "--tokens-per-gpu", "512",
-                     "--backends", "nccl,reference", "--iters", "2", "--warmup", "1", "--out", str(stem),
-                     tmp_path=tmp_path)
+                     "--backends", "nccl,reference", "--iters", "2", "--warmup", "1", "--out", str(stem))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = json.loads((tmp_path / "bench.json").read_text())
     layer = record["layers"]["custom-1024x512x16x4/nccl"]

@@ -52,7 +52,6 @@ def test_mismatched_dtypes(problem):
         call(problem, x=problem[0].half())
 
 
-@pytest.mark.skipif(not hasattr(torch, "device"), reason="needs torch devices")
 def test_mismatched_devices(problem):
     meta = problem[3].to("meta")
     with pytest.raises(ValueError, match=r"w_gate is on meta but x is on cpu"):

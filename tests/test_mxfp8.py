@@ -16,14 +16,11 @@ from fractions import Fraction
 import pytest
 import torch
 
-from conftest import bits, interpreting
+from conftest import TRITON_DEVICE as DEVICE  # the interpreter without a GPU
+from conftest import bits
 from mok.mxfp8 import (MX_BLOCK, MXFP8Tensor, MXFP8Weights, dequantize, dequantize_torch, quantize,
                        quantize_torch)
-
-pytestmark = pytest.mark.skipif(not interpreting() and not torch.cuda.is_available(),
-                                reason="Triton kernels need CUDA or TRITON_INTERPRET=1")
-
-DEVICE = "cuda" if torch.cuda.is_available() and not interpreting() else "cpu"
+from mok.triton_ref.mxfp8_gemm import DEFAULT_CONFIG, GemmConfig, mxfp8_grouped_gemm, mxfp8_grouped_gemm_torch
 
 
 def codes(q: MXFP8Tensor) -> torch.Tensor:
@@ -80,10 +77,11 @@ def test_quantize_matches_reference_last_dim(dtype):
 @pytest.mark.parametrize("dim", [0, 1, 2])
 def test_quantize_matches_reference_any_dim(dim):
     x = wide_range(32, 64, 96, seed=2)
-    q = quantize(x, dim=dim, backend="triton")
-    assert q.data.stride(dim) == 1 and q.scales.stride(dim) == 1, "the quantized dim must be innermost"
+    q, ref = quantize(x, dim=dim, backend="triton"), quantize_torch(x, dim=dim)
+    for made in (q, ref):
+        assert made.data.stride(dim) == 1 and made.scales.stride(dim) == 1, "the quantized dim must be innermost"
     assert q.scales.shape[dim] == x.shape[dim] // MX_BLOCK
-    assert_same_quantization(q, quantize_torch(x, dim=dim), f"dim {dim}")
+    assert_same_quantization(q, ref, f"dim {dim}")
 
 
 def test_quantize_non_contiguous_input():
@@ -347,7 +345,6 @@ def test_weights_orientations():
 # The grouped GEMM
 # ======================================================================================================
 def gemm_problem(rows, k, n, experts, tile_rows, tile_expert, seed):
-    from mok.triton_ref.mxfp8_gemm import mxfp8_grouped_gemm  # noqa: F401  (import check)
     gen = torch.Generator().manual_seed(seed)
     a = torch.randn(rows, k, generator=gen) * torch.exp2(torch.randint(-3, 4, (rows, 1), generator=gen).float())
     w = torch.randn(experts, n, k, generator=gen) * k ** -0.5
@@ -358,7 +355,6 @@ def gemm_problem(rows, k, n, experts, tile_rows, tile_expert, seed):
 
 def fp32_accumulation_bound(qa: MXFP8Tensor, qw: MXFP8Tensor, tile_expert, tile_rows):
     """|fp32 sum - exact sum| <= gamma_K * sum |a||w| (K products, fp32 unit roundoff 2^-24), per element."""
-    from mok.triton_ref.mxfp8_gemm import mxfp8_grouped_gemm_torch
     abs_a = MXFP8Tensor(codes(qa).bitwise_and(0x7F).view(torch.float8_e4m3fn), qa.scales, qa.dim)
     abs_w = MXFP8Tensor(codes(qw).bitwise_and(0x7F).view(torch.float8_e4m3fn), qw.scales, qw.dim)
     magnitude = mxfp8_grouped_gemm_torch(abs_a, abs_w, tile_expert, tile_rows, out_dtype=torch.float64)
@@ -372,7 +368,6 @@ def fp32_accumulation_bound(qa: MXFP8Tensor, qw: MXFP8Tensor, tile_expert, tile_
     (96, 128, 64, 32, 32, [2, 0, -1]),
 ])
 def test_grouped_gemm_matches_dequantized_reference(rows, k, n, tile_rows, block_m, tile_expert):
-    from mok.triton_ref.mxfp8_gemm import DEFAULT_CONFIG, mxfp8_grouped_gemm, mxfp8_grouped_gemm_torch
     config = None if block_m is None else dataclasses.replace(DEFAULT_CONFIG, block_m=block_m)
     qa, qw, te = gemm_problem(rows, k, n, 3, tile_rows, tile_expert, seed=13)
     ref = mxfp8_grouped_gemm_torch(qa, qw, te, tile_rows, out_dtype=torch.float64)
@@ -393,7 +388,6 @@ def test_grouped_gemm_matches_dequantized_reference(rows, k, n, tile_rows, block
 
 @pytest.mark.parametrize("block_k,block_n", [(32, 64), (128, 32)])
 def test_grouped_gemm_other_configs_agree(block_k, block_n):
-    from mok.triton_ref.mxfp8_gemm import GemmConfig, mxfp8_grouped_gemm, mxfp8_grouped_gemm_torch
     qa, qw, te = gemm_problem(32, 160, 48, 2, 16, [1, 0], seed=18)
     got = mxfp8_grouped_gemm(qa, qw, te, 16, out_dtype=torch.float32,
                              config=GemmConfig(block_m=16, block_n=block_n, block_k=block_k, num_warps=4))
@@ -402,7 +396,6 @@ def test_grouped_gemm_other_configs_agree(block_k, block_n):
 
 
 def test_grouped_gemm_both_decoders_agree_and_window():
-    from mok.triton_ref.mxfp8_gemm import mxfp8_grouped_gemm
     qa, qw, te = gemm_problem(64, 96, 48, 3, 16, [0, 2, 1, 1], seed=14)
     sw = mxfp8_grouped_gemm(qa, qw, te, 16, out_dtype=torch.float32, hw_decode=False)
     hw = mxfp8_grouped_gemm(qa, qw, te, 16, out_dtype=torch.float32, hw_decode=True)
@@ -414,7 +407,6 @@ def test_grouped_gemm_both_decoders_agree_and_window():
 
 
 def test_grouped_gemm_is_deterministic():
-    from mok.triton_ref.mxfp8_gemm import mxfp8_grouped_gemm
     qa, qw, te = gemm_problem(64, 128, 64, 2, 32, [1, 0], seed=15)
     first = mxfp8_grouped_gemm(qa, qw, te, 32, out_dtype=torch.float32)
     for _ in range(2):
@@ -422,7 +414,6 @@ def test_grouped_gemm_is_deterministic():
 
 
 def test_grouped_gemm_rejects_bad_arguments():
-    from mok.triton_ref.mxfp8_gemm import GemmConfig, mxfp8_grouped_gemm
     qa, qw, te = gemm_problem(64, 96, 48, 3, 16, [0, 2, -1, 1], seed=16)
     with pytest.raises(ValueError, match="tile_expert"):
         mxfp8_grouped_gemm(qa, qw, te[:2], 16)

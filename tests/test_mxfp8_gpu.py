@@ -11,29 +11,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import bits
+from mok.backends.reference import ieee_fp32_matmul
 from mok.mxfp8 import MX_BLOCK, MXFP8Tensor, MXFP8Weights, dequantize, dequantize_torch, quantize, quantize_torch
+from test_mxfp8 import assert_same_quantization, assert_same_values
 
 pytestmark = pytest.mark.gpu
 
 ROWS, EXPERTS, HIDDEN, INTER, TILE = 4096, 8, 7168, 2048, 128
-
-
-def codes(q: MXFP8Tensor) -> torch.Tensor:
-    return q.data.view(torch.uint8)
-
-
-def assert_same_quantization(a: MXFP8Tensor, b: MXFP8Tensor, what: str) -> None:
-    diff = codes(a) != codes(b)
-    assert not bool(diff.any()), f"{what}: {int(diff.sum())} of {diff.numel()} codes differ"
-    assert torch.equal(a.scales, b.scales), f"{what}: {int((a.scales != b.scales).sum())} scales differ"
-
-
-def assert_same_values(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
-    nan_a, nan_b = torch.isnan(a), torch.isnan(b)
-    assert torch.equal(nan_a, nan_b), f"{what}: NaN positions differ"
-    diff = bits(torch.where(nan_a, 0, a)) != bits(torch.where(nan_b, 0, b))
-    assert not bool(diff.any()), f"{what}: {int(diff.sum())} of {a.numel()} values differ bitwise"
 
 
 def randn(*shape, seed, scale=1.0, dtype=torch.bfloat16):
@@ -192,32 +176,32 @@ def test_mxfp8_expert_error_vs_bf16(weights, routing):
     from mok.triton_ref.mxfp8_gemm import mxfp8_grouped_gemm
     w_gate, w_up, w_down, qw = weights
     tile_expert, real_rows = routing
-    torch.backends.cuda.matmul.allow_tf32 = False
-    x = randn(ROWS, HIDDEN, seed=10) * real_rows[:, None]
-    d_out = randn(ROWS, HIDDEN, seed=11, scale=(INTER / HIDDEN) ** 0.5) * real_rows[:, None]   # g ~ N(0, 1)
-    d_gate_up = randn(ROWS, 2 * INTER, seed=12, scale=0.1) * real_rows[:, None]
-    w_gate_up = torch.cat([w_gate, w_up], dim=1)
+    with ieee_fp32_matmul():  # plain fp32 products in the references, restored afterwards
+        x = randn(ROWS, HIDDEN, seed=10) * real_rows[:, None]
+        d_out = randn(ROWS, HIDDEN, seed=11, scale=(INTER / HIDDEN) ** 0.5) * real_rows[:, None]   # g ~ N(0, 1)
+        d_gate_up = randn(ROWS, 2 * INTER, seed=12, scale=0.1) * real_rows[:, None]
+        w_gate_up = torch.cat([w_gate, w_up], dim=1)
 
-    # BF16 reference: bf16 operands, fp32 accumulation, bf16 storage of gate/up and h.
-    gate_up = bf16_grouped(x, w_gate_up, tile_expert).bfloat16()
-    gate, up = gate_up[:, :INTER].float(), gate_up[:, INTER:].float()
-    h = (torch.nn.functional.silu(gate) * up).bfloat16()
-    y_ref = bf16_grouped(h, w_down, tile_expert)
-    g_ref = bf16_grouped(d_out, w_down.transpose(1, 2).contiguous(), tile_expert)
-    dx_ref = bf16_grouped(d_gate_up, w_gate_up.transpose(1, 2).contiguous(), tile_expert)
+        # BF16 reference: bf16 operands, fp32 accumulation, bf16 storage of gate/up and h.
+        gate_up = bf16_grouped(x, w_gate_up, tile_expert).bfloat16()
+        gate, up = gate_up[:, :INTER].float(), gate_up[:, INTER:].float()
+        h = (torch.nn.functional.silu(gate) * up).bfloat16()
+        y_ref = bf16_grouped(h, w_down, tile_expert)
+        g_ref = bf16_grouped(d_out, w_down.transpose(1, 2).contiguous(), tile_expert)
+        dx_ref = bf16_grouped(d_gate_up, w_gate_up.transpose(1, 2).contiguous(), tile_expert)
 
-    # MXFP8: the pipeline's calls (module docstring of mok.mxfp8).
-    gate_up_q = mxfp8_grouped_gemm(quantize(x), qw.gate_up_fwd, tile_expert, TILE, out_dtype=torch.bfloat16)
-    gate_q, up_q = gate_up_q[:, :INTER].float(), gate_up_q[:, INTER:].float()
-    h_q = (torch.nn.functional.silu(gate_q) * up_q).bfloat16()
-    y_q = mxfp8_grouped_gemm(quantize(h_q), qw.down_fwd, tile_expert, TILE, out_dtype=torch.float32)
-    g_q = mxfp8_grouped_gemm(quantize(d_out), qw.down_dgrad, tile_expert, TILE, out_dtype=torch.float32)
-    dx_q = mxfp8_grouped_gemm(quantize(d_gate_up), qw.gate_up_dgrad, tile_expert, TILE, out_dtype=torch.float32)
+        # MXFP8: the pipeline's calls (module docstring of mok.mxfp8).
+        gate_up_q = mxfp8_grouped_gemm(quantize(x), qw.gate_up_fwd, tile_expert, TILE, out_dtype=torch.bfloat16)
+        gate_q, up_q = gate_up_q[:, :INTER].float(), gate_up_q[:, INTER:].float()
+        h_q = (torch.nn.functional.silu(gate_q) * up_q).bfloat16()
+        y_q = mxfp8_grouped_gemm(quantize(h_q), qw.down_fwd, tile_expert, TILE, out_dtype=torch.float32)
+        g_q = mxfp8_grouped_gemm(quantize(d_out), qw.down_dgrad, tile_expert, TILE, out_dtype=torch.float32)
+        dx_q = mxfp8_grouped_gemm(quantize(d_gate_up), qw.gate_up_dgrad, tile_expert, TILE, out_dtype=torch.float32)
 
-    used = real_rows
-    for name, got, ref in (("expert output y = W_down swiglu(W_gu x)", y_q, y_ref),
-                           ("dgrad g = W_down^T dO", g_q, g_ref),
-                           ("dgrad dx = W_gu^T [dg|du]", dx_q, dx_ref)):
-        rel_l1, max_abs = error_report(f"{name} (H={HIDDEN}, I={INTER})", got[used], ref[used])
-        assert rel_l1 <= 0.1 and max_abs <= 1.0, name
-        assert rel_l1 > 1e-3, f"{name}: suspiciously exact; is MXFP8 quantization happening?"
+        used = real_rows
+        for name, got, ref in (("expert output y = W_down swiglu(W_gu x)", y_q, y_ref),
+                               ("dgrad g = W_down^T dO", g_q, g_ref),
+                               ("dgrad dx = W_gu^T [dg|du]", dx_q, dx_ref)):
+            rel_l1, max_abs = error_report(f"{name} (H={HIDDEN}, I={INTER})", got[used], ref[used])
+            assert rel_l1 <= 0.1 and max_abs <= 1.0, name
+            assert rel_l1 > 1e-3, f"{name}: suspiciously exact; is MXFP8 quantization happening?"

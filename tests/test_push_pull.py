@@ -9,7 +9,6 @@ with two CPU processes over host-shared memory, each launching only its own rank
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 
 import pytest
@@ -25,6 +24,7 @@ if not HAS_CUDA:
 import mok  # noqa: E402
 from mok.comm import EmulatedPeers  # noqa: E402
 from mok.schedule import build_schedule  # noqa: E402
+from mok.dist_cli import free_port  # noqa: E402
 from mok.transfers import pull_rows, push_rows  # noqa: E402
 
 push_pull = pytest.importorskip("mok.triton_ref.push_pull")
@@ -295,17 +295,11 @@ def _cross_process_worker(rank: int, world: int, port: int, out_dir: str) -> Non
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def cross_process():
     world = 2
     with tempfile.TemporaryDirectory(prefix="mok-push-pull-") as out_dir:
-        mp.spawn(_cross_process_worker, args=(world, _free_port(), out_dir), nprocs=world, join=True)
+        mp.spawn(_cross_process_worker, args=(world, free_port(), out_dir), nprocs=world, join=True)
         yield world, [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(world)]
 
 

@@ -1,6 +1,7 @@
 """The ring token buffer: every row once per direction for any ring size; replay only what was overwritten."""
 
 import pytest
+import torch
 
 from mok.ring import RingBuffer, RingPlan, plan_ring
 
@@ -18,7 +19,6 @@ def test_rows_covered_once_each_direction(rows, mb, ring):
 
 
 def test_backward_replays_exactly_the_overwritten_minibatches():
-    import torch
     plan = RingPlan(rows=10 * 16, minibatch_rows=16, ring_rows=48)  # 10 minibatches, 3 slots
     ring = RingBuffer(plan, {"x": (4, torch.float32)}, torch.device("cpu"))
     for i in plan.forward_order():
@@ -33,7 +33,6 @@ def test_backward_replays_exactly_the_overwritten_minibatches():
 
 
 def test_ring_views_stay_inside_their_slot():
-    import torch
     plan = RingPlan(rows=70, minibatch_rows=16, ring_rows=32)
     ring = RingBuffer(plan, {"x": (2, torch.float32)}, torch.device("cpu"))
     last = plan.num_minibatches - 1

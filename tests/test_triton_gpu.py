@@ -14,7 +14,7 @@ import gc
 import pytest
 import torch
 
-from conftest import OUTPUT_NAMES, assert_bitwise_equal, bits, rel_err, run_layer
+from conftest import OUTPUT_NAMES, assert_all_bitwise, assert_close_to, bits, run_layer
 
 import mok
 from mok.backends.naive import naive_moe
@@ -58,18 +58,6 @@ def oracle(p):
     grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))  # as conftest.run_layer
     out.backward(grad.to(device=out.device, dtype=p[0].dtype).double())
     return [out.detach()] + [t.grad for t in (x, w, wg, wu, wd)]
-
-
-def assert_close_to(got, want, tol, what):
-    for name, a, b in zip(OUTPUT_NAMES, got, want):
-        assert not bool(torch.isnan(a).any()), f"{what}: {name} has NaN (an unwritten poisoned element?)"
-        err = rel_err(a, b)
-        assert err < tol, f"{what}: {name} relative error {err:.3e} >= {tol:g}"
-
-
-def assert_all_bitwise(got, want, what):
-    for name, a, b in zip(OUTPUT_NAMES, got, want):
-        assert_bitwise_equal(a, b, f"{what}: {name}")
 
 
 # Model widths (H, I, top-k) at 256 tokens with 16 experts (the weights and the reference's fp32 copies of

@@ -7,19 +7,17 @@ kernel should write but does not, or should leave alone but does, shows up.
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
-from conftest import INTERPRET, TRITON_DEVICE as DEVICE  # noqa: E402  (the interpreter without a GPU)
+from conftest import INTERPRET, TRITON_DEVICE as DEVICE  # the interpreter without a GPU
+from conftest import assert_bitwise_equal, bits, make_problem, rel_err
 
-from conftest import assert_bitwise_equal, bits, make_problem, rel_err  # noqa: E402
-
-from mok.comm import EmulatedPeers  # noqa: E402
-from mok.schedule import build_schedule  # noqa: E402
-from mok.swiglu import swiglu_backward, swiglu_forward  # noqa: E402
-from mok.transfers import pull_rows, push_rows, sum_over_k  # noqa: E402
-from mok.triton_ref import grouped_gemm, pull_dispatch, push_combine, swiglu  # noqa: E402
+from mok.comm import EmulatedPeers
+from mok.schedule import build_schedule
+from mok.swiglu import swiglu_backward, swiglu_forward
+from mok.transfers import pull_rows, push_rows, sum_over_k
+from mok.triton_ref import grouped_gemm, pull_dispatch, push_combine, swiglu
 
 TILE = 16
 T, H, I, E, K = 64, 64, 48, 8, 2   # I = 48: a column block that is not a power of two gets masked

@@ -14,17 +14,17 @@ can flip a rare rounding or quantization step downstream).
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 
 import pytest
 import torch
 
-from conftest import OUTPUT_NAMES, assert_bitwise_equal, bits, rel_err, run_layer
+from conftest import OUTPUT_NAMES, assert_all_bitwise, assert_bitwise_equal, bits, cosine, rel_err, run_layer
+# The same problems, fp64 oracle and shapes as the BF16 GPU tests.
+from test_triton_gpu import EP_SHAPE, MODEL_SHAPES, oracle, problem
 
 import mok
-from mok.backends.naive import naive_moe
-from mok.config import ANCHOR_SHAPES, MODELS, MoEShape, MoKConfig
+from mok.config import ANCHOR_SHAPES, MoKConfig
 from mok.validate import TOLERANCE
 
 pytestmark = pytest.mark.gpu
@@ -45,21 +45,6 @@ def poisoned_and_clean():
     torch.cuda.empty_cache()
 
 
-def problem(shape: MoEShape, seed: int = 0, skew: float = 0.0):
-    """bf16 inputs drawn on the GPU (never zeros), weights scaled by fan-in (as conftest.make_problem)."""
-    gen = torch.Generator(device=DEVICE).manual_seed(seed)
-    t, h, i, e, k = shape.tokens, shape.hidden, shape.intermediate, shape.num_experts, shape.top_k
-
-    def randn(*size, scale=1.0):
-        return (torch.randn(*size, generator=gen, device=DEVICE) * scale).to(torch.bfloat16)
-
-    x = randn(t, h)
-    logits = torch.randn(t, e, generator=gen, device=DEVICE) - skew * torch.arange(e, device=DEVICE)
-    topk_weights, topk_ids = mok.route(logits, k)
-    return [x, topk_ids, topk_weights, randn(e, i, h, scale=h ** -0.5), randn(e, i, h, scale=h ** -0.5),
-            randn(e, h, i, scale=i ** -0.5)]
-
-
 def grad_of(p):
     """The output gradient conftest.run_layer uses (seed 1)."""
     return torch.randn(p[0].shape, generator=torch.Generator().manual_seed(1)).to(DEVICE, torch.bfloat16)
@@ -69,21 +54,9 @@ def mx_layer(p, **kw):
     return run_layer("triton", p, precision="mxfp8", **kw)
 
 
-def oracle(p):
-    """The naive loop in fp64 (one copy of each input)."""
-    x, ids, w, wg, wu, wd = (t.double().requires_grad_(True) if t.is_floating_point() else t for t in p)
-    out = naive_moe(x, ids, w, wg, wu, wd)
-    out.backward(grad_of(p).double())
-    return [out.detach()] + [t.grad for t in (x, w, wg, wu, wd)]
-
-
 def semantics(p):
     from mok.triton_ref.mxfp8_rows import mxfp8_moe_torch
     return mxfp8_moe_torch(*p, grad_of(p))
-
-
-def cosine(a, b) -> float:
-    return float(torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0))
 
 
 def report_and_check(what: str, got, oracle_out, bf16=None) -> None:
@@ -111,16 +84,6 @@ def assert_close(got, want, tol, what):
         assert err < tol, f"{what}: {name} relative error {err:.3e} >= {tol:g}"
 
 
-def assert_all_bitwise(got, want, what):
-    for name, a, b in zip(OUTPUT_NAMES, got, want):
-        assert_bitwise_equal(a, b, f"{what}: {name}")
-
-
-# Model widths (H, I, top-k) at 256 tokens with 16 experts, plus a per-GPU EP-64 slice (as tests/test_triton_gpu.py).
-MODEL_SHAPES = [dataclasses.replace(spec.layer(256), num_experts=16) for spec in MODELS.values()]
-MODEL_SHAPES.append(MODELS["kimi-k2.7"].ep_slice(64, tokens_per_gpu=256))   # 6 experts, top-1, 2,048 rows
-
-
 @pytest.mark.parametrize("shape", MODEL_SHAPES, ids=lambda s: s.name)
 def test_model_widths_vs_semantics_oracle_and_ep(shape):
     p = problem(shape)
@@ -137,10 +100,6 @@ def test_anchor_shapes_reduced_tokens(shape):
     got = mx_layer(p)
     bf16 = run_layer("triton", p)
     report_and_check(f"{shape.name} at 1024 tokens", got, oracle(p), bf16)
-
-
-# A layer with every EP degree dividing it: 512 tokens, 32 experts (as tests/test_triton_gpu.py).
-EP_SHAPE = MoEShape("ep-sweep", 512, 2048, 1024, 32, 4)
 
 
 def test_bitwise_across_runs_ep_degrees_and_rings():

@@ -8,18 +8,16 @@ CPU under TRITON_INTERPRET=1 (set here when there is no GPU), or CUDA when prese
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
-from conftest import TRITON_DEVICE as DEVICE  # noqa: E402  (the interpreter without a GPU)
+from conftest import TRITON_DEVICE as DEVICE  # the interpreter without a GPU
+from conftest import OUTPUT_NAMES, assert_all_bitwise, assert_close_to, bits, make_problem, run_layer
 
-from conftest import OUTPUT_NAMES, assert_bitwise_equal, bits, make_problem, rel_err, run_layer  # noqa: E402
-
-import mok  # noqa: E402
-from mok.config import TEST_SHAPES, MoEShape, MoKConfig  # noqa: E402
-from mok.triton_ref import _common  # noqa: E402
-from mok.validate import TOLERANCE  # noqa: E402
+import mok
+from mok.config import TEST_SHAPES, MoEShape, MoKConfig
+from mok.triton_ref import _common
+from mok.validate import TOLERANCE
 
 TILE = 16
 CONFIG = MoKConfig(expert_padding=TILE)
@@ -39,17 +37,6 @@ def poisoned_buffers():
 def problem(shape, dtype, **kw):
     return make_problem(shape.tokens, shape.hidden, shape.intermediate, shape.num_experts, shape.top_k,
                         dtype=dtype, device=DEVICE, **kw)
-
-
-def assert_all_bitwise(got, want, what):
-    for name, a, b in zip(OUTPUT_NAMES, got, want):
-        assert_bitwise_equal(a, b, f"{what}: {name}")
-
-
-def assert_close_to(got, want, tol, what):
-    for name, a, b in zip(OUTPUT_NAMES, got, want):
-        err = rel_err(a, b)
-        assert err < tol, f"{what}: {name} relative error {err:.3e} >= {tol:g}"
 
 
 def test_backend_is_registered():

@@ -26,23 +26,20 @@ from .torch_grouped import _grouped, _grouped_mm_available
 
 def nccl_moe(x_local: torch.Tensor, topk_ids_local: torch.Tensor, topk_weights_local: torch.Tensor,
              w_gate_local: torch.Tensor, w_up_local: torch.Tensor, w_down_local: torch.Tensor, *, group=None,
-             num_experts: int, backend: str | None = None, precision: str | None = None,
-             config=None) -> torch.Tensor:
-    """The all-to-all baseline, with :func:`mok.distributed.distributed_moe`'s arguments.
+             num_experts: int) -> torch.Tensor:
+    """The all-to-all baseline: what ``distributed_moe(..., backend="nccl")`` runs once it has checked the shapes.
 
     Args:
         x_local: ``[T_local, H]`` this rank's tokens. topk_ids_local: ``[T_local, K]`` global expert ids.
         topk_weights_local: ``[T_local, K]`` router weights. w_gate_local, w_up_local: ``[E_local, I, H]``;
         w_down_local: ``[E_local, H, I]`` (rank r holds experts ``[r*E_local, (r+1)*E_local)``).
         group: process group (any backend with ``all_to_all_single``: NCCL, or gloo on CPUs).
-        num_experts: E (global). backend, precision, config: accepted for a uniform signature; unused
-            (GEMMs run in x's dtype).
+        num_experts: E (global). The GEMMs run in x's dtype.
 
     Returns ``[T_local, H]`` in x's dtype, differentiable (autograd).
     """
     from ..distributed import ExchangeRows, exchange_rows
 
-    del backend, precision, config
     world = dist.get_world_size(group)
     local_experts = num_experts // world
     tokens, top_k = topk_ids_local.shape

@@ -42,8 +42,8 @@ import torch
 
 from ..comm import EmulatedPeers
 from ..comm.transport import PeerTransport, Transport, Window
-from ..config import MoEShape, MoKConfig
-from ..heuristics import device_spec, minibatch_rows
+from ..config import MoKConfig
+from ..heuristics import rank_minibatch_rows
 from ..ring import RingBuffer, RingPlan, plan_ring
 from ..schedule import Schedule, build_schedule
 from ..swiglu import swiglu_backward, swiglu_forward
@@ -61,17 +61,6 @@ def ieee_fp32_matmul():
         yield
     finally:
         matmul.allow_tf32 = saved
-
-
-def choose_minibatch_rows(x: torch.Tensor, num_experts: int, top_k: int, intermediate: int, ep_size: int,
-                          config: MoKConfig) -> int:
-    """Minibatch rows for one rank's share of the problem (``config.minibatch_rows`` or its policy).
-
-    ``x`` is the whole ``[T, H]`` input; each of the ``ep_size`` ranks holds ``T / ep_size`` tokens and
-    ``num_experts / ep_size`` experts."""
-    tokens, hidden = x.shape
-    shape = MoEShape("rank", tokens // ep_size, hidden, intermediate, num_experts // ep_size, top_k)
-    return minibatch_rows(shape, device_spec(x.device), config)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -211,12 +200,8 @@ class LayerRun:
         self.w_gate_up = torch.cat([w_gate, w_up], dim=1).float()
         self.w_down = w_down.float()
 
-        shape = MoEShape("rank", tokens, self.hidden, self.intermediate, experts, self.top_k)
-        mb_rows = minibatch_rows(shape, device_spec(self.device), config)
-        if config.ring_rows is not None and config.ring_rows % mb_rows:
-            raise ValueError(f"MoKConfig.ring_rows ({config.ring_rows}) must be a multiple of the minibatch "
-                             f"size ({mb_rows} rows)")
-        # Every rank's plan, local or not: windows name every rank's rows (a collective transport needs them).
+        mb_rows = rank_minibatch_rows(tokens, self.hidden, self.intermediate, experts, self.top_k, self.device, config)
+        # Every rank's plan (RingPlan checks that the ring holds whole minibatches), local or not: windows name every rank's rows (a collective transport needs them).
         self.plans = [plan_ring(rows, mb_rows, config.ring_rows) for rows in schedule.rows_used()]
         self.steps = max(plan.num_minibatches for plan in self.plans)
         tile_expert = schedule.tile_expert.tolist()

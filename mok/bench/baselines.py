@@ -6,8 +6,13 @@
   imports. It brings its own router: ``MoE(...)(x)`` routes internally, so its timing always **includes its
   router** (a ``[T, H] x [H, E]`` GEMM, softmax and top-k). mok's harness times its own backends with the router
   too by default (``--router include``), so the ratios compare the same work. SonicMoE's first call of a new
-  shape JIT-compiles its kernels (about 7 minutes for the first shape on an H200, 1-2 minutes for each later
-  one), which the warm-up absorbs.
+  shape JIT-compiles its kernels (minutes per shape; a rough estimate, not a recorded measurement: about 7 for
+  the first shape on an H200, 1-2 for each later one), which the warm-up absorbs.
+
+NOTE: :class:`SonicLayer` has **never run on a GPU** (no benchmark so far included SonicMoE: every recorded run
+used ``--no-sonic``). It follows SonicMoE's ``MoE(num_experts, top_k, hidden, intermediate, activation,
+add_bias, std)`` constructor and its ``forward(x, kernel_backend_moe=...) -> (out, aux_loss)``, but is untested;
+the SonicMoE figures in the READMEs are the team's own measurement from background.md, not from this wrapper.
 
 The GPU machine cannot reach a package registry: ``../shared/tools/sonic_bundle.sh`` packs SonicMoE into
 ``.carry/sonic`` and ``experiments/gpu_run.sh`` unpacks it onto ``PYTHONPATH``.
@@ -37,7 +42,8 @@ def sonic_available() -> tuple[bool, str]:
 
 
 class SonicLayer:
-    """A SonicMoE layer of one shape, with its inputs and the two calls the harness times.
+    """A SonicMoE layer of one shape, with its inputs and the two calls the harness times (untested on a GPU:
+    see the module docstring).
 
     Args:
         shape: T, H, I, E, K of the problem.

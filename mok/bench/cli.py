@@ -8,7 +8,8 @@ Examples::
     python -m mok bench --summarize experiments/results/bench_latest.json
 
 Prints one line per (shape, backend, pass): milliseconds, TFLOP/s, GB/s and the speed-up over each baseline
-(``torch``: the PyTorch layer; ``sonicmoe``: SonicMoE when importable), then geometric means. Results go to
+(``torch``: the PyTorch layer; ``sonicmoe``: SonicMoE when importable, through a wrapper that has not yet run
+on a GPU: :mod:`mok.bench.baselines`), then geometric means. Results go to
 ``--out`` (default ``experiments/results``) and ``$OUT/results`` when ``$OUT`` is set, as
 ``bench_<stamp>.{json,md,png}`` plus ``bench_latest.*`` copies. Timing method: see :mod:`mok.bench.harness`.
 """
@@ -16,7 +17,6 @@ Prints one line per (shape, backend, pass): milliseconds, TFLOP/s, GB/s and the 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import shutil
@@ -115,6 +115,13 @@ def _split(spec: str) -> list[str]:
 PROBE_SHAPE_GPU = MoEShape("probe", 256, 512, 256, 8, 2)
 
 
+def _precision_gap(backend, precision: str) -> str | None:
+    """Why ``backend`` (a :class:`mok.backends.Backend`) cannot run ``precision``, or ``None``."""
+    if precision not in backend.precisions:
+        return f"no {precision} support (supports {', '.join(backend.precisions)})"
+    return None
+
+
 def probe_backend(name: str, device: torch.device, precision: str, run: bool = True) -> str | None:
     """``None`` if backend ``name`` imports, supports ``precision`` and (with ``run``) computes a small forward
     and backward on ``device``; otherwise the reason it cannot."""
@@ -122,10 +129,9 @@ def probe_backend(name: str, device: torch.device, precision: str, run: bool = T
         backend = mok.get_backend(name)
     except (RuntimeError, ValueError) as err:
         return str(err)
-    if precision not in backend.precisions:
-        return f"no {precision} support (supports {', '.join(backend.precisions)})"
-    if not run:
-        return None
+    gap = _precision_gap(backend, precision)
+    if gap is not None or not run:
+        return gap
     try:
         shape = PROBE_SHAPE_GPU if device.type == "cuda" else TEST_SHAPES[0]
         problem = LayerProblem(shape, precision, device, n_sets=1, router=False)
@@ -136,10 +142,22 @@ def probe_backend(name: str, device: torch.device, precision: str, run: bool = T
 
 
 def select_backends(spec: str, device: torch.device, precision: str, quick: bool) -> tuple[list[str], dict[str, str]]:
-    """``(backends to time, {skipped backend: reason})``; the baseline comes first so ratios print at once."""
+    """``(backends to time, {skipped backend: reason})``; the baseline comes first so ratios print at once.
+
+    Named backends are skipped only when they import and lack ``precision`` (a sweep over several precisions
+    names each backend once); one that does not import is timed anyway, so the results record why it failed."""
     skipped: dict[str, str] = {}
     if spec != "auto":
-        names = _split(spec)
+        names = []
+        for name in _split(spec):
+            try:
+                gap = _precision_gap(mok.get_backend(name), precision)
+            except (RuntimeError, ValueError):
+                gap = None
+            if gap is None:
+                names.append(name)
+            else:
+                skipped[name] = gap
     else:
         names = []
         for name in mok.available_backends():
@@ -163,12 +181,6 @@ def select_backends(spec: str, device: torch.device, precision: str, quick: bool
 def _error_text(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0][:200] if text else ''}"
-
-
-def _free(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def time_calls(calls: dict[str, Any], shape: MoEShape, name: str, precision: str, passes: list[str],
@@ -209,7 +221,7 @@ def run_cell(shape: MoEShape, name: str, precision: str, passes: list[str], devi
         return [harness.make_record(shape, name, precision, p, None, error=_error_text(err)) for p in passes]
     finally:
         del problem
-        _free(device)
+        harness.free_memory(device)
 
 
 def _progress(total: int, mode: str):
@@ -234,6 +246,14 @@ def _write(records: list[dict], metadata: dict, settings: dict, out_dirs: list[P
     return written
 
 
+def print_geomeans(summary: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """One line per backend and precision/pass of :func:`mok.bench.harness.geomean_summary`."""
+    for backend, entries in summary.items():
+        for key, entry in entries.items():
+            extra = "  ".join(f"{k}={v:.2f}x" for k, v in entry.items() if k.startswith("vs_") and v)
+            print(f"geomean {backend:<9} {key:<9} {entry['tflops']:8.1f} TFLOP/s over {entry['shapes']} shapes  {extra}")
+
+
 def summarize_file(path: str) -> int:
     """Print the compact table of a saved result document."""
     doc = json.loads(Path(path).read_text())
@@ -243,10 +263,7 @@ def summarize_file(path: str) -> int:
     print(f"bench {meta['date']} on {meta.get('gpu') or meta['device_type']} commit {meta.get('git_commit')}")
     for rec in recs:
         print(harness.format_line(rec))
-    for backend, entries in harness.geomean_summary(recs).items():
-        for key, entry in entries.items():
-            extra = "  ".join(f"{k}={v:.2f}x" for k, v in entry.items() if k.startswith("vs_") and v)
-            print(f"geomean {backend:<9} {key:<9} {entry['tflops']:8.1f} TFLOP/s over {entry['shapes']} shapes  {extra}")
+    print_geomeans(harness.geomean_summary(recs))
     return 0
 
 
@@ -336,10 +353,7 @@ def main(argv: list[str] | None = None) -> int:
 
     doc = harness.result_document(records, metadata, settings)
     print()
-    for backend, entries in doc["geomean"].items():
-        for key, entry in entries.items():
-            extra = "  ".join(f"{k}={v:.2f}x" for k, v in entry.items() if k.startswith("vs_") and v)
-            print(f"geomean {backend:<9} {key:<9} {entry['tflops']:8.1f} TFLOP/s over {entry['shapes']} shapes  {extra}")
+    print_geomeans(doc["geomean"])
     if out_dirs:
         for path in _write(records, metadata, settings, out_dirs, stamp, png=True):
             print(f"wrote {path}")

@@ -3,8 +3,8 @@
 Everything a benchmark needs that is not about a particular backend lives here, so that ``python -m mok bench``,
 the experiments and the notebooks measure and report the same way.
 
-Timing (see ``/work/.library/device/METHOD.md``-style practice)
----------------------------------------------------------------
+Timing
+------
 * CUDA events around each call, after a warm-up; the **median** of many calls is the result (p10/p90 are kept
   to judge the spread). On a CPU (the ``--quick`` CI mode) a host clock is used instead.
 * The timed function receives an input-set index and the harness **rotates** through several input sets, so
@@ -24,8 +24,8 @@ Accounting (background.md, section 4)
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
+import gc
 import hashlib
 import json
 import math
@@ -126,9 +126,6 @@ class Timing:
     iters: int
     method: str  # "cuda-events" or "host-clock"
 
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 def _percentile(sorted_vals: list[float], q: float) -> float:
     pos = q * (len(sorted_vals) - 1)
@@ -156,7 +153,7 @@ def time_fn(fn: Callable[[int], Any], *, device: torch.device | str, n_sets: int
         warmup: untimed calls first (compilation, autotuning caches, allocator growth).
         iters: timed calls (the median is reported).
         max_seconds: if set, fewer timed calls are made (at least ``min_iters``) so that the series takes
-            about this long, judged from the slowest warm-up call.
+            about this long, judged from the last warm-up call (the first ones pay for compilation).
     Returns:
         :class:`Timing` in milliseconds.
     """
@@ -168,14 +165,14 @@ def time_fn(fn: Callable[[int], Any], *, device: torch.device | str, n_sets: int
         if is_cuda:
             torch.cuda.synchronize(device)
 
-    slowest = 0.0
+    last = 0.0
     for w in range(max(warmup, 1 if max_seconds else 0)):
         start = time.perf_counter()
         fn(w % n_sets)
         sync()
-        slowest = max(slowest, time.perf_counter() - start)
-    if max_seconds is not None and slowest > 0:
-        iters = max(min_iters, min(iters, int(max_seconds / slowest)))
+        last = time.perf_counter() - start
+    if max_seconds is not None and last > 0:
+        iters = max(min_iters, min(iters, int(max_seconds / last)))
 
     times: list[float] = []
     if is_cuda:
@@ -193,6 +190,13 @@ def time_fn(fn: Callable[[int], Any], *, device: torch.device | str, n_sets: int
         fn(it % n_sets)
         times.append((time.perf_counter() - start) * 1e3)
     return summarize(times, "host-clock")
+
+
+def free_memory(device: torch.device) -> None:
+    """Drop unreachable tensors and, on a GPU, return cached blocks, so the next problem starts from a clean pool."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -350,8 +354,8 @@ def markdown_report(doc: dict[str, Any]) -> str:
               f"- torch {meta['torch']}, triton {meta.get('triton') or '-'}, CUDA {meta.get('cuda') or '-'}",
               f"- commit: {commit}; source digest {meta.get('source_digest') or '-'}",
               f"- timing: {settings.get('timing', '')}", f"- router: {settings.get('router_note', '')}",
-              f"- FLOPs: 6*T*K*H*I forward, twice that backward (router excluded); bytes: fewest the layer must "
-              f"move (x, weights, out, routing; backward adds dO, dx, dW, d router weights)", ""]
+              "- FLOPs: 6*T*K*H*I forward, twice that backward (router excluded); bytes: fewest the layer must "
+              "move (x, weights, out, routing; backward adds dO, dx, dW, d router weights)", ""]
     baselines = sorted({b for r in records for b in r["ratios"]})
     header = ["shape", "T,H,I,E,K", "prec", "backend"]
     for pass_ in PASSES:

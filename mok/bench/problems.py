@@ -25,21 +25,6 @@ _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "mxfp8": torch.bfloat1
 _ROTATE_WEIGHTS_BELOW = 1 << 30
 
 
-def prepare_weights(precision: str, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor):
-    """The weight arguments :func:`mok.moe` takes at ``precision``: the bf16/fp32 tensors as they are. For
-    ``"mxfp8"`` too: :func:`mok.moe` quantizes bf16 weights through the cache of
-    :meth:`mok.mxfp8.MXFP8Weights.quantize`, once per weight version; quantizing here fills that cache, so the
-    timed calls (which never change the weights) measure the layer with weights "quantized once by the user",
-    as MoK reports MXFP8, while the bf16 masters stay the leaves the backward differentiates."""
-    if precision == "mxfp8":
-        try:
-            from mok.mxfp8 import MXFP8Weights
-        except ImportError as err:
-            raise RuntimeError(f"precision 'mxfp8' needs mok.mxfp8: {err}") from err
-        MXFP8Weights.quantize(w_gate, w_up, w_down)   # fills the cache (outside the timed region)
-    return w_gate, w_up, w_down
-
-
 def random_weights(shape: MoEShape, dtype: torch.dtype, device: torch.device, gen: torch.Generator):
     """``w_gate, w_up [E, I, H]`` and ``w_down [E, H, I]``, scaled so activations stay O(1) (never zeros)."""
     e, h, i = shape.num_experts, shape.hidden, shape.intermediate
@@ -75,10 +60,16 @@ class LayerProblem:
 
         weight_bytes = 3 * e * shape.intermediate * h * torch.finfo(dtype).bits // 8
         weight_sets = n_sets if weight_bytes * n_sets <= _ROTATE_WEIGHTS_BELOW else 1
-        self.weights = []
-        for _ in range(weight_sets):
-            master = [w.requires_grad_(True) for w in random_weights(shape, dtype, self.device, gen)]
-            self.weights.append((master, prepare_weights(precision, *master)))
+        # ``weights[j]``: (w_gate, w_up, w_down), the leaves the backward differentiates (bf16 for "mxfp8" too).
+        self.weights = [tuple(w.requires_grad_(True) for w in random_weights(shape, dtype, self.device, gen))
+                        for _ in range(weight_sets)]
+        if precision == "mxfp8":
+            # mok.moe quantizes bf16 weights through MXFP8Weights.quantize's cache, once per weight version;
+            # filling the cache here keeps the quantization out of the timed calls (which never change the
+            # weights), so they measure the layer with weights quantized once, as MoK reports MXFP8.
+            from mok.mxfp8 import MXFP8Weights
+            for w_gate, w_up, w_down in self.weights:
+                MXFP8Weights.quantize(w_gate, w_up, w_down)
 
         self.xs = [torch.randn(t, h, device=self.device, generator=gen).to(dtype).requires_grad_(True)
                    for _ in range(n_sets)]
@@ -103,15 +94,13 @@ class LayerProblem:
         return self.routes[i]
 
     def _leaves(self, i: int) -> list[torch.Tensor]:
-        master, _ = self.weights[i % len(self.weights)]
         routing_leaf = self.w_router if self.router else self.routes[i][0]
-        leaves = [self.xs[i], routing_leaf, *master]
-        return [t for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
+        return [self.xs[i], routing_leaf, *self.weights[i % len(self.weights)]]
 
     def forward(self, backend: str, i: int) -> torch.Tensor:
         """The layer on input set ``i`` with ``backend`` (autograd enabled)."""
         topk_weights, topk_ids = self._route(i)
-        _, (w_gate, w_up, w_down) = self.weights[i % len(self.weights)]
+        w_gate, w_up, w_down = self.weights[i % len(self.weights)]
         return mok.moe(self.xs[i], topk_ids, topk_weights, w_gate, w_up, w_down, backend=backend,
                        ep_size=self.ep_size, precision=self.precision, config=self.config, check_inputs=False)
 

@@ -23,7 +23,6 @@ study                  what it measures                            notebook
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import os
@@ -117,12 +116,6 @@ def load_or_measure(name: str, measure: Callable[[str], dict[str, Any]], mode: s
     return doc
 
 
-def _free(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
 # ----------------------------------------------------------------------------------------------------------
 # Routing
 # ----------------------------------------------------------------------------------------------------------
@@ -174,7 +167,7 @@ def push_pull_study(mode: str, **overrides) -> dict[str, Any]:
         _, ids = zipf_routing(ranks * t_local, experts, top_k, exponent, seed=r_idx, device=device)
         loose = build_schedule(ids, experts, ranks, tile)
         rows_used = loose.rows_used()
-        capacity = max(tile, math.ceil(max(rows_used) / tile) * tile)
+        capacity = heuristics.round_to_tiles(max(rows_used), tile)
         schedule = build_schedule(ids, experts, ranks, tile, capacity=capacity)
         plan = PushPullPlan(schedule)
         real = [int(v) for v in schedule.segment_counts.sum(1).tolist()]
@@ -240,7 +233,7 @@ def push_pull_study(mode: str, **overrides) -> dict[str, Any]:
                         "payload_bytes": payload, "link_gbps": harness.gbps(payload, timing.median_ms),
                         "hbm_gbps": harness.gbps(2 * payload, timing.median_ms)})
         del peers, x, y, recv, slots, source, plan, schedule, loose
-        _free(device)
+        harness.free_memory(device)
 
     meta = harness.collect_metadata(device)
     meta.update(emulated=True, gpus=1 if device.type == "cuda" else 0, world_size=ranks,
@@ -273,9 +266,9 @@ def overlap_shapes(mode: str) -> list[MoEShape]:
     return [MoEShape("tiny-slice", 96, 64, 32, 4, 1)]
 
 
-def minibatch_candidates(shape: MoEShape, tile: int, choice: int) -> list[int]:
-    """Minibatch sizes to sweep: whole tiles from one tile to the whole layer, plus the policy's choice."""
-    whole = math.ceil((shape.rows + shape.num_experts * (tile - 1)) / tile) * tile
+def minibatch_candidates(tile: int, choice: int, whole: int) -> list[int]:
+    """Minibatch sizes to sweep: whole tiles from one tile to ``whole`` (the whole layer's rows, padding
+    included), plus the policy's ``choice``."""
     sizes = {tile * n for n in (1, 2, 4, 6, 8, 12, 16, 17, 20, 24, 32, 48, 64, 96, 128) if tile * n < whole}
     sizes |= {min(choice, whole), whole}
     return sorted(sizes)
@@ -304,8 +297,9 @@ def overlap_study(mode: str, backend: str | None = None, passes: tuple[str, ...]
         choices[shape.name] = {"two_wave_rows": choice,
                                "threshold_rows": heuristics.two_wave_threshold(shape.hidden, shape.intermediate, spec)}
         # A minibatch larger than the layer is the whole layer: that is where the choice lands.
-        candidates = minibatch_candidates(shape, tile, choice)
-        landed = min(choice, candidates[-1])
+        whole = heuristics.whole_layer_policy(shape, spec, base)
+        candidates = minibatch_candidates(tile, choice, whole)
+        landed = min(choice, whole)
         choices[shape.name]["rows_used"] = landed
         problem = LayerProblem(shape, precision, device, n_sets=2, router=False, config=base)
         for rows in candidates:
@@ -323,7 +317,7 @@ def overlap_study(mode: str, backend: str | None = None, passes: tuple[str, ...]
                                 "tflops": harness.tflops(flops, ms) if ms else None, "error": err,
                                 "is_two_wave_choice": rows == landed})
         del problem
-        _free(device)
+        harness.free_memory(device)
     meta = harness.collect_metadata(device)
     return {"schema": "mok.overlap/1", "mode": mode, "metadata": meta, "backend": backend,
             "skipped_backends": skipped, "tile": tile, "device_spec": {"name": spec.name, "num_sms": spec.num_sms},
@@ -391,7 +385,7 @@ def wave_sweep_params(mode: str) -> dict[str, Any]:
 
 def sm_wave_study(mode: str, **overrides) -> dict[str, Any]:
     """Latency of one expert's gate/up GEMM (``[M, H] x [H, 2I]``) against its token count M."""
-    from .wave_gemm import tile_count, tile_gemm
+    from .wave_gemm import tile_gemm
 
     params = {**wave_sweep_params(mode), **overrides}
     device = study_device(mode)
@@ -427,12 +421,12 @@ def sm_wave_study(mode: str, **overrides) -> dict[str, Any]:
                                                     block_k=16 if mode == "small" else 64)
                 timing = harness.time_fn(call, device=device, n_sets=2, warmup=params["warmup"],
                                          iters=params["iters"])
-                tiles = tile_count(m, n, params["block_m"], params["block_n"])
+                tiles = heuristics.gemm_tiles(m, n, params["block_m"], params["block_n"])
                 records.append({"model": model, "impl": impl, "m": m, "n": n, "k": hidden, "ms": timing.median_ms,
                                 "tflops": harness.tflops(2 * m * n * hidden, timing.median_ms), "tiles": tiles,
                                 "waves": math.ceil(tiles / spec.num_sms)})
         del weight, a_sets
-        _free(device)
+        harness.free_memory(device)
     meta = harness.collect_metadata(device)
     return {"schema": "mok.sm_waves/1", "mode": mode, "metadata": meta,
             "params": {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()},

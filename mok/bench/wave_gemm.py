@@ -9,13 +9,13 @@ picks its own tiles per shape, so its steps land elsewhere; the notebook ``sm_wa
 
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from ..heuristics import BLOCK_M, BLOCK_N
+from ..heuristics import BLOCK_M, BLOCK_N, gemm_tiles
+from ..triton_ref._common import INTERPRETING
 
 
 @triton.jit
@@ -44,11 +44,6 @@ def _tile_gemm_kernel(a_ptr, b_ptr, out_ptr, M, N, K, stride_am, stride_bn, stri
              mask=(rows < M)[:, None] & (cols < N)[None, :])
 
 
-def tile_count(m: int, n: int, block_m: int = BLOCK_M, block_n: int = BLOCK_N) -> int:
-    """Programs (= output tiles) the kernel launches for an ``m x n`` output."""
-    return triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-
-
 def tile_gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None, block_m: int = BLOCK_M,
               block_n: int = BLOCK_N, block_k: int = 64, num_warps: int = 8, num_stages: int = 3) -> torch.Tensor:
     """``a @ b.T`` with one program per ``block_m x block_n`` output tile.
@@ -71,9 +66,8 @@ def tile_gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = No
         out = torch.empty(m, n, dtype=a.dtype, device=a.device)
     elif out.shape != (m, n) or out.dtype != a.dtype or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous [{m}, {n}] {a.dtype} tensor, got {list(out.shape)} {out.dtype}")
-    interpreting = os.environ.get("TRITON_INTERPRET") == "1"
-    _tile_gemm_kernel[(tile_count(m, n, block_m, block_n),)](
+    _tile_gemm_kernel[(gemm_tiles(m, n, block_m, block_n),)](  # one program per output tile
         a, b, out, m, n, k, a.stride(0), b.stride(0), out.stride(0), BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_K=block_k, UPCAST=interpreting and a.dtype != torch.float32, num_warps=num_warps,
+        BLOCK_K=block_k, UPCAST=INTERPRETING and a.dtype != torch.float32, num_warps=num_warps,
         num_stages=num_stages)
     return out

@@ -149,12 +149,6 @@ class SymmetricMemoryPeers(PeerGroup):
         self.handles[name] = handle
         return buf
 
-    def signal_pads(self, name: str) -> torch.Tensor:
-        """int64 ``[world_size]``: each rank's signal-pad address for buffer ``name`` (for kernels that signal
-        completion per buffer; the barrier uses its own buffer's pad)."""
-        return torch.tensor([int(p) for p in self.handles[name].signal_pad_ptrs], dtype=torch.int64,
-                            device=self.device)
-
     def barrier(self) -> None:
         """Device-side barrier on the current CUDA stream: work enqueued after it on any rank sees every write
         that any rank enqueued before it (peer stores included). The host does not wait."""

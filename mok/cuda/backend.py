@@ -5,7 +5,7 @@ with SwiGLU, the down GEMM with push-combine, and the fixed-order weighted sum f
 ranks. What it reads is prepared here on the device, and no step of a call waits for the GPU:
 
 * the schedule tables (:func:`mok.cuda.schedule_tables.build_kernel_schedule`: the tables of
-  :func:`mok.schedule.build_schedule` without its host read-back; worst-case capacity by default);
+  :func:`mok.schedule.build_schedule`, from two small kernels; worst-case capacity by default);
 * the fixed buffers (ring ``ring_x`` / ``ring_h``, combine slots, counters, error record) from a workspace
   reused across calls of the same sizes (:mod:`mok.cuda.workspace`), reset by the kernel's own in-stream
   reset;
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 
 from ..backends import Backend, get_backend, register_backend
-from ..backends.reference import choose_minibatch_rows
+from ..heuristics import rank_minibatch_rows
 from ..config import MoKConfig
 from .build import load_extension
 from .errors import DEFERRED, Sm90KernelError, describe_error, raise_if_error  # noqa: F401 (re-exported)
@@ -91,7 +91,7 @@ class Sm90Launch:
 
     Attributes:
         schedule: the schedule tables of all R ranks (:class:`KernelSchedule`).
-        tokens_per_rank, top_k, minibatch_rows, ring_rows: sizes (host ints).
+        tokens_per_rank, top_k, minibatch_rows: sizes (host ints; the ring size is the workspace's).
         fuse_top1: the down epilogue writes ``out`` itself (top_k == 1; no combine slots or combine tasks).
         x: bf16 [T, H] tokens (kept alive here: the pointer table holds its address).
         weights: fp32 [T * K] router weights (likewise).
@@ -106,7 +106,6 @@ class Sm90Launch:
     tokens_per_rank: int
     top_k: int
     minibatch_rows: int
-    ring_rows: int
     fuse_top1: bool
     x: torch.Tensor
     weights: torch.Tensor
@@ -120,22 +119,6 @@ class Sm90Launch:
     w_down: torch.Tensor
     workspace: Sm90Workspace
 
-    @property
-    def ring_x(self) -> torch.Tensor:
-        return self.workspace.ring_x
-
-    @property
-    def ring_h(self) -> torch.Tensor:
-        return self.workspace.ring_h
-
-    @property
-    def counters(self) -> torch.Tensor:
-        return self.workspace.counters
-
-    @property
-    def error(self) -> torch.Tensor:
-        return self.workspace.error
-
 
 def ring_rows_for(config: MoKConfig, capacity: int, minibatch_rows: int) -> int:
     """``config.ring_rows``, or DEFAULT_RING_MINIBATCHES minibatches (fewer if the schedule is smaller)."""
@@ -148,8 +131,7 @@ def ring_rows_for(config: MoKConfig, capacity: int, minibatch_rows: int) -> int:
     return min(minibatches, DEFAULT_RING_MINIBATCHES) * minibatch_rows
 
 
-def _check_problem(x: torch.Tensor, w_gate: torch.Tensor, topk_ids: torch.Tensor, ep_size: int,
-                   config: MoKConfig) -> None:
+def _check_problem(x: torch.Tensor, w_gate: torch.Tensor, ep_size: int, config: MoKConfig) -> None:
     if config.expert_padding != BLOCK_M:
         raise ValueError(f"backend 'cuda' needs MoKConfig.expert_padding == {BLOCK_M} (its tile height), "
                          f"got {config.expert_padding}")
@@ -183,7 +165,7 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
             ``MOK_CUDA_FUSE_TOP1`` on. Same bits either way.
     """
     config = config or MoKConfig()
-    _check_problem(x, w_gate, topk_ids, ep_size, config)
+    _check_problem(x, w_gate, ep_size, config)
     tokens, hidden = x.shape
     num_experts, intermediate, _ = w_gate.shape
     top_k = topk_ids.shape[1]
@@ -195,7 +177,8 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
 
     if schedule is None:
         schedule = build_kernel_schedule(topk_ids, num_experts, ep_size, BLOCK_M, config.capacity_rows)
-    minibatch_rows = choose_minibatch_rows(x, num_experts, top_k, intermediate, ep_size, config)
+    minibatch_rows = rank_minibatch_rows(tokens_per_rank, hidden, intermediate, num_experts // ep_size, top_k,
+                                         x.device, config)
     ring_rows = ring_rows_for(config, schedule.capacity, minibatch_rows)
 
     key = WorkspaceKey(str(x.device), current_stream_handle(x.device), ep_size, tokens_per_rank, top_k, hidden,
@@ -211,7 +194,7 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
     out_ptrs = workspace.rank_pointer_table(out.view(ep_size, tokens_per_rank, hidden))
     return Sm90Launch(
         schedule=schedule, tokens_per_rank=tokens_per_rank, top_k=top_k, minibatch_rows=minibatch_rows,
-        ring_rows=ring_rows, fuse_top1=bool(fuse_top1), x=x, weights=weights, out=out,
+        fuse_top1=bool(fuse_top1), x=x, weights=weights, out=out,
         x_ptrs=workspace.rank_pointer_table(x.view(ep_size, tokens_per_rank, hidden)),
         weight_ptrs=workspace.rank_pointer_table(weights.view(ep_size, tokens_per_rank * top_k)),
         combine_ptrs=out_ptrs if fuse_top1 else workspace.combine_ptrs, out_ptrs=out_ptrs,
@@ -245,12 +228,12 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
 
 def check_error(prep: Sm90Launch) -> None:
     """Raise :class:`Sm90KernelError` if the launch recorded an error (synchronises with the device)."""
-    raise_if_error(prep.error.tolist())
+    raise_if_error(prep.workspace.error.tolist())
 
 
 def defer_error_check(prep: Sm90Launch) -> None:
     """Queue an asynchronous read of the launch's error record (see :func:`check_pending_errors`)."""
-    DEFERRED.record(prep.error)
+    DEFERRED.record(prep.workspace.error)
 
 
 def check_pending_errors(wait: bool = True) -> None:

@@ -19,8 +19,7 @@ from collections import deque
 import torch
 
 ERROR_WORDS = 8
-ERROR_CODES = {1: "a bounded wait timed out", 2: "the schedule table is inconsistent",
-               3: "shared memory is misaligned"}
+ERROR_CODES = {1: "a bounded wait timed out", 2: "the schedule table is inconsistent"}  # workspace.cuh, ErrorCode
 COUNTER_NAMES = {0: "-", 1: "dispatch_done[rank][tile]", 2: "gate_up_tile_done[rank][tile]",
                  3: "gate_up_mb_done[rank][minibatch]", 4: "down_mb_done[rank][minibatch]",
                  5: "pushed[source rank]", 6: "stage full mbarrier", 7: "stage empty mbarrier",

@@ -6,11 +6,11 @@ Meant to run under compute-sanitizer (build the extension first, outside the san
     compute-sanitizer --tool memcheck  python -m mok.cuda.sanitize_check
     compute-sanitizer --tool racecheck python -m mok.cuda.sanitize_check
 
-The default problem has 2 emulated ranks, several experts (one of them empty), tokens that are not a multiple
-of the tile, I % 128 == 64 (a half-used gate/up column block), H % 256 != 0 (a half-used down column block)
-and a ring of one minibatch; it runs with top-k 2 (push-combine and the weighted sum) and top-k 1 (the fused
-top-1 combine), so every code path of the kernel runs at least once. The in-kernel wait bound is
-raised to 600 s because the sanitizer slows the kernel by orders of magnitude.
+The default problem has 2 emulated ranks, 8 experts with skewed routing (low ids hot), tokens that are not a
+multiple of the tile, I % 128 == 64 (a half-used gate/up column block), H % 256 != 0 (a half-used down column
+block) and a ring of one minibatch; it runs with top-k 2 (push-combine and the weighted sum) and top-k 1 (the
+fused top-1 combine), so every code path of the kernel runs at least once. The in-kernel wait bound is raised to
+600 s because the sanitizer slows the kernel by orders of magnitude.
 
 ``--bench T,H,I,E,K`` instead times both variants at that shape (CUDA events, median of 20 launches after 3
 warm-ups; forward FLOPs 6*T*K*H*I) and prints one line per variant. Exit status 0 means the forward matched
@@ -20,14 +20,15 @@ the reference (relative error below 1e-2) and the kernel recorded no error.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 
 import torch
 
 import mok
+from mok.bench.harness import time_fn
 from mok.config import MoKConfig, get_shape
 from mok.cuda.backend import VARIANTS, check_error, launch, prepare
+from mok.validate import relative_error
 
 
 def make_inputs(tokens, hidden, intermediate, experts, top_k, *, seed=0, skew=0.0, device="cuda"):
@@ -44,11 +45,6 @@ def make_inputs(tokens, hidden, intermediate, experts, top_k, *, seed=0, skew=0.
     return x, topk_ids, topk_weights, w_gate, w_up, w_down
 
 
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    return float((a - b).norm() / b.norm().clamp_min(1e-30))
-
-
 def check_small(variant: str, top_k: int = 2) -> bool:
     problem = make_inputs(200, 320, 192, 8, top_k, skew=1.5)
     config = MoKConfig(minibatch_rows=128, ring_rows=128)
@@ -57,7 +53,7 @@ def check_small(variant: str, top_k: int = 2) -> bool:
     check_error(prep)
     with torch.no_grad():
         ref = mok.moe(*problem, backend="reference", ep_size=2, config=config)
-    err = rel_err(out, ref)
+    err = relative_error(out, ref)
     finite = bool(torch.isfinite(out).all())
     fused = " (fused top-1 combine)" if prep.fuse_top1 else ""
     print(f"variant={variant} top_k={top_k}{fused}: relative error vs reference {err:.3e}, all finite: {finite}")
@@ -69,19 +65,8 @@ def bench(shape_spec: str, ep_size: int) -> None:
     problem = make_inputs(shape.tokens, shape.hidden, shape.intermediate, shape.num_experts, shape.top_k)
     prep = prepare(*problem, ep_size=ep_size)
     for variant in VARIANTS:
-        for _ in range(3):
-            launch(prep, variant=variant)
+        ms = time_fn(lambda _: launch(prep, variant=variant), device=prep.out.device, warmup=3, iters=20).median_ms
         check_error(prep)
-        times = []
-        for _ in range(20):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            launch(prep, variant=variant)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        check_error(prep)
-        ms = statistics.median(times)
         print(f"{shape.name} ({shape.describe()}) ep={ep_size} variant={variant}: {ms:.3f} ms, "
               f"{shape.forward_flops / ms / 1e9:.1f} TFLOP/s (kernel only; schedule build excluded)")
 

@@ -107,10 +107,6 @@ class Sm90Workspace:
             if t is not None:
                 t.fill_(float("nan"))
 
-    def nbytes(self) -> int:
-        tensors = [self.ring_x, self.ring_h, self.counters, self.error, self.combine]
-        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
-
 
 _CACHE: "OrderedDict[WorkspaceKey, Sm90Workspace]" = OrderedDict()
 

@@ -24,9 +24,8 @@ import triton.language as tl
 # it must be set before this package is imported.
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
 
-# NOTE: the interpreter's tl.dot on bfloat16 operands multiplies the raw 16-bit patterns (garbage); fp32
-# operands are right, and a bf16 value converts to fp32 exactly, so upcasting changes no product.
-_UPCAST_DOT_OPERANDS = tl.constexpr(INTERPRETING)
+# The same switch inside kernels (device helpers below work around the interpreter's defects with it).
+_INTERPRETING = tl.constexpr(INTERPRETING)
 
 TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float32: tl.float32, torch.float16: tl.float16}
 
@@ -55,9 +54,12 @@ def mma(a, b, acc):
     """``acc + a @ b`` with fp32 accumulation, one MMA chain step.
 
     fp32 operands use IEEE products (no TF32), so fp32 mode matches an fp32 reference to rounding; bf16
-    operands use the tensor cores' bf16 MMA. Under the interpreter bf16 operands are upcast first.
+    operands use the tensor cores' bf16 MMA.
+
+    NOTE: the interpreter's tl.dot on bfloat16 operands multiplies the raw 16-bit patterns (garbage); fp32
+    operands are right, and a bf16 value converts to fp32 exactly, so there the operands are upcast first.
     """
-    if _UPCAST_DOT_OPERANDS:
+    if _INTERPRETING:
         a = a.to(tl.float32)
         b = b.to(tl.float32)
     if a.dtype == tl.float32:
@@ -68,18 +70,24 @@ def mma(a, b, acc):
 
 
 @triton.jit
-def round_to(x, DTYPE: tl.constexpr):
-    """fp32 ``x`` rounded to ``DTYPE`` to nearest, ties to even (what ``.to`` does on the GPU).
+def fp32_to_bf16_rne(x):
+    """fp32 ``x`` -> bf16, round to nearest, ties to even, with integer operations (subnormals included): add
+    half a bf16 ulp plus the tie-to-even bit to the bit pattern and keep its high 16 bits."""
+    bits = x.to(tl.int32, bitcast=True)
+    rounded = bits + 0x7FFF + ((bits >> 16) & 1)
+    return (rounded >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True)
 
-    NOTE: the interpreter's fp32 -> bf16 conversion truncates; there the rounding is done on the bit pattern
-    first (add half an ulp of bf16 plus the tie-to-even bit, clear the low 16 bits), which makes the
-    truncating conversion exact.
+
+@triton.jit
+def round_to(x, DTYPE: tl.constexpr):
+    """``x`` rounded to ``DTYPE`` to nearest, ties to even (what ``.to`` does on the GPU).
+
+    NOTE: the interpreter's fp32 -> bf16 conversion truncates and mangles bf16 subnormals (triton 3.9, even
+    with ``fp_downcast_rounding="rtne"``); there the rounding is done by :func:`fp32_to_bf16_rne`.
     """
-    if _UPCAST_DOT_OPERANDS:
+    if _INTERPRETING:
         if DTYPE == tl.bfloat16:
-            bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
-            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-            x = bits.to(tl.float32, bitcast=True)
+            x = fp32_to_bf16_rne(x.to(tl.float32))
     return x.to(DTYPE)
 
 
@@ -337,23 +345,23 @@ _POISON = {"on": os.environ.get("MOK_TRITON_POISON") == "1"}
 
 def set_poison(enabled: bool) -> bool:
     """Fill every buffer the pipeline allocates with NaN (tests: an element no kernel wrote shows up as NaN
-    instead of stale memory). Returns the previous setting."""
+    instead of stale memory; see :func:`poison_`). Returns the previous setting."""
     previous = _POISON["on"]
     _POISON["on"] = bool(enabled)
     return previous
 
 
-def poisoning() -> bool:
-    return _POISON["on"]
-
-
 def poison_(t: torch.Tensor) -> torch.Tensor:
-    """NaN-fill ``t`` in place when poisoning is on (floating tensors only)."""
-    if _POISON["on"] and t.is_floating_point():
-        t.fill_(float("nan"))
+    """When poisoning is on, fill ``t`` in place with NaN (floating tensors) or 0xFF bytes (uint8: packed MXFP8
+    rows, where 0xFF is the E4M3 NaN code and the E8M0 NaN scale, so an unwritten row dequantizes to NaN)."""
+    if _POISON["on"]:
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        elif t.dtype == torch.uint8:
+            t.fill_(0xFF)
     return t
 
 
 def fresh(shape, dtype: torch.dtype, device) -> torch.Tensor:
-    """``torch.empty`` (NaN-filled when poisoning is on)."""
+    """``torch.empty``, poisoned when poisoning is on (:func:`poison_`)."""
     return poison_(torch.empty(shape, dtype=dtype, device=device))

@@ -28,18 +28,20 @@ the same sums (its internal accumulation is narrower than fp32), so it is not th
 
 E4M3 decoding: on the GPU the bytes are bitcast to ``tl.float8e4nv`` and converted by the hardware; under
 the interpreter they are decoded with integer bit operations (:func:`mok.triton_ref.mxfp8_quant.decode_e4m3`),
-which gives identical values. The interpreter's bf16 ``tl.dot`` is broken (background.md), so there the
-bf16 operands are widened to fp32 (exact) before the dot, and its fp32 -> bf16 cast truncates, so there bf16
-rounding is done with integer operations (:func:`mok.triton_ref.mxfp8_quant.fp32_to_bf16_rne`).
+which gives identical values. The interpreter's defects (its bf16 ``tl.dot`` and its fp32 -> bf16 cast) are
+handled where every kernel meets them, in :func:`mok.triton_ref._common.mma` and
+:func:`mok.triton_ref._common.round_to`.
 
 Tiling: one program per ``BLOCK_M x BLOCK_N`` output tile; ``BLOCK_M`` divides ``tile_rows`` so a program's rows
 belong to one expert (one ``tile_expert`` lookup per program). The scales of a ``BLOCK_K`` chunk are loaded as
 a ``[rows, BLOCK_K/32]`` tile and broadcast over their 32 elements in registers. Deterministic: K is walked
 in one fixed order by one program, no split-K, no atomics, fixed launch configuration (no autotuning).
 
-NOTE: compiled ahead of time for sm_90a with triton 3.9 (the default config, unit-stride K): the main loop is
-cp.async-pipelined loads, ``F2FP.F16.E4M3.UNPACK_B`` hardware decodes, ``HGMMA.64x128x16.F32.BF16``, no local
-memory (167 registers with a bf16 output). ``python -m mok.triton_ref.mxfp8_gemm`` times a few configs.
+NOTE: compiled ahead of time for sm_90 with triton 3.6 (the H200's; the default config, unit-stride K): the main
+loop is cp.async-pipelined loads, hardware E4M3 decodes (``cvt.rn.f16x2.e4m3x2``), ``wgmma`` m64n128k16 bf16
+with fp32 accumulation, no local memory; 166 registers with a bf16 output, 165 with the push epilogue, 225 with
+an fp32 output. ``python -m mok.triton_ref.mxfp8_gemm`` times a few configs
+(experiments/results/h200_2026-11-29_round4/mxfp8_gemm.log).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ import triton
 import triton.language as tl
 
 from ..mxfp8 import MX_BLOCK, MXFP8Tensor
-from .mxfp8_quant import decode_e4m3, e8m0_to_fp32, fp32_to_bf16_rne, interpreting
+from ._common import INTERPRETING, mma, round_to
+from .mxfp8_quant import decode_e4m3, e8m0_to_fp32
 from .push_combine import SlotPush, push_tile_in_halves
 
 
@@ -84,53 +87,36 @@ def _decode(codes, HW_DECODE: tl.constexpr):
 
 
 @triton.jit
-def _to_operand(values, INTERPRETING: tl.constexpr):
-    """Exact fp32 values of bf16 numbers -> the ``tl.dot`` operand: bf16, or fp32 under the interpreter."""
-    if INTERPRETING:  # the interpreter's bf16 cast and bf16 dot are broken: round by hand, multiply in fp32
-        operand = fp32_to_bf16_rne(values).to(tl.float32)
-    else:
-        operand = values.to(tl.bfloat16)  # exact (E4M3 value * power of two)
-    return operand
-
-
-@triton.jit
-def _dequantize_tile(codes, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, HW_DECODE: tl.constexpr,
-                     INTERPRETING: tl.constexpr):
-    """``[ROWS, BLOCK_K]`` uint8 E4M3 codes and ``[ROWS, BLOCK_K/32]`` uint8 scales -> the GEMM operand tile.
-
-    Returns bf16 (or, under the interpreter, the same values in fp32).
-    """
+def _dequantize_tile(codes, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, HW_DECODE: tl.constexpr):
+    """``[ROWS, BLOCK_K]`` uint8 E4M3 codes and ``[ROWS, BLOCK_K/32]`` uint8 scales -> the bf16 GEMM operand
+    tile (exact: an E4M3 value times a power of two)."""
     values = _decode(codes, HW_DECODE)
     # Broadcast each scale over its 32 elements: [ROWS, G] -> [ROWS, G, 32] -> [ROWS, BLOCK_K].
     scale = e8m0_to_fp32(scales)
     scale = tl.reshape(tl.broadcast_to(scale[:, :, None], (ROWS, BLOCK_K // 32, 32)), (ROWS, BLOCK_K))
-    return _to_operand(values * scale, INTERPRETING)
+    return round_to(values * scale, tl.bfloat16)
 
 
 @triton.jit
-def _dequantize_tile_kn(codes, scales, BLOCK_K: tl.constexpr, COLS: tl.constexpr, HW_DECODE: tl.constexpr,
-                        INTERPRETING: tl.constexpr):
+def _dequantize_tile_kn(codes, scales, BLOCK_K: tl.constexpr, COLS: tl.constexpr, HW_DECODE: tl.constexpr):
     """As :func:`_dequantize_tile` for a tile held K-first: ``[BLOCK_K, COLS]`` codes and
     ``[BLOCK_K/32, COLS]`` scales (a weight tile read as the ``[k, n]`` right-hand operand)."""
     values = _decode(codes, HW_DECODE)
     scale = e8m0_to_fp32(scales)
     scale = tl.reshape(tl.broadcast_to(scale[:, None, :], (BLOCK_K // 32, 32, COLS)), (BLOCK_K, COLS))
-    return _to_operand(values * scale, INTERPRETING)
+    return round_to(values * scale, tl.bfloat16)
 
 
 # The dequantizing operand loaders as other kernels call them (the fused SwiGLU GEMMs of
-# mok.triton_ref.swiglu): hardware E4M3 decode on the GPU, bit operations and fp32 operands under the
-# interpreter.
-_HW_DECODE = tl.constexpr(not interpreting())
-_INTERPRETING = tl.constexpr(interpreting())
+# mok.triton_ref.swiglu): hardware E4M3 decode on the GPU, bit operations under the interpreter.
+_HW_DECODE = tl.constexpr(not INTERPRETING)
 
 
 @triton.jit
 def mx_operand(codes, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     """An MXFP8 left-hand operand tile ``[ROWS, BLOCK_K]`` (uint8 codes, ``[ROWS, BLOCK_K/32]`` uint8 scales),
-    dequantized on chip to what ``tl.dot`` multiplies: bf16 (exact), or the same values in fp32 under the
-    interpreter."""
-    return _dequantize_tile(codes, scales, ROWS, BLOCK_K, _HW_DECODE, _INTERPRETING)
+    dequantized on chip to the bf16 values :func:`mok.triton_ref._common.mma` multiplies (exact)."""
+    return _dequantize_tile(codes, scales, ROWS, BLOCK_K, _HW_DECODE)
 
 
 @triton.jit
@@ -138,7 +124,7 @@ def mx_operand_kn(codes, scales, BLOCK_K: tl.constexpr, COLS: tl.constexpr):
     """An MXFP8 right-hand operand tile ``[BLOCK_K, COLS]`` (codes; scales ``[BLOCK_K/32, COLS]``), dequantized
     on chip like :func:`mx_operand`. Loading the weight tile K-first, as the BF16 kernels do, keeps the MMA
     operands of the MXFP8 and BF16 kernels in the same shape (no transpose)."""
-    return _dequantize_tile_kn(codes, scales, BLOCK_K, COLS, _HW_DECODE, _INTERPRETING)
+    return _dequantize_tile_kn(codes, scales, BLOCK_K, COLS, _HW_DECODE)
 
 
 # ======================================================================================================
@@ -153,8 +139,7 @@ def _mxfp8_grouped_gemm_kernel(
         stride_om, stride_on,
         src_rank_ptr, src_slot_ptr, slot_ptr_table, slot_stride,    # push epilogue (PUSH)
         TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        HW_DECODE: tl.constexpr, INTERPRETING: tl.constexpr, SOFTWARE_BF16_OUT: tl.constexpr,
-        PUSH: tl.constexpr, SLOT_DTYPE: tl.constexpr, SLOTS_ALIGNED: tl.constexpr):
+        HW_DECODE: tl.constexpr, PUSH: tl.constexpr, SLOT_DTYPE: tl.constexpr, SLOTS_ALIGNED: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
 
@@ -184,19 +169,16 @@ def _mxfp8_grouped_gemm_kernel(
                               mask=col_ok[:, None] & k_ok[None, :], other=0)
             w_scales = tl.load(ws_base + cols[:, None] * stride_wsn + g[None, :] * stride_wsg,
                                mask=col_ok[:, None] & g_ok[None, :], other=127)
-            a = _dequantize_tile(a_codes, a_scales, BLOCK_M, BLOCK_K, HW_DECODE, INTERPRETING)
-            w = _dequantize_tile(w_codes, w_scales, BLOCK_N, BLOCK_K, HW_DECODE, INTERPRETING)
-            acc = tl.dot(a, tl.trans(w), acc)
+            a = _dequantize_tile(a_codes, a_scales, BLOCK_M, BLOCK_K, HW_DECODE)
+            w = _dequantize_tile(w_codes, w_scales, BLOCK_N, BLOCK_K, HW_DECODE)
+            acc = mma(a, tl.trans(w), acc)
 
         # ---- epilogue: store in the output dtype, or push each row into its source rank's (token, k) slot ---
         if PUSH:
             push_tile_in_halves(acc, rows, pid_n * BLOCK_N, N, rows < M, src_rank_ptr, src_slot_ptr,
                                 slot_ptr_table, slot_stride, SLOT_DTYPE, SLOTS_ALIGNED, BLOCK_M, BLOCK_N)
         else:
-            if SOFTWARE_BF16_OUT:  # interpreter only (its bf16 cast truncates)
-                out = fp32_to_bf16_rne(acc)
-            else:
-                out = acc.to(out_ptr.dtype.element_ty)
+            out = round_to(acc, out_ptr.dtype.element_ty)
             tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, out, mask=col_ok[None, :])
 
 
@@ -279,9 +261,8 @@ def mxfp8_grouped_gemm(a: MXFP8Tensor, w: MXFP8Tensor, tile_expert: torch.Tensor
     if k == 0:
         raise ValueError("K must be positive")
 
-    interpret = interpreting()
     if hw_decode is None:
-        hw_decode = not interpret
+        hw_decode = not INTERPRETING
     a_codes, a_scales = _raw(a.data), a.scales
     w_codes, w_scales = _raw(w.data), w.scales
     grid = (rows // block_m, triton.cdiv(n, config.block_n))
@@ -301,9 +282,7 @@ def mxfp8_grouped_gemm(a: MXFP8Tensor, w: MXFP8Tensor, tile_expert: torch.Tensor
         w_scales.stride(0), w_scales.stride(1), w_scales.stride(2),
         out_args[1], out_args[2], *push_args,
         TILE=tile_rows, BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-        HW_DECODE=hw_decode, INTERPRETING=interpret,
-        SOFTWARE_BF16_OUT=interpret and out_dtype == torch.bfloat16,
-        PUSH=push is not None, SLOT_DTYPE=slot_dtype, SLOTS_ALIGNED=slots_aligned,
+        HW_DECODE=hw_decode, PUSH=push is not None, SLOT_DTYPE=slot_dtype, SLOTS_ALIGNED=slots_aligned,
         num_warps=config.num_warps, num_stages=config.num_stages)
     return None if push is not None else out
 

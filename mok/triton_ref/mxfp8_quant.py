@@ -37,8 +37,9 @@ the Triton interpreter and on the GPU and can be read as a specification:
   ``m * 2^-9``. On the GPU the GEMM may instead use the hardware conversion (identical results).
 
 Interpreter caveat (triton 3.9): its fp32 -> bf16 cast truncates instead of rounding to nearest even and
-mangles bf16 subnormals, even with ``fp_downcast_rounding="rtne"``. When interpreting, the kernels here round
-to bf16 with integer operations instead (:func:`fp32_to_bf16_rne`); on the GPU the hardware ``cvt.rn`` does it.
+mangles bf16 subnormals, even with ``fp_downcast_rounding="rtne"``. The kernels here round to bf16 with
+:func:`mok.triton_ref._common.round_to`, which uses integer operations when interpreting; on the GPU it is the
+hardware ``cvt.rn``.
 
 What the kernels read and write
 -------------------------------
@@ -65,27 +66,17 @@ The ``@triton.jit`` helpers (:func:`quantize_groups`, :func:`dequantize_groups`,
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-MX_BLOCK = 32
-"""Elements per E8M0 scale (the OCP MX block size)."""
-
-E4M3_MAX = 448.0
-E4M3_NAN_CODE = 0x7F
+from ..mxfp8 import MX_BLOCK
+from ._common import round_to
 
 # Fixed launch configuration (no autotuning: every run launches the same programs).
 _BLOCK_R = 16
 _BLOCK_G = 8
 _NUM_WARPS = 4
-
-
-def interpreting() -> bool:
-    """True when Triton kernels run in the CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 # ======================================================================================================
@@ -144,17 +135,6 @@ def e8m0_to_fp32(scales):
     bits = tl.where(s == 0, 0x00400000, s << 23)
     bits = tl.where(s == 255, 0x7FC00000, bits)
     return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def fp32_to_bf16_rne(x):
-    """fp32 -> bf16 round-to-nearest-even with integer operations (subnormals and overflow included).
-
-    Only needed under the interpreter, whose own cast truncates; ``x.to(tl.bfloat16)`` is right on the GPU.
-    """
-    bits = x.to(tl.int32, bitcast=True)
-    rounded = bits + 0x7FFF + ((bits >> 16) & 1)
-    return (rounded >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True)
 
 
 @triton.jit
@@ -220,8 +200,7 @@ def _quantize_kernel(x_ptr, codes_ptr, scales_ptr, R, K, stride_xb, stride_xr, s
 def _dequantize_kernel(codes_ptr, scales_ptr, out_ptr, R, K,
                        stride_cb, stride_cr, stride_ck, stride_sb, stride_sr, stride_sg, stride_ob, stride_or,
                        rows_in_use_ptr, window_start,
-                       LIMIT_ROWS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr,
-                       SOFTWARE_BF16: tl.constexpr):
+                       LIMIT_ROWS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr):
     pid_r = tl.program_id(0)
     pid_g = tl.program_id(1)
     batch = tl.program_id(2).to(tl.int64)
@@ -248,10 +227,7 @@ def _dequantize_kernel(codes_ptr, scales_ptr, out_ptr, R, K,
     values = dequantize_groups(codes, scales)
 
     # ---- store in the output dtype (fp32: exact; bf16: exact unless the scale is below 2^-124) ------------
-    if SOFTWARE_BF16:  # interpreter only (its bf16 cast truncates)
-        out = fp32_to_bf16_rne(values)
-    else:
-        out = values.to(out_ptr.dtype.element_ty)
+    out = round_to(values, out_ptr.dtype.element_ty)
     tl.store(out_ptr + batch * stride_ob + row3 * stride_or + col3, out, mask=mask3)
 
 
@@ -385,5 +361,4 @@ def _launch_dequantize(codes, scales, out, rows_in_use, window_start) -> None:
         raw, scales, out, rows, k, raw.stride(0), raw.stride(1), raw.stride(2),
         scales.stride(0), scales.stride(1), scales.stride(2), out.stride(0), out.stride(1),
         *_row_limit(rows_in_use, window_start, scales),
-        BLOCK_R=_BLOCK_R, BLOCK_G=_BLOCK_G, SOFTWARE_BF16=interpreting() and out.dtype == torch.bfloat16,
-        num_warps=_NUM_WARPS)
+        BLOCK_R=_BLOCK_R, BLOCK_G=_BLOCK_G, num_warps=_NUM_WARPS)

@@ -67,11 +67,11 @@ from ..backends import Backend, register_backend
 from ..backends.layer_run import LayerRunFunction
 from ..checks import resolve_precision
 from ..comm import EmulatedPeers, PeerBuffer, PeerGroup
-from ..config import MoEShape, MoKConfig
-from ..heuristics import device_spec, minibatch_rows
+from ..config import MoKConfig
+from ..heuristics import rank_minibatch_rows
 from ..ring import RingBuffer, RingPlan, plan_ring
 from ..schedule import RankSchedule, build_schedule
-from ._common import check_device, fresh, poison_, poisoning
+from ._common import check_device, fresh, poison_
 from .grouped_gemm import grouped_gemm_dgrad, grouped_gemm_forward, grouped_wgrad
 from .pull_dispatch import pull_reverse_combine, pull_token_rows
 from .push_combine import SlotPush, push_router_grad, sum_over_k, weighted_sum_over_k
@@ -86,15 +86,6 @@ def pointer_table(views: list[torch.Tensor], device: torch.device) -> torch.Tens
         # (the caching host allocator keeps the pinned block alive until the copy has run).
         return ptrs.pin_memory().to(device, non_blocking=True)
     return ptrs
-
-
-def fresh_rows(rows: int, width: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``torch.empty((rows, width))``, poisoned when poisoning is on: NaN for floats, 0xFF bytes for packed
-    MXFP8 rows (the E4M3 NaN code and the E8M0 NaN scale, so an unwritten row dequantizes to NaN)."""
-    t = fresh((rows, width), dtype, device)
-    if poisoning() and dtype == torch.uint8:
-        t.fill_(0xFF)
-    return t
 
 
 class EmulatedRankGroup(EmulatedPeers):
@@ -332,8 +323,7 @@ class TritonRanksRun:
         self.rings = {r: RingBuffer(plan, columns, self.device) for r, plan in self.plans.items()}
         for ring in self.rings.values():
             for t in ring.tensors.values():
-                if poisoning():
-                    t.fill_(0xFF if t.dtype == torch.uint8 else float("nan"))
+                poison_(t)
         self.scratch_rows = max(plan.minibatch_rows for plan in self.plans.values())
         self.x_buf: PeerBuffer | None = None
         self.weight_buf: PeerBuffer | None = None
@@ -344,12 +334,9 @@ class TritonRanksRun:
         if config.minibatch_rows is None and config.ring_rows is None:
             # One minibatch over the whole table: no host synchronisation (module docstring).
             return [RingPlan(capacity, capacity, capacity) for _ in range(self.world)]
-        shape = MoEShape("rank", self.tokens_local, self.hidden, self.intermediate, self.local_experts, self.top_k)
-        mb_rows = minibatch_rows(shape, device_spec(self.device), config)
-        if config.ring_rows is not None and config.ring_rows % mb_rows:
-            raise ValueError(f"MoKConfig.ring_rows ({config.ring_rows}) must be a multiple of the minibatch "
-                             f"size ({mb_rows} rows)")
-        # NOTE: host synchronisation: the host walks the ring, so it needs each rank's minibatch count.
+        mb_rows = rank_minibatch_rows(self.tokens_local, self.hidden, self.intermediate, self.local_experts,
+                                      self.top_k, self.device, config)
+        # RingPlan checks that the ring holds whole minibatches. NOTE: host synchronisation: the host walks the ring, so it needs each rank's minibatch count.
         return [plan_ring(rows, mb_rows, config.ring_rows) for rows in self.schedule.rows_used()]
 
     # ----------------------------------------------------------------------------------------------------
@@ -388,7 +375,7 @@ class TritonRanksRun:
 
         def scratch(name: str, width: int, dtype: torch.dtype) -> torch.Tensor:
             if name not in made:
-                made[name] = fresh_rows(self.scratch_rows, width, dtype, self.device)
+                made[name] = fresh((self.scratch_rows, width), dtype, self.device)
             return made[name]
         return scratch
 

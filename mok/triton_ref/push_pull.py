@@ -77,7 +77,6 @@ GPUs (``python -m mok.dist_cli bench`` under torchrun) the same kernel moves row
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -87,6 +86,7 @@ import triton.language as tl
 
 from ..comm import EmulatedPeers, PeerBuffer, PeerGroup
 from ..schedule import Schedule
+from ._common import INTERPRETING
 
 DIRECTIONS = ("pull", "push")
 SCOPES = ("gpu", "sys")
@@ -97,10 +97,6 @@ TARGET = tl.constexpr(1)     # rows every push so far should have delivered (thi
 READY = tl.constexpr(2)      # the last epoch this rank published as "buffer ready" (peers poll it)
 TIMEOUTS = tl.constexpr(3)   # this rank's waits that gave up (must stay 0)
 SIGNAL_WORDS = 4
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -262,8 +258,8 @@ class SignalState:
         local_ranks: the ranks this process launches for (whose time-outs :meth:`check` reads).
         epoch: the epoch of the last call (every process counts the same calls, so epochs agree).
 
-    ``arrivals``, ``targets``, ``ready`` and ``timeouts`` read one word of every rank as an ``[R]`` int64 tensor
-    (peers' words through their mapping; for checks, not for hot paths).
+    ``arrivals``, ``targets`` and ``ready`` read one word of every rank as an ``[R]`` int64 tensor (peers'
+    words through their mapping; for checks, not for hot paths); :meth:`check` reads the time-outs.
     """
 
     words: PeerBuffer
@@ -299,10 +295,6 @@ class SignalState:
     @property
     def ready(self) -> torch.Tensor:
         return self._word(READY)
-
-    @property
-    def timeouts(self) -> torch.Tensor:
-        return self._word(TIMEOUTS)
 
     def next_epoch(self) -> int:
         self.epoch += 1
@@ -382,7 +374,7 @@ def transfer_rows(own: PeerBuffer, peer: PeerBuffer, peer_rank: torch.Tensor, pe
         raise ValueError("push with signalling needs `expected` (rows each rank receives)")
     epoch = signal.next_epoch() if signal is not None else 0
     if max_spins is None:
-        max_spins = 1 << 15 if _interpreting() else 1 << 22
+        max_spins = 1 << 15 if INTERPRETING else 1 << 22
     base = own.views[ranks[0]]  # a launched rank's buffer: local memory on every kind of peer group
     dummy = own.ptr_table  # stands in for signalling pointers the data-only variant never touches
     blocks = len(ranks) * triton.cdiv(n_rows, block_rows)

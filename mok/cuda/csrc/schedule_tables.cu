@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdio>
 
 #include "mok/host_error.cuh"
 #include "mok/launch.cuh"
@@ -45,8 +44,6 @@ __global__ void __launch_bounds__(kRowsThreads)
   src_slot[idx] = s.src_slot;
   if (row % tile == 0) tile_expert[static_cast<long long>(rank) * (capacity / tile) + row / tile] = s.tile_expert;
 }
-
-using mok::fail;
 
 }  // namespace
 

@@ -6,7 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdio>
 
 #include "mok/host_error.cuh"
 #include "mok/launch.cuh"
@@ -16,8 +15,6 @@ namespace mok::sm90 {
 namespace {
 
 using Tiles = Sm90Tiles;
-
-using mok::fail;
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point: no link against libcuda needed.
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,

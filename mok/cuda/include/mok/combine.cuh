@@ -138,8 +138,9 @@ __device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const
 // time.
 // NOTE: this runs as the layer's tail (it waits for every push of its source rank), where nothing else hides
 // memory latency. With one item per thread the compiler keeps 4 slot loads (k unrolled by 4) of 16 bytes in
-// flight per thread, about 2 TB/s for the whole GPU by Little's law; two independent items double that. The
-// arithmetic of every output element is unchanged (k ascending, product rounded before the add).
+// flight per thread, about 2 TB/s for the whole GPU by Little's law (an estimate, not measured); kCombineItems
+// independent items multiply the loads in flight. The arithmetic of every output element is unchanged (k
+// ascending, product rounded before the add).
 template <class Tiles>
 __device__ __forceinline__ void combine_block(const Sm90MoeParams& p, const Task& t, int thread, int num_threads) {
   if (p.ablate & kAblateCombine) return;  // timing ablation

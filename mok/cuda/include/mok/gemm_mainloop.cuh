@@ -170,6 +170,12 @@ __device__ __forceinline__ void produce_tile(const Sm90MoeParams& p, SharedStora
   }
 }
 
+// One arrival per consumer warp on a stage's `empty` mbarrier (its wgmma reads of the stage are complete).
+__device__ __forceinline__ void release_stage(uint64_t* empty, int lane) {
+  __syncwarp();
+  if (lane == 0) mbar_arrive(empty);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Consumer (one warpgroup): acc[64 x 256] = A[rows 64*wg .. +63] * B^T over all K blocks.
 // kOverlap = false: wait for each k-block's wgmma before releasing its stage (simplest ordering).
@@ -199,26 +205,19 @@ __device__ __forceinline__ void consume_tile(const Sm90MoeParams& p, SharedStora
     if constexpr (kOverlap) {
       wgmma_wait<1>();
       fence_accumulators(acc);
-      if (kb > 0) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&s.empty[prev_stage]);
-      }
+      if (kb > 0) release_stage(&s.empty[prev_stage], lane);
       prev_stage = pipe.stage;
     } else {
       wgmma_wait<0>();
       fence_accumulators(acc);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&s.empty[pipe.stage]);
+      release_stage(&s.empty[pipe.stage], lane);
     }
     pipe.advance();
   }
   if constexpr (kOverlap) {
     wgmma_wait<0>();
     fence_accumulators(acc);
-    if (num_kblocks > 0) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&s.empty[prev_stage]);
-    }
+    if (num_kblocks > 0) release_stage(&s.empty[prev_stage], lane);
   }
 }
 

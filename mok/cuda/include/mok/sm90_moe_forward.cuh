@@ -2,9 +2,9 @@
 // the down GEMM with push-combine, and the weighted sum, for every emulated rank, in one launch.
 //
 // CTA = 3 warpgroups (384 threads):
-//   warpgroup 0 (producer, 40 registers): thread 0 takes tickets, decodes tasks (scheduler.cuh), waits for
+//   warpgroup 0 (producer, 56 registers): thread 0 takes tickets, decodes tasks (scheduler.cuh), waits for
 //       their dependencies, and issues the TMA loads of GEMM tiles (gemm_mainloop.cuh).
-//   warpgroups 1-2 (consumers, 232 registers): wgmma on 64 rows each, the epilogues (swiglu_epilogue.cuh,
+//   warpgroups 1-2 (consumers, 224 registers): wgmma on 64 rows each, the epilogues (swiglu_epilogue.cuh,
 //       combine.cuh), and the memory-bound tasks (dispatch.cuh, combine.cuh) with all 256 threads.
 //
 // Two variants share every piece above and differ only in how the roles meet:

@@ -107,7 +107,6 @@ enum ErrorCode : int {
   kErrNone = 0,
   kErrTimeout = 1,        // a bounded wait ran out of time (deadlock or a lost signal)
   kErrBadSchedule = 2,    // a used tile has no expert, or a row names a rank outside [0, R)
-  kErrSmemAlignment = 3,  // dynamic shared memory is not 1024-byte aligned
 };
 
 // Error record (int32 words): the first error wins (atomicCAS on word 0).
