@@ -14,10 +14,13 @@ For each shape (T, H, I, E, K), bf16, routing given (random logits -> ``mok.rout
  (c)  ``prep``           everything else the backend does before the launch (``prepare`` with the tables given:
                          pointer tables, output allocation, workspace lookup), and ``launch_host``: the host time
                          to enqueue reset + kernel (TMA descriptors, checks)
- (d)  ``kernel``         the megakernel alone (reset + kernel), per variant; for top-1 shapes also unfused
+ (d)  ``kernel``         the megakernel alone (reset + kernel), per variant and dispatch mode (``ring``: dispatch
+                         tasks fill the ring; ``gather``: the gate/up producer copies rows itself); for top-1
+                         shapes also unfused
  (e)  ``no_comm``        the megakernel with communication work removed (timing ablations, garbage results):
                          ``no_dispatch`` (dispatch copies nothing), ``no_combine`` (no weighted sum, no combine
-                         waits, down rows stored contiguously instead of scattered), ``no_comm`` (both)
+                         waits, down rows stored contiguously instead of scattered), ``no_comm`` (both); in ring
+                         mode, where dispatch is a task of its own
  (f)  ``gemm_only``      the three expert GEMMs through ``torch._grouped_mm`` on rows already gathered (no
                          SwiGLU, no gather, no combine): the vendor-library price of the FLOPs
 ====  =================  ============================================================================================
@@ -52,6 +55,7 @@ from mok.config import ANCHOR_SHAPES, EP64_SLICES, MoEShape, get_shape
 
 SHAPES = {s.name: s for s in [*ANCHOR_SHAPES, *EP64_SLICES]}
 VARIANTS = ("simple", "pipelined")
+DISPATCH_MODES = ("ring", "gather")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -185,24 +189,29 @@ def measure_shape(shape: MoEShape, iters: int, n_sets: int, deadline: float) -> 
     fused = preps[0].fuse_top1
     r["fused_top1"] = fused
     r["default_variant"] = backend.default_variant()
+    r["default_dispatch"] = backend.resolve_dispatch(None, shape.intermediate)  # "auto" resolved for this shape
+    r["gather_prefetch"] = backend.default_gather_prefetch()
     ablations = {"no_dispatch": backend.ABLATE["dispatch"],
                  "no_combine": backend.ABLATE["combine"] | backend.ABLATE["push"],
                  "no_comm": backend.ABLATE_ALL}
     for variant in VARIANTS:
-        r[f"kernel_{variant}_ms"] = time_events(lambda j: backend.launch(preps[j], variant=variant), n_sets, iters)
-        backend.check_error(preps[0])
+        for mode in DISPATCH_MODES:
+            r[f"kernel_{variant}_{mode}_ms"] = time_events(
+                lambda j: backend.launch(preps[j], variant=variant, dispatch=mode), n_sets, iters)
+            backend.check_error(preps[0])
+        r[f"kernel_{variant}_ms"] = r[f"kernel_{variant}_{r['default_dispatch']}_ms"]
         for name, flags in ablations.items():
             if time.monotonic() > deadline:
                 break
             r[f"{name}_{variant}_ms"] = time_events(
-                lambda j: backend.launch(preps[j], variant=variant, ablate=flags), n_sets, iters)
+                lambda j: backend.launch(preps[j], variant=variant, ablate=flags, dispatch="ring"), n_sets, iters)
             backend.check_error(preps[0])
     if fused and time.monotonic() < deadline:
         unfused = [backend.prepare(*p.args(j), schedule=tables[j], fuse_top1=False, reuse_workspace=True)
                    for j in range(n_sets)]
         for variant in VARIANTS:
             r[f"kernel_{variant}_unfused_ms"] = time_events(lambda j: backend.launch(unfused[j], variant=variant),
-                                                            n_sets, iters)
+                                                            n_sets, iters)  # default dispatch mode
         backend.check_error(unfused[0])
         del unfused
 
@@ -228,8 +237,10 @@ def derive(r: dict) -> dict:
     kernel = r.get(f"kernel_{variant}_ms", nan)
     r["layer_tflops"] = tflops(r.get("layer_ms"))
     for v in VARIANTS:
-        k = r.get(f"kernel_{v}_ms", nan)
-        r[f"kernel_{v}_tflops"] = tflops(k)
+        r[f"kernel_{v}_tflops"] = tflops(r.get(f"kernel_{v}_ms", nan))
+        for mode in DISPATCH_MODES:
+            r[f"kernel_{v}_{mode}_tflops"] = tflops(r.get(f"kernel_{v}_{mode}_ms", nan))
+        k = r.get(f"kernel_{v}_ring_ms", nan)  # the ablations run in ring mode
         for part, key in (("total", "no_comm"), ("dispatch", "no_dispatch"), ("combine", "no_combine")):
             ablated = r.get(f"{key}_{v}_ms", nan)
             r[f"not_hidden_{part}_{v}_ms"] = k - ablated
@@ -248,8 +259,9 @@ def fmt(value, digits: int = 2) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    """The compact per-shape table (default variant for the not-hidden split)."""
-    head = ("| shape | layer ms (TF/s) | kernel simple / pipelined ms (TF/s) | no-comm ms | not hidden ms (% kernel): "
+    """The compact per-shape table (default variant for the not-hidden split, which is measured in ring mode)."""
+    head = ("| shape | layer ms (TF/s) | kernel simple / pipelined ms (TF/s), default dispatch | kernel ring / gather "
+            "ms (TF/s), default variant | no-comm ms (ring) | not hidden ms (% ring kernel): "
             "total / dispatch / combine | GEMM-only ms (TF/s) | schedule gpu / eager / foundation gpu / foundation "
             "eager ms | schedule share % | prep + launch-host ms | layer - kernel ms |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -261,8 +273,10 @@ def table(rows: list[dict]) -> str:
                           for x in VARIANTS)
         if r.get("fused_top1"):
             kern += " [unfused " + " / ".join(fmt(r.get(f"kernel_{x}_unfused_ms"), 3) for x in VARIANTS) + "]"
+        modes = " / ".join(f"{fmt(r.get(f'kernel_{v}_{m}_ms'), 3)} ({fmt(r.get(f'kernel_{v}_{m}_tflops'), 0)})"
+                           for m in DISPATCH_MODES)
         lines.append(
-            f"| {r['shape']} | {fmt(r.get('layer_ms'), 3)} ({fmt(r.get('layer_tflops'), 0)}) | {kern} | "
+            f"| {r['shape']} | {fmt(r.get('layer_ms'), 3)} ({fmt(r.get('layer_tflops'), 0)}) | {kern} | {modes} | "
             f"{fmt(r.get(f'no_comm_{v}_ms'), 3)} | {nh} | {fmt(r.get('gemm_only_ms'), 3)} "
             f"({fmt(r.get('gemm_only_tflops'), 0)}) | {fmt(r.get('schedule_gpu_ms'), 3)} / "
             f"{fmt(r.get('schedule_eager_ms'), 3)} / {fmt(r.get('schedule_foundation_gpu_ms'), 3)} / "

@@ -131,9 +131,9 @@ static int fail(const char* what, const Task& t) {
 }
 
 int main() {
-  int R, tiles_per_rank, tpm, slots, n_gu, n_down, combine_blocks, slots_per_rank;
-  if (scanf("%d %d %d %d %d %d %d %d", &R, &tiles_per_rank, &tpm, &slots, &n_gu, &n_down, &combine_blocks,
-            &slots_per_rank) != 8) return 2;
+  int R, tiles_per_rank, tpm, slots, n_gu, n_down, combine_blocks, slots_per_rank, gather;
+  if (scanf("%d %d %d %d %d %d %d %d %d", &R, &tiles_per_rank, &tpm, &slots, &n_gu, &n_down, &combine_blocks,
+            &slots_per_rank, &gather) != 9) return 2;
   std::vector<int> rank_tiles(R);
   for (int& v : rank_tiles) if (scanf("%d", &v) != 1) return 2;
   std::vector<std::vector<std::vector<int>>> push(R);  // push[r][m][s]: rows of tile m going to source s
@@ -145,7 +145,7 @@ int main() {
   const int max_mb = (tiles_per_rank + tpm - 1) / tpm;
   int steps = 0;
   for (int r = 0; r < R; ++r) steps = std::max(steps, (rank_tiles[r] + tpm - 1) / tpm);
-  ScheduleView v{R, tiles_per_rank, tpm, slots, max_mb, n_gu, n_down, combine_blocks, steps, rank_tiles.data()};
+  ScheduleView v{R, tiles_per_rank, tpm, slots, max_mb, n_gu, n_down, combine_blocks, steps, rank_tiles.data(), gather};
   const CounterLayout ctr = CounterLayout::make(R, tiles_per_rank, max_mb);
   std::vector<long long> counters(ctr.total, 0);
   const int pushed_expected = slots_per_rank * n_down;
@@ -183,7 +183,8 @@ int main() {
         owner = t.minibatch;
       }
     } else if (t.kind == kTaskGateUp) {
-      if (x_owner[t.rank][slot] != t.minibatch) return fail("gate/up reads ring x rows of another minibatch", t);
+      // Gather mode reads the token buffers, never ring x.
+      if (!gather && x_owner[t.rank][slot] != t.minibatch) return fail("gate/up reads ring x rows of another minibatch", t);
       int& owner = h_owner[t.rank][slot];
       if (owner != t.minibatch) {
         if (owner >= 0 && down_done[{t.rank, owner}] != v.tiles_in_minibatch(t.rank, owner) * n_down)
@@ -201,7 +202,7 @@ int main() {
     for (int i = 0; i < m; ++i) counters[sig[i].offset] += 1;
   }
   long long expected_tasks = static_cast<long long>(R) * combine_blocks;
-  for (int r = 0; r < R; ++r) expected_tasks += static_cast<long long>(rank_tiles[r]) * (1 + n_gu + n_down);
+  for (int r = 0; r < R; ++r) expected_tasks += static_cast<long long>(rank_tiles[r]) * ((gather ? 0 : 1) + n_gu + n_down);
   if (tickets != expected_tasks) {
     printf("FAIL %lld tickets, expected %lld tasks\n", tickets, expected_tasks);
     return 1;
@@ -236,7 +237,7 @@ SCHEDULE_CASES = [
 ]
 
 
-def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, minibatch_rows, ring_slots, skew):
+def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, minibatch_rows, ring_slots, skew, gather):
     gen = torch.Generator().manual_seed(tokens + experts + ranks)
     logits = torch.randn(tokens, experts, generator=gen) - skew * torch.arange(experts, dtype=torch.float32)
     _, ids = mok.route(logits, top_k)
@@ -246,7 +247,7 @@ def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, miniba
     combine_blocks = 0 if fused else math.ceil(tokens // ranks / 16)
     lines = [" ".join(str(v) for v in (ranks, sched.capacity // 128, minibatch_rows // 128, ring_slots,
                                        math.ceil(intermediate / 128), math.ceil(hidden / 256),
-                                       combine_blocks, tokens // ranks * top_k)),
+                                       combine_blocks, tokens // ranks * top_k, int(gather))),
              " ".join(str(t) for t in rank_tiles)]
     for r in range(ranks):
         for m in range(rank_tiles[r]):
@@ -255,11 +256,12 @@ def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, miniba
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.parametrize("dispatch", ["ring", "gather"])
 @pytest.mark.parametrize("case", SCHEDULE_CASES, ids=lambda c: "R{}-T{}-K{}-E{}-H{}-I{}-mb{}-slots{}-skew{}".format(*c))
 @needs_nvcc
-def test_task_order_cannot_deadlock(schedule_simulator, case):
-    proc = subprocess.run([str(schedule_simulator)], input=_simulator_input(*case), capture_output=True, text=True,
-                          timeout=60)
+def test_task_order_cannot_deadlock(schedule_simulator, case, dispatch):
+    proc = subprocess.run([str(schedule_simulator)], input=_simulator_input(*case, dispatch == "gather"),
+                          capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
 
 
@@ -290,6 +292,18 @@ int main() {
            (unsigned long long)cute_start, (unsigned long long)mine);
     bad |= (mine & ~uint64_t(0x3FFF)) != cute_fields || (mine & 0x3FFF) != cute_start;
   }
+  // The gather mode's cp.async destinations (sm90 gemm_mainloop.cuh) against the same layout: chunk c (8 bf16)
+  // of row r must land where element (r, 8c) of the SW128 tile lives.
+  // (The address comes from the tensor: CuTe applies the swizzle to the shared-memory pointer, in bytes.)
+  for (int r = 0; r < 128; ++r)
+    for (int c = 0; c < 8; ++c) {
+      const uintptr_t cute_offset = reinterpret_cast<uintptr_t>(raw_pointer_cast(&tile(r, 8 * c)));
+      if (mok::sm90::sw128_chunk_offset(r, c) != cute_offset) {
+        printf("gather chunk offset differs at row %d chunk %d: %u vs %llu\n", r, c, mok::sm90::sw128_chunk_offset(r, c),
+               (unsigned long long)cute_offset);
+        bad = 1;
+      }
+    }
   return bad;
 }
 """

@@ -4,7 +4,8 @@ Accuracy: against the reference backend (same rounding points, different fp32 su
 GEMMs) and, at small shapes, against an fp64 oracle: the megakernel's error must stay within 1.25x the
 reference's own bf16 error. Against the Triton backend when it is available.
 
-Determinism: bit for bit across repeated launches, both variants, CTA counts, emulated EP degrees 1/2/4/8,
+Determinism: bit for bit across repeated launches, both variants, both dispatch modes, CTA counts, emulated EP
+degrees 1/2/4/8,
 minibatch and ring sizes, CUDA-graph replay, the fused top-1 combine against the unfused one, and reused
 workspaces. Every launch here runs with outputs, combine slots and ring poisoned with NaN, and with the
 kernel's error record checked.
@@ -44,10 +45,11 @@ def make_inputs(tokens, hidden, intermediate, experts, top_k, *, seed=0, skew=0.
     return make(tokens, hidden, intermediate, experts, top_k, seed=seed, skew=skew)
 
 
-def cuda_forward(problem, *, ep_size=1, config=None, variant="simple", num_ctas=0, poison=True, fuse_top1=None):
+def cuda_forward(problem, *, ep_size=1, config=None, variant="simple", num_ctas=0, poison=True, fuse_top1=None,
+                 dispatch=None):
     from mok.cuda.backend import sm90_forward
     return sm90_forward(*problem, ep_size=ep_size, config=config, variant=variant, num_ctas=num_ctas, check=True,
-                        poison=poison, fuse_top1=fuse_top1)
+                        poison=poison, fuse_top1=fuse_top1, dispatch=dispatch)
 
 
 def reference_forward(problem, *, ep_size=1, config=None):
@@ -332,3 +334,37 @@ def test_timing_ablations_run_to_completion(variant, top_k):
     launch(prep, variant=variant)  # no ablation after the ablated runs: the real result again
     check_error(prep)
     assert_bitwise_equal(prep.out, expected, "after ablated launches")
+
+
+# ------------------------------------------------------------------------------------------------------
+# Dispatch modes: gather (A rows copied by the producer warpgroup) against ring (dispatch tasks + TMA)
+# ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", ["basic", "tiny-hidden", "ragged-tokens", "empty-experts", "one-hot-expert", "wide"])
+def test_gather_dispatch_equals_ring_bitwise(name, variant):
+    """Same A rows, same GEMM order: the two modes must agree bit for bit, whatever the EP degree, ring size
+    or CTA count (1 CTA: every task of the order runs on one SM, so a hand-off bug in the producer deadlocks)."""
+    t, h, i, e, k, skew = SMALL_SHAPES[name]
+    problem = make_inputs(t, h, i, e, k, skew=skew, seed=100 + list(SMALL_SHAPES).index(name))
+    ring = cuda_forward(problem, variant=variant, dispatch="ring")
+    check_accuracy(ring, problem, with_oracle=False)
+    small_ring = MoKConfig(minibatch_rows=128, ring_rows=128)
+    for ep_size, config, num_ctas, prefetch in ((1, None, 0, "0"), (2, small_ring, 0, "2"), (4, None, 3, "8"),
+                                                (1, small_ring, 1, "0")):
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("MOK_CUDA_GATHER_PREFETCH", prefetch)
+            gathered = cuda_forward(problem, ep_size=ep_size, config=config, variant=variant, num_ctas=num_ctas,
+                                    dispatch="gather")
+        assert_bitwise_equal(gathered, ring, f"gather ep={ep_size} ring={config} ctas={num_ctas} prefetch={prefetch}")
+
+
+def test_gather_dispatch_reports_a_bad_schedule_row():
+    from mok.cuda.backend import Sm90KernelError, check_error, launch, prepare
+    problem = make_inputs(256, 256, 128, 8, 2, seed=36)
+    prep = prepare(*problem)
+    prep.schedule.src_slot[0, 0] = 10 ** 6  # a row that names no slot of its source rank
+    launch(prep, variant="pipelined", timeout_s=5.0, dispatch="gather")
+    with pytest.raises(Sm90KernelError, match="schedule"):
+        check_error(prep)
+

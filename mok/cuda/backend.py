@@ -24,9 +24,18 @@ training works end to end today at the cost of a second forward in the backward.
 Variants (``variant=`` or ``MOK_CUDA_VARIANT``): ``"simple"`` (lock-step roles, the baseline) and
 ``"pipelined"`` (producer runs ahead, overlapped wgmma). Both compute the same bits.
 
+Dispatch modes (``dispatch=`` or ``MOK_CUDA_DISPATCH``): ``"ring"`` (dispatch tasks pull token rows into the
+ring, which the gate/up GEMM reads by TMA: MoK's design, and what real multi-GPU ranks need) and ``"gather"``
+(the gate/up producer warps copy each tile's rows straight from the token buffers into shared memory: no
+dispatch tasks and no ring, for ranks whose tokens are in this GPU's memory, as all emulated ranks are). Both
+compute the same bits. ``"auto"`` (the default) picks per shape with :func:`resolve_dispatch`: gather re-reads
+a tile's rows once per gate/up column block, ring copies them once, so gather wins only when I is small.
+
 Environment:
 
-* ``MOK_CUDA_VARIANT`` (default ``simple``);
+* ``MOK_CUDA_VARIANT`` (default ``pipelined``);
+* ``MOK_CUDA_DISPATCH`` (default ``auto``) and ``MOK_CUDA_GATHER_PREFETCH`` (gather mode: K blocks ahead that
+  the producer asks L2 for token rows; default :data:`DEFAULT_GATHER_PREFETCH`, 0 = never);
 * ``MOK_CUDA_CHECK``: how the kernel's error record is read: ``deferred`` (default: copied asynchronously
   after each launch and read at a later call once it has landed, so no call waits for the GPU; an error is
   reported one call late, see :mod:`mok.cuda.errors`), ``1`` / ``sync`` (read after every launch, which
@@ -52,6 +61,14 @@ from .schedule_tables import KernelSchedule, build_kernel_schedule
 from .workspace import BLOCK_M, Sm90Workspace, WorkspaceKey, current_stream_handle, get_workspace
 
 VARIANTS = {"simple": 0, "pipelined": 1}
+DISPATCH_MODES = ("ring", "gather")
+# "auto" gathers when the gate/up GEMM has at most this many 128-column blocks (I <= 512). Measured on the H200
+# (2026-11-29, pipelined kernel): gather 13% and 10% faster at I = 256 (2 blocks: anchors 1, 2); ring 1% faster
+# at I = 1024 (8 blocks) and 10-18% at I = 2048 (16 blocks), without L2 prefetch.
+GATHER_MAX_COLUMN_BLOCKS = 4
+# Prefetching the token rows into L2 ahead of the cp.async did not help on the H200 (2026-11-29: 0, 4, 8, 16 K
+# blocks ahead at anchors 1, 3, 4, 5 and two EP-64 slices; none faster than 0 beyond noise), so it is off.
+DEFAULT_GATHER_PREFETCH = 0
 DEFAULT_RING_MINIBATCHES = 4  # ring size when MoKConfig.ring_rows is None (the ring never changes results)
 
 # Timing ablations (workspace.cuh, AblateFlags): each removes one piece of communication work; results are
@@ -70,7 +87,25 @@ def _capturing() -> bool:
 
 
 def default_variant() -> str:
-    return os.environ.get("MOK_CUDA_VARIANT", "simple")
+    return os.environ.get("MOK_CUDA_VARIANT", "pipelined")
+
+
+def default_dispatch() -> str:
+    return os.environ.get("MOK_CUDA_DISPATCH", "auto")
+
+
+def resolve_dispatch(dispatch: str | None, intermediate: int) -> str:
+    """``"ring"`` or ``"gather"`` for a layer of intermediate size ``intermediate`` (``None``: the default)."""
+    dispatch = dispatch or default_dispatch()
+    if dispatch == "auto":
+        return "gather" if -(-intermediate // 128) <= GATHER_MAX_COLUMN_BLOCKS else "ring"
+    if dispatch not in DISPATCH_MODES:
+        raise ValueError(f"dispatch must be one of {(*DISPATCH_MODES, 'auto')}, got {dispatch!r}")
+    return dispatch
+
+
+def default_gather_prefetch() -> int:
+    return int(os.environ.get("MOK_CUDA_GATHER_PREFETCH", str(DEFAULT_GATHER_PREFETCH)))
 
 
 def check_mode() -> str:
@@ -179,6 +214,8 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
         schedule = build_kernel_schedule(topk_ids, num_experts, ep_size, BLOCK_M, config.capacity_rows)
     minibatch_rows = rank_minibatch_rows(tokens_per_rank, hidden, intermediate, num_experts // ep_size, top_k,
                                          x.device, config)
+    # A minibatch larger than the table would only size the ring (and the counters) past what is ever used.
+    minibatch_rows = min(minibatch_rows, schedule.capacity)
     ring_rows = ring_rows_for(config, schedule.capacity, minibatch_rows)
 
     key = WorkspaceKey(str(x.device), current_stream_handle(x.device), ep_size, tokens_per_rank, top_k, hidden,
@@ -203,16 +240,22 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
 
 
 def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, timeout_s: float | None = None,
-           ablate: int = 0) -> torch.Tensor:
+           ablate: int = 0, dispatch: str | None = None, gather_prefetch: int | None = None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
     fewer is allowed (the static task order cannot deadlock), which tests use. ``ablate``: a bitmask of
-    :data:`ABLATE` values for timing experiments (the results are then garbage).
+    :data:`ABLATE` values for timing experiments (the results are then garbage). ``dispatch``: ``"ring"``,
+    ``"gather"`` or ``"auto"`` (module docstring; default ``MOK_CUDA_DISPATCH``); ``gather_prefetch``: K blocks
+    of L2 prefetch ahead in gather mode (default ``MOK_CUDA_GATHER_PREFETCH``). Neither changes a bit.
     """
     variant = variant or default_variant()
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+    dispatch = resolve_dispatch(dispatch, prep.w_gate.shape[1])
+    gather_prefetch = default_gather_prefetch() if gather_prefetch is None else gather_prefetch
+    if gather_prefetch < 0:
+        raise ValueError(f"gather_prefetch must be >= 0, got {gather_prefetch}")
     if not 0 <= ablate <= ABLATE_ALL:
         raise ValueError(f"ablate must be a bitmask of {ABLATE}, got {ablate}")
     timeout_s = float(os.environ.get("MOK_CUDA_TIMEOUT_S", "10")) if timeout_s is None else timeout_s
@@ -222,7 +265,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         prep.x_ptrs, prep.weight_ptrs, prep.combine_ptrs, prep.out_ptrs,
         prep.w_gate, prep.w_up, prep.w_down, ws.ring_x, ws.ring_h, ws.counters, ws.error,
         prep.tokens_per_rank, prep.top_k, prep.minibatch_rows, VARIANTS[variant], num_ctas, timeout_s,
-        prep.fuse_top1, ablate)
+        prep.fuse_top1, ablate, dispatch == "gather", gather_prefetch)
     return prep.out
 
 
@@ -248,7 +291,7 @@ def check_pending_errors(wait: bool = True) -> None:
 def sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: int = 1,
                  config: MoKConfig | None = None, variant: str | None = None, num_ctas: int = 0,
                  check: bool | str | None = None, poison: bool = False, fuse_top1: bool | None = None,
-                 reuse_workspace: bool = True) -> torch.Tensor:
+                 reuse_workspace: bool = True, dispatch: str | None = None) -> torch.Tensor:
     """The layer forward through the megakernel (no autograd). Returns ``out`` [T, H] bf16.
 
     Shapes as in :func:`mok.moe`. ``check``: ``True`` / ``"sync"`` reads the kernel's error record now (raises
@@ -262,7 +305,7 @@ def sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: in
         check_pending_errors(wait=False)  # report an earlier launch's error before queueing more work
     prep = prepare(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size=ep_size, config=config, poison=poison,
                    reuse_workspace=reuse_workspace, fuse_top1=fuse_top1)
-    out = launch(prep, variant=variant, num_ctas=num_ctas)
+    out = launch(prep, variant=variant, num_ctas=num_ctas, dispatch=dispatch)
     if mode == "sync":
         check_error(prep)
     elif mode == "deferred":

@@ -9,11 +9,12 @@ Meant to run under compute-sanitizer (build the extension first, outside the san
 The default problem has 2 emulated ranks, 8 experts with skewed routing (low ids hot), tokens that are not a
 multiple of the tile, I % 128 == 64 (a half-used gate/up column block), H % 256 != 0 (a half-used down column
 block) and a ring of one minibatch; it runs with top-k 2 (push-combine and the weighted sum) and top-k 1 (the
-fused top-1 combine), so every code path of the kernel runs at least once. The in-kernel wait bound is raised to
+fused top-1 combine), in both dispatch modes (ring and gather), so every code path of the kernel runs at least once. The in-kernel wait bound is raised to
 600 s because the sanitizer slows the kernel by orders of magnitude.
 
-``--bench T,H,I,E,K`` instead times both variants at that shape (CUDA events, median of 20 launches after 3
-warm-ups; forward FLOPs 6*T*K*H*I) and prints one line per variant. Exit status 0 means the forward matched
+``--bench T,H,I,E,K`` instead times both variants, ring dispatch and gather dispatch with several prefetch
+distances at that shape (CUDA events, median of 20 launches after 3
+warm-ups; forward FLOPs 6*T*K*H*I) and prints one line per configuration. Exit status 0 means the forward matched
 the reference (relative error below 1e-2) and the kernel recorded no error.
 """
 
@@ -27,7 +28,7 @@ import torch
 import mok
 from mok.bench.harness import time_fn
 from mok.config import MoKConfig, get_shape
-from mok.cuda.backend import VARIANTS, check_error, launch, prepare
+from mok.cuda.backend import DISPATCH_MODES, VARIANTS, check_error, launch, prepare
 from mok.validate import relative_error
 
 
@@ -45,35 +46,42 @@ def make_inputs(tokens, hidden, intermediate, experts, top_k, *, seed=0, skew=0.
     return x, topk_ids, topk_weights, w_gate, w_up, w_down
 
 
-def check_small(variant: str, top_k: int = 2) -> bool:
+def check_small(variant: str, top_k: int = 2, dispatch: str = "ring") -> bool:
     problem = make_inputs(200, 320, 192, 8, top_k, skew=1.5)
     config = MoKConfig(minibatch_rows=128, ring_rows=128)
     prep = prepare(*problem, ep_size=2, config=config, poison=True)
-    out = launch(prep, variant=variant, timeout_s=600.0)
+    out = launch(prep, variant=variant, timeout_s=600.0, dispatch=dispatch)
     check_error(prep)
     with torch.no_grad():
         ref = mok.moe(*problem, backend="reference", ep_size=2, config=config)
     err = relative_error(out, ref)
     finite = bool(torch.isfinite(out).all())
     fused = " (fused top-1 combine)" if prep.fuse_top1 else ""
-    print(f"variant={variant} top_k={top_k}{fused}: relative error vs reference {err:.3e}, all finite: {finite}")
+    print(f"variant={variant} dispatch={dispatch} top_k={top_k}{fused}: relative error vs reference {err:.3e}, all finite: {finite}")
     return finite and err < 1e-2
+
+
+# (variant, dispatch, gather_prefetch) configurations that --bench times.
+BENCH_CONFIGS = [(v, "ring", 0) for v in VARIANTS] + [(v, "gather", pf) for v in VARIANTS for pf in (0, 4, 8, 16)]
 
 
 def bench(shape_spec: str, ep_size: int) -> None:
     shape = get_shape(shape_spec)
     problem = make_inputs(shape.tokens, shape.hidden, shape.intermediate, shape.num_experts, shape.top_k)
     prep = prepare(*problem, ep_size=ep_size)
-    for variant in VARIANTS:
-        ms = time_fn(lambda _: launch(prep, variant=variant), device=prep.out.device, warmup=3, iters=20).median_ms
+    for variant, dispatch, prefetch in BENCH_CONFIGS:
+        ms = time_fn(lambda _: launch(prep, variant=variant, dispatch=dispatch, gather_prefetch=prefetch),
+                     device=prep.out.device, warmup=3, iters=20).median_ms
         check_error(prep)
-        print(f"{shape.name} ({shape.describe()}) ep={ep_size} variant={variant}: {ms:.3f} ms, "
+        mode = f"gather prefetch={prefetch}" if dispatch == "gather" else dispatch
+        print(f"{shape.name} ({shape.describe()}) ep={ep_size} variant={variant} dispatch={mode}: {ms:.3f} ms, "
               f"{shape.forward_flops / ms / 1e9:.1f} TFLOP/s (kernel only; schedule build excluded)")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="one small SM90 megakernel forward (for compute-sanitizer)")
     parser.add_argument("--variant", choices=[*VARIANTS, "both"], default="both")
+    parser.add_argument("--dispatch", choices=[*DISPATCH_MODES, "both"], default="both")
     parser.add_argument("--bench", metavar="SHAPE", help="time both variants at a preset name or 'T,H,I,E,K'")
     parser.add_argument("--ep", type=int, default=1, help="emulated ranks for --bench")
     args = parser.parse_args(argv)
@@ -81,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         bench(args.bench, args.ep)
         return 0
     variants = list(VARIANTS) if args.variant == "both" else [args.variant]
-    ok = all([check_small(v, top_k) for v in variants for top_k in (2, 1)])
+    modes = list(DISPATCH_MODES) if args.dispatch == "both" else [args.dispatch]
+    ok = all([check_small(v, top_k, d) for v in variants for d in modes for top_k in (2, 1)])
     return 0 if ok else 1
 
 

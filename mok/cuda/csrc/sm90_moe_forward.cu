@@ -102,6 +102,8 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
                 q.ring_rows, q.minibatch_rows);
   if (q.fuse_top1 && q.top_k != 1)
     return fail(message, message_len, "fuse_top1 needs top_k == 1 (one slot per token), got top_k = %d", q.top_k);
+  if (q.gather_prefetch < 0)
+    return fail(message, message_len, "gather_prefetch must be >= 0 (K blocks ahead), got %d", q.gather_prefetch);
   if (q.ablate < 0 || q.ablate > kAblateAll)
     return fail(message, message_len, "ablate must be a bitmask of AblateFlags in [0, %d], got %d", kAblateAll,
                 q.ablate);
@@ -114,7 +116,8 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   const int down_nblocks = ceil_div(q.hidden, Tiles::kBlockN);
   // Fused top-1: the down epilogue writes the output itself, so the task order has no combine tasks.
   const int combine_blocks = q.fuse_top1 ? 0 : ceil_div(q.tokens_per_rank, Tiles::kCombineTokens);
-  const long long tickets = static_cast<long long>(q.num_ranks) * tiles_per_rank * (1 + gate_up_nblocks + down_nblocks) +
+  const int dispatch_tasks = q.gather_x ? 0 : 1;  // per tile
+  const long long tickets = static_cast<long long>(q.num_ranks) * tiles_per_rank * (dispatch_tasks + gate_up_nblocks + down_nblocks) +
                             static_cast<long long>(q.num_ranks) * combine_blocks;
   const long long pushed = static_cast<long long>(q.tokens_per_rank) * q.top_k * down_nblocks;
   if (ring_total >= (1ll << 31) || weight_rows >= (1ll << 31) || tickets >= (1ll << 31) || pushed >= (1ll << 31))
@@ -149,6 +152,8 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.combine_blocks = combine_blocks;
   p.fuse_top1 = q.fuse_top1 ? 1 : 0;
   p.ablate = q.ablate;
+  p.gather_x = q.gather_x ? 1 : 0;
+  p.gather_prefetch = q.gather_prefetch;
   p.src_rank = q.src_rank;
   p.src_slot = q.src_slot;
   p.tile_expert = q.tile_expert;

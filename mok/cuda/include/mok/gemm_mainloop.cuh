@@ -1,9 +1,9 @@
 // The GEMM mainloop: TMA producer and wgmma consumers around a shared-memory stage ring.
 //
 // One tile is 128 rows x 256 accumulator columns x K, in K blocks of 64. Per stage the producer thread
-// lands an A box (128 rows x 64, 16 KB) and a B tile (256 rows x 64, 32 KB: one 256-row box for the
-// down GEMM, or a 128-row gate box and a 128-row up box for the gate/up GEMM) on the stage's `full`
-// mbarrier; each consumer warpgroup multiplies its 64 rows of A with all of B (wgmma m64n256k16, both
+// lands an A box (128 rows x 64, 16 KB; in gather mode the producer warpgroup copies the rows, see GatherRows)
+// and a B tile (256 rows x 64, 32 KB: one 256-row box for the down GEMM, or a 128-row gate box and a 128-row
+// up box for the gate/up GEMM) on the stage's `full` mbarrier; each consumer warpgroup multiplies its 64 rows of A with all of B (wgmma m64n256k16, both
 // operands K-major from shared memory, fp32 accumulators in 128 registers per thread), then arrives on the
 // stage's `empty` mbarrier (one arrival per consumer warp). The K order is fixed (k-block ascending, four
 // k16 steps each), so a row's result never depends on anything but that row: the determinism contract.
@@ -140,8 +140,9 @@ struct PipeState {
 
 // What the producer loads for one tile.
 struct TileLoad {
-  const CUtensorMap* a_map;  // ring x (gate/up) or ring h (down)
+  const CUtensorMap* a_map;  // ring x (gate/up) or ring h (down); nullptr: A rows are gathered (gather mode)
   int a_row;                 // first ring row of the tile
+  long long gather_row0;     // gather mode, gate/up: schedule-table row of the tile's first row
   const CUtensorMap* b_map0; // w_gate (gate/up) or w_down (down)
   int b_row0;
   const CUtensorMap* b_map1; // w_up (gate/up) or nullptr (down: one 256-row box)
@@ -150,16 +151,109 @@ struct TileLoad {
 };
 
 // ---------------------------------------------------------------------------------------------------------
-// Producer (one thread): fill the stage ring for one tile.
+// Gather mode: the producer warpgroup copies the tile's A rows from the token buffers itself.
+//
+// Each 128-byte K-block row is copied by 8 lanes of 16 bytes (so a warp covers 4 whole rows per cp.async
+// instruction and every L2 sector it touches is used entirely); the warpgroup covers 16 rows per pass and the
+// tile in 8 passes. The 16-byte chunk c of tile row r lands where TMA's 128-byte swizzle would put it,
+// chunk (c ^ (r % 8)) of the row's 128 bytes, so wgmma reads the stage with the same descriptor. The rows'
+// source addresses are found once per tile into shared memory (SharedStorage::gather_src).
+// ---------------------------------------------------------------------------------------------------------
+// Producer thread `producer_thread` finds the source of tile row `producer_thread` (as dispatch_tile does) and
+// publishes it in shared memory; the caller syncs the producer warpgroup before anyone reads the table.
+// (Registers: the producer has 56, too few to keep 8 row pointers per thread alongside its task state.)
+template <class Tiles>
+__device__ __forceinline__ void gather_find_rows(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const Task& t,
+                                                 long long row0, int producer_thread) {
+  const int r = producer_thread;
+  const int src_rank = p.src_rank[row0 + r];
+  const int src_slot = p.src_slot[row0 + r];
+  const char* src = nullptr;  // padding row: zero-filled
+  if (src_rank >= 0) {
+    if (src_rank >= p.num_ranks || src_slot < 0 || src_slot >= p.tokens_per_rank * p.top_k) {
+      record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * Tiles::kBlockM + r, src_rank, src_slot, t.ticket);
+    } else {
+      src = reinterpret_cast<const char*>(p.x_ptrs[src_rank]) + static_cast<long long>(src_slot / p.top_k) * p.hidden * 2;
+    }
+  }
+  s.gather_src[r] = src;
+}
+
+// Byte offset in an A stage of the 16-byte chunk `chunk` (of 8) of tile row `row`: where TMA's 128-byte swizzle
+// puts it, so the wgmma descriptors read a gathered stage like a TMA-written one (a CPU test checks this against
+// CuTe's SW128 K-major layout).
+__host__ __device__ __forceinline__ uint32_t sw128_chunk_offset(int row, int chunk) {
+  return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+// This thread's 8 copies of K block `kb` into the A stage at shared address `stage_a`: chunk `producer_thread
+// % 8` of rows producer_thread / 8 + 16 i. Row r = 16 i + j has r % 8 = j % 8 in every pass, so one swizzled
+// offset serves all passes.
+template <class Tiles>
+__device__ __forceinline__ void gather_issue(const Sm90MoeParams& p, const SharedStorage<Tiles>& s, uint32_t stage_a,
+                                             int kb, int num_kblocks, int producer_thread) {
+  constexpr int kPasses = Tiles::kBlockM / Tiles::kGatherRowsPerPass;  // 8
+  const int chunk = producer_thread & 7;
+  const int row = producer_thread >> 3;
+  const uint32_t dst = stage_a + sw128_chunk_offset(row, chunk);
+#pragma unroll
+  for (int i = 0; i < kPasses; ++i) {
+    const char* src = s.gather_src[row + i * Tiles::kGatherRowsPerPass];
+    const bool real = src != nullptr;
+    cp_async_16(dst + i * Tiles::kGatherRowsPerPass * 128, real ? src + kb * 128 + chunk * 16 : p.ring_x,
+                real ? 16u : 0u);
+  }
+  // Token rows are usually not in L2 on the first read of a tile (the ring, which TMA reads in ring mode, is),
+  // and a DRAM miss outlasts the 4-stage pipeline: ask L2 for the K block `gather_prefetch` blocks ahead. One
+  // 128-byte line per thread covers the tile: the thread of chunk c prefetches its row of pass c.
+  const int ahead = kb + p.gather_prefetch;
+  if (p.gather_prefetch > 0 && ahead < num_kblocks) {
+    const char* src = s.gather_src[row + chunk * Tiles::kGatherRowsPerPass];
+    if (src != nullptr) prefetch_l2(src + ahead * 128);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Producer: fill the stage ring for one tile.
+//
+// Ring mode: thread 0 alone (TMA for A and B). Gather mode: every thread of the producer warpgroup calls this
+// for every GEMM task. Gate/up: thread 0 loads B by TMA and all 128 threads copy A rows, one `.noinc`
+// arrival each, so `full` expects 1 + 128 arrivals; down: thread 0 loads A and B by TMA and makes the 128
+// arrivals itself, the other threads only step their pipeline position.
 // ---------------------------------------------------------------------------------------------------------
 template <class Tiles>
 __device__ __forceinline__ void produce_tile(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
-                                             const TileLoad& load) {
+                                             const TileLoad& load, const Task& t, int producer_thread) {
+  const bool leader = producer_thread == 0;
+  if (load.a_map == nullptr) {
+    // NOTE: the producer warpgroup met at a barrier since it last read gather_src (the task hand-off), so the
+    // table can be rewritten here; the barrier below publishes it.
+    gather_find_rows<Tiles>(p, s, t, load.gather_row0, producer_thread);
+    named_barrier_sync(NamedBarrier::kProducers, Tiles::kProducerThreads);
+    for (int kb = 0; kb < load.num_kblocks; ++kb) {
+      mbar_wait(p, &s.empty[pipe.stage], pipe.phase ^ 1u, kCtrMbarEmpty, static_cast<int>(pipe.stage));
+      if (leader) {
+        mbar_arrive_expect_tx(&s.full[pipe.stage], Tiles::kStageBytesB);
+        const int k0 = kb * Tiles::kBlockK;
+        tma_load_2d(s.b[pipe.stage], load.b_map0, &s.full[pipe.stage], k0, load.b_row0);
+        tma_load_2d(s.b[pipe.stage] + Tiles::kStageBytesB / 2, load.b_map1, &s.full[pipe.stage], k0, load.b_row1);
+      }
+      gather_issue<Tiles>(p, s, smem_addr(s.a[pipe.stage]), kb, load.num_kblocks, producer_thread);
+      cp_async_mbar_arrive_noinc(&s.full[pipe.stage]);
+      pipe.advance();
+    }
+    return;
+  }
+  if (!leader) {  // gather mode, TMA-fed tile: keep the pipeline position in step with thread 0
+    for (int kb = 0; kb < load.num_kblocks; ++kb) pipe.advance();
+    return;
+  }
   for (int kb = 0; kb < load.num_kblocks; ++kb) {
     // Fresh barriers sit in phase 0, so waiting for parity (phase ^ 1) passes on the first lap.
     mbar_wait(p, &s.empty[pipe.stage], pipe.phase ^ 1u, kCtrMbarEmpty, static_cast<int>(pipe.stage));
     // NOTE: the expected byte count must equal what the boxes land, or the stage never completes.
     mbar_arrive_expect_tx(&s.full[pipe.stage], Tiles::kStageTxBytes);
+    if (p.gather_x) mbar_arrive_count(&s.full[pipe.stage], Tiles::kProducerThreads);
     const int k0 = kb * Tiles::kBlockK;
     tma_load_2d(s.a[pipe.stage], load.a_map, &s.full[pipe.stage], k0, load.a_row);
     tma_load_2d(s.b[pipe.stage], load.b_map0, &s.full[pipe.stage], k0, load.b_row0);
@@ -180,10 +274,11 @@ __device__ __forceinline__ void release_stage(uint64_t* empty, int lane) {
 // Consumer (one warpgroup): acc[64 x 256] = A[rows 64*wg .. +63] * B^T over all K blocks.
 // kOverlap = false: wait for each k-block's wgmma before releasing its stage (simplest ordering).
 // kOverlap = true: keep one k-block of wgmma in flight and release the previous stage (standard SM90).
+// gathered_a: A was written by cp.async (generic proxy), so fence before wgmma reads it (async proxy).
 // ---------------------------------------------------------------------------------------------------------
 template <class Tiles, bool kOverlap>
 __device__ __forceinline__ void consume_tile(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
-                                             int num_kblocks, int consumer_wg, float (&acc)[128]) {
+                                             int num_kblocks, int consumer_wg, bool gathered_a, float (&acc)[128]) {
   static_assert(Tiles::kBlockN == 256, "the consumer issues m64n256k16");
   const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -193,6 +288,7 @@ __device__ __forceinline__ void consume_tile(const Sm90MoeParams& p, SharedStora
   uint32_t prev_stage = 0;
   for (int kb = 0; kb < num_kblocks; ++kb) {
     mbar_wait(p, &s.full[pipe.stage], pipe.phase, kCtrMbarFull, static_cast<int>(pipe.stage));
+    if (gathered_a) fence_proxy_async_shared();
     __syncwarp();  // wgmma is .sync.aligned: the warp must be converged after the (divergent) wait loop
     const uint64_t desc_a = make_sw128_kmajor_desc(smem_addr(s.a[pipe.stage]) + consumer_wg * 64 * 128);
     const uint64_t desc_b = make_sw128_kmajor_desc(smem_addr(s.b[pipe.stage]));

@@ -50,6 +50,9 @@ struct Sm90MoeProblem {
   bool fuse_top1 = false;        // top_k == 1 only: the down epilogue writes `out` (no combine slots or tasks);
                                  // combine_ptrs is then never dereferenced
   int ablate = 0;                // AblateFlags (workspace.cuh): timing experiments only, results are garbage
+  bool gather_x = false;         // gate/up gathers its A rows from x_ptrs (no dispatch tasks; ring_x unused but
+                                 // still a valid pointer). For ranks whose tokens are local (one GPU)
+  int gather_prefetch = 0;       // gather mode: K blocks ahead to prefetch token rows into L2 (0 = none)
 
   Sm90Variant variant = Sm90Variant::kSimple;
   int num_ctas = 0;              // persistent CTAs; 0 = one per SM

@@ -17,9 +17,14 @@
 //                   W(s)      down tiles of minibatch s (tile-major, then column block)
 //     after all steps: C      combine blocks, per source rank, kCombineTokens tokens each
 //
+// Gather mode (`gather_x`; mok/cuda/backend.py picks it per shape): the gate/up producer gathers its A rows straight from
+// the token buffers (gemm_mainloop.cuh, gather_a_rows), so there are no D groups, no ring x, and G waits
+// only for the ring h rows it overwrites.
+//
 // Dependencies (all point backwards in that order):
 //     D(i)       waits until every G(i - ring_slots) task finished  (ring x rows are free again)
-//     G(i, m)    waits until D(tile m) finished                      (its A rows are in the ring)
+//     G(i, m)    waits until D(tile m) finished                      (its A rows are in the ring; not
+//                                                                     in gather mode)
 //                and every W(i - ring_slots) task finished           (ring h rows are free again)
 //     W(i, m)    waits until every G(tile m, *) finished             (all of h for the tile is written)
 //     C(s, b)    waits until every row of source s was pushed        (T_local * K rows x down column blocks)
@@ -43,6 +48,8 @@ struct ScheduleView {
   int combine_blocks;       // per source rank
   int num_steps;            // max over ranks of ceil(rank_tiles / tiles_per_minibatch)
   const int* rank_tiles;    // [num_ranks] used tiles of each rank's table
+  int gather_x;             // 1: no dispatch tasks; gate/up gathers its A rows itself (last, so that
+                            //    aggregate initialisers without it mean the ring mode)
 
   __host__ __device__ int tiles_in_minibatch(int rank, int minibatch) const {
     const int left = rank_tiles[rank] - minibatch * tiles_per_minibatch;
@@ -51,9 +58,9 @@ struct ScheduleView {
 
   __host__ __device__ int group_size(int step, int phase, int rank) const {
     switch (phase) {
-      case kPhaseDispatchFirst: return step == 0 ? tiles_in_minibatch(rank, 0) : 0;
+      case kPhaseDispatchFirst: return step == 0 && !gather_x ? tiles_in_minibatch(rank, 0) : 0;
       case kPhaseGateUp: return tiles_in_minibatch(rank, step) * gate_up_nblocks;
-      case kPhaseDispatchNext: return tiles_in_minibatch(rank, step + 1);
+      case kPhaseDispatchNext: return gather_x ? 0 : tiles_in_minibatch(rank, step + 1);
       default: return tiles_in_minibatch(rank, step) * down_nblocks;
     }
   }
@@ -156,13 +163,22 @@ __host__ __device__ inline int task_dependencies(const ScheduleView& v, const Co
                      v.tiles_in_minibatch(t.rank, prev) * v.gate_up_nblocks};
       }
       break;
-    case kTaskGateUp:
-      deps[n++] = {kCtrDispatchDone, ctr.dispatch_done + t.rank * v.tiles_per_rank + t.tile, t.rank, t.tile, 1};
-      if (prev >= 0) {
-        deps[n++] = {kCtrDownMbDone, ctr.down_mb_done + t.rank * v.max_minibatches + prev, t.rank, prev,
-                     v.tiles_in_minibatch(t.rank, prev) * v.down_nblocks};
+    case kTaskGateUp: {
+      // NOTE: constant indices only (a runtime index would put `deps` in local memory on the device).
+      const Dependency rows_in_ring = {kCtrDispatchDone, ctr.dispatch_done + t.rank * v.tiles_per_rank + t.tile,
+                                       t.rank, t.tile, 1};
+      const Dependency ring_h_free = {kCtrDownMbDone, ctr.down_mb_done + t.rank * v.max_minibatches + prev, t.rank,
+                                      prev, prev >= 0 ? v.tiles_in_minibatch(t.rank, prev) * v.down_nblocks : 0};
+      if (v.gather_x) {  // the A rows come straight from the token buffers: no dispatch to wait for
+        deps[0] = ring_h_free;
+        n = prev >= 0 ? 1 : 0;
+      } else {
+        deps[0] = rows_in_ring;
+        deps[1] = ring_h_free;
+        n = prev >= 0 ? 2 : 1;
       }
       break;
+    }
     case kTaskDown:
       deps[n++] = {kCtrGateUpTileDone, ctr.gate_up_tile_done + t.rank * v.tiles_per_rank + t.tile, t.rank, t.tile,
                    v.gate_up_nblocks};

@@ -3,9 +3,14 @@
 //
 // CTA = 3 warpgroups (384 threads):
 //   warpgroup 0 (producer, 56 registers): thread 0 takes tickets, decodes tasks (scheduler.cuh), waits for
-//       their dependencies, and issues the TMA loads of GEMM tiles (gemm_mainloop.cuh).
+//       their dependencies, and issues the TMA loads of GEMM tiles (gemm_mainloop.cuh); in gather mode all
+//       128 threads copy the gate/up A rows.
 //   warpgroups 1-2 (consumers, 224 registers): wgmma on 64 rows each, the epilogues (swiglu_epilogue.cuh,
 //       combine.cuh), and the memory-bound tasks (dispatch.cuh, combine.cuh) with all 256 threads.
+//
+// Dispatch modes (runtime, Sm90MoeParams::gather_x): "ring" runs dispatch tasks that copy token rows into the
+// ring, read by TMA; "gather" has the producer warpgroup copy the rows of each gate/up tile straight from the
+// token buffers into the stage (cp.async), with no dispatch tasks and no ring x.
 //
 // Two variants share every piece above and differ only in how the roles meet:
 //   kPipelined = false ("simple"): lock-step. Thread 0 claims a task and waits for it, all 384 threads
@@ -58,7 +63,10 @@ __device__ __forceinline__ Task claim_task(const Sm90MoeParams& p, const Schedul
   Dependency deps[2];
   int n = task_dependencies(v, p.ctr, t, pushed_expected, deps);
   if (t.kind == kTaskCombine && (p.ablate & kAblateCombine)) n = 0;  // timing ablation: no wait, no work
-  for (int i = 0; i < n; ++i) {
+  // NOTE: unrolled with a guard so that `deps` is indexed by constants and stays in registers.
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (i >= n) break;
     if (!wait_counter_geq(p, p.counters + deps[i].offset, deps[i].expected, deps[i].counter_id, deps[i].rank,
                           deps[i].index, ticket)) {
       t.kind = kTaskStop;
@@ -93,8 +101,9 @@ template <class Tiles>
 __device__ __forceinline__ TileLoad tile_load(const Sm90MoeParams& p, const ScheduleView& v, const Task& t) {
   TileLoad load;
   load.a_row = t.rank * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
+  load.gather_row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
   if (t.kind == kTaskGateUp) {
-    load.a_map = &p.tmap_ring_x;
+    load.a_map = p.gather_x ? nullptr : &p.tmap_ring_x;
     load.b_map0 = &p.tmap_w_gate;
     load.b_map1 = &p.tmap_w_up;
     load.b_row0 = load.b_row1 = t.expert * p.intermediate + t.nblock * Tiles::kHalfN;
@@ -127,13 +136,13 @@ __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, Shared
       break;
     case kTaskGateUp: {
       float acc[128];
-      consume_tile<Tiles, kOverlap>(p, s, pipe, p.hidden / Tiles::kBlockK, consumer_wg, acc);
+      consume_tile<Tiles, kOverlap>(p, s, pipe, p.hidden / Tiles::kBlockK, consumer_wg, p.gather_x != 0, acc);
       gate_up_epilogue<Tiles>(p, v, t, s, acc, consumer_wg);
       break;
     }
     case kTaskDown: {
       float acc[128];
-      consume_tile<Tiles, kOverlap>(p, s, pipe, p.intermediate / Tiles::kBlockK, consumer_wg, acc);
+      consume_tile<Tiles, kOverlap>(p, s, pipe, p.intermediate / Tiles::kBlockK, consumer_wg, false, acc);
       down_epilogue_push<Tiles>(p, t, s, acc, consumer_wg, push_count);
       break;
     }
@@ -156,7 +165,10 @@ __device__ __forceinline__ void simple_producer(const Sm90MoeParams& p, SharedSt
     named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task published
     const Task t = s.tasks[0];
     if (t.kind == kTaskStop) break;
-    if (leader && is_gemm_task(t)) produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t));
+    // Gather mode: the whole producer warpgroup loads (gemm_mainloop.cuh, produce_tile).
+    if ((leader || p.gather_x) && is_gemm_task(t)) {
+      produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t), t, static_cast<int>(threadIdx.x));
+    }
     named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task finished, writes published
     if (leader) signal_task_done<Tiles>(p, v, t, s.push_count[0]);
   }
@@ -180,22 +192,34 @@ __device__ __forceinline__ void simple_consumer(const Sm90MoeParams& p, SharedSt
 // ---------------------------------------------------------------------------------------------------------
 // Variant "pipelined": producer runs ahead through the task queue.
 // ---------------------------------------------------------------------------------------------------------
+// Thread 0 claims tasks; in gather mode the other 127 producer threads follow it through a producer-only
+// barrier (they read the task thread 0 queued) and copy A rows with it.
 template <class Tiles>
 __device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const ScheduleView& v) {
-  if (threadIdx.x != 0) return;  // one thread drives the whole role
+  const bool leader = threadIdx.x == 0;
+  if (!leader && !p.gather_x) return;  // ring mode: one thread drives the whole role
   TaskCursor cursor;
   cursor.start(v);
   PipeState<Tiles> pipe;
   uint32_t slot = 0, parity = 0;
   while (true) {
-    // NOTE: every load of every task already queued was issued before this claim may block on a
-    // dependency, so the consumers can always finish the tasks this wait might depend on.
-    const Task t = claim_task<Tiles>(p, v, cursor);
-    mbar_wait(p, &s.task_empty[slot], parity ^ 1u, kCtrMbarTaskEmpty, static_cast<int>(slot));
-    s.tasks[slot] = t;
-    mbar_arrive(&s.task_full[slot]);  // release (CTA scope): the task and the acquired dependencies
+    Task t{};
+    if (leader) {
+      // NOTE: every load of every task already queued was issued before this claim may block on a
+      // dependency, so the consumers can always finish the tasks this wait might depend on.
+      t = claim_task<Tiles>(p, v, cursor);
+      mbar_wait(p, &s.task_empty[slot], parity ^ 1u, kCtrMbarTaskEmpty, static_cast<int>(slot));
+      s.tasks[slot] = t;
+      mbar_arrive(&s.task_full[slot]);  // release (CTA scope): the task and the acquired dependencies
+    }
+    if (p.gather_x) {
+      // Thread 0 rewrites this slot only two tasks later, after two more of these barriers: every producer
+      // thread has read it by then.
+      named_barrier_sync(NamedBarrier::kProducers, Tiles::kProducerThreads);
+      t = s.tasks[slot];
+    }
     if (t.kind == kTaskStop) break;
-    if (is_gemm_task(t)) produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t));
+    if (is_gemm_task(t)) produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t), t, static_cast<int>(threadIdx.x));
     if (++slot == Tiles::kTaskQueue) {
       slot = 0;
       parity ^= 1u;
@@ -249,8 +273,11 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
 
   // Prologue: barriers, per-rank tile counts, the number of steps.
   if (threadIdx.x == 0) {
+    // `full`: the producer's arrive_expect_tx (+ TMA bytes); in gather mode also one arrival per producer
+    // thread (its cp.async rows landed, or, for a TMA-fed stage, thread 0's arrival worth 128).
+    const uint32_t full_arrivals = 1u + (p.gather_x ? Tiles::kProducerThreads : 0u);
     for (int i = 0; i < Tiles::kStages; ++i) {
-      mbar_init(&s.full[i], 1);                           // the producer's arrive_expect_tx (+ TMA bytes)
+      mbar_init(&s.full[i], full_arrivals);
       mbar_init(&s.empty[i], 4 * Tiles::kNumConsumerWG);  // one arrival per consumer warp
     }
     for (int i = 0; i < Tiles::kTaskQueue; ++i) {
@@ -299,6 +326,7 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
   v.combine_blocks = p.combine_blocks;
   v.num_steps = s.num_steps;
   v.rank_tiles = s.rank_tiles;
+  v.gather_x = p.gather_x;
 
   // Roles. NOTE: setmaxnreg needs each warpgroup's role to be one branch of a single if/else.
   const int warpgroup = threadIdx.x / 128;

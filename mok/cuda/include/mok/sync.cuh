@@ -138,6 +138,39 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
                : "memory");
 }
 
+// One arrival worth `count` (gather mode: the arrivals of the producer threads that a TMA-fed stage does not
+// need, made by the one thread that issues the TMA).
+__device__ __forceinline__ void mbar_arrive_count(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// cp.async (gather mode): 16-byte copies global -> shared through L2, completing on an mbarrier.
+// ---------------------------------------------------------------------------------------------------------
+
+// Copies 16 bytes, or writes 16 zero bytes when `src_bytes` is 0 (padding rows; `src` is then not read).
+__device__ __forceinline__ void cp_async_16(uint32_t dst_smem, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst_smem), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+
+// Ask L2 to fetch the line holding `ptr` (no data comes back; the later cp.async then hits L2).
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
+}
+
+// The mbarrier receives one arrival once every cp.async this thread issued so far has landed. `.noinc`: the
+// arrival counts against the barrier's initial count (which includes the producer threads in gather mode).
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// NOTE: cp.async writes shared memory through the generic proxy and wgmma reads it through the async proxy:
+// the consumer fences after seeing the stage complete and before its wgmma (TMA-written stages need none).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done;
   asm volatile(
@@ -183,6 +216,7 @@ enum class NamedBarrier : uint32_t {
   kConsumers = 1,    // the two consumer warpgroups (256 threads)
   kConsumerWG0 = 2,  // consumer warpgroup 0 (epilogue staging of rows 0..63)
   kConsumerWG1 = 3,  // consumer warpgroup 1 (rows 64..127)
+  kProducers = 4,    // the producer warpgroup (gather mode: the task hand-off from thread 0)
 };
 
 // NOTE: `barrier.sync` (not `bar.sync`, which means barrier.sync.aligned) so that a warp whose lanes arrive

@@ -37,9 +37,12 @@ struct Sm90Tiles {
   static constexpr int kStageBytesA = kBlockM * kBlockK * 2;  // 16 KB
   static constexpr int kStageBytesB = kBlockN * kBlockK * 2;  // 32 KB
   static constexpr int kStageTxBytes = kStageBytesA + kStageBytesB;  // what TMA lands per stage
+  static constexpr int kProducerThreads = 128;                       // the producer warpgroup
+  static constexpr int kGatherRowsPerPass = kProducerThreads / 8;    // gather: 8 lanes per 128-byte row
   static constexpr int kStagingPitch = kHalfN * 2;                // epilogue staging row: 128 bf16
 
   static_assert(kBlockK * 2 == 128, "a K block must be exactly one 128-byte swizzle row");
+  static_assert(kBlockM % kGatherRowsPerPass == 0, "gather: the producer warpgroup covers the tile in passes");
   static_assert(kBlockM == 64 * kNumConsumerWG, "each consumer warpgroup owns 64 rows (wgmma M = 64)");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N must be a multiple of 16, at most 256");
   static_assert(kHalfN <= 256 && kBlockM <= 256, "a TMA box side is at most 256 elements");
@@ -152,6 +155,8 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int combine_blocks;        // ceil(T_local / kCombineTokens) per rank; 0 when fuse_top1 (no combine tasks)
   int fuse_top1;             // 1: top_k == 1 and the down epilogue writes out[token] = bf16(0 + w * y) itself
   int ablate;                // AblateFlags bitmask (timing experiments only; 0 in normal runs)
+  int gather_x;              // 1: gate/up gathers A rows from x_ptrs itself (no dispatch tasks, ring x unused)
+  int gather_prefetch;       // gather mode: K blocks ahead the producer asks L2 for the token rows (0 = never)
 
   // Schedule tables (mok.schedule.Schedule), int32, row-major per rank.
   const int* src_rank;         // [R, capacity]   source rank of each row; -1 on padding
@@ -201,7 +206,7 @@ struct alignas(1024) SharedStorage {
   // Epilogue staging: 128 rows x 128 bf16, 16-byte chunks XOR-swizzled by (row & 7) so that both the
   // fragment writes and the row reads are free of bank conflicts. Consumer warpgroup w owns rows 64w..+63.
   alignas(128) uint8_t staging[Tiles::kBlockM * Tiles::kStagingPitch];
-  uint64_t full[Tiles::kStages];    // TMA bytes landed
+  uint64_t full[Tiles::kStages];    // TMA bytes landed (and, in gather mode, the producers' cp.async rows)
   uint64_t empty[Tiles::kStages];   // consumers done reading
   uint64_t task_full[Tiles::kTaskQueue];
   uint64_t task_empty[Tiles::kTaskQueue];
@@ -209,6 +214,7 @@ struct alignas(1024) SharedStorage {
   int rank_tiles[Tiles::kMaxRanks];       // used tiles (rows_used / BLOCK_M) of every rank
   int push_count[2][Tiles::kMaxRanks];    // rows pushed to each source rank by the current down task
   int num_steps;                          // max over ranks of the number of minibatches
+  const char* gather_src[Tiles::kBlockM];  // gather mode: source row of each row of the tile being loaded
 };
 
 template <class Tiles>
