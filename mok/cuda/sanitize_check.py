@@ -12,8 +12,8 @@ block) and a ring of one minibatch; it runs with top-k 2 (push-combine and the w
 fused top-1 combine), in both dispatch modes (ring and gather), so every code path of the kernel runs at least once. The in-kernel wait bound is raised to
 600 s because the sanitizer slows the kernel by orders of magnitude.
 
-``--bench T,H,I,E,K`` instead times both variants, ring dispatch and gather dispatch with several prefetch
-distances at that shape (CUDA events, median of 20 launches after 3
+``--bench T,H,I,E,K`` instead times both variants in both dispatch modes at that shape (``--prefetch-sweep``:
+also gather with L2 prefetch) (CUDA events, median of 20 launches after 3
 warm-ups; forward FLOPs 6*T*K*H*I) and prints one line per configuration. Exit status 0 means the forward matched
 the reference (relative error below 1e-2) and the kernel recorded no error.
 """
@@ -61,15 +61,17 @@ def check_small(variant: str, top_k: int = 2, dispatch: str = "ring") -> bool:
     return finite and err < 1e-2
 
 
-# (variant, dispatch, gather_prefetch) configurations that --bench times.
-BENCH_CONFIGS = [(v, "ring", 0) for v in VARIANTS] + [(v, "gather", pf) for v in VARIANTS for pf in (0, 4, 8, 16)]
+# (variant, dispatch, gather_prefetch) configurations that --bench times; --prefetch-sweep adds gather with L2
+# prefetch 4, 8 and 16 K blocks ahead.
+BENCH_CONFIGS = [(v, mode, 0) for v in VARIANTS for mode in DISPATCH_MODES]
+PREFETCH_SWEEP = [(v, "gather", pf) for v in VARIANTS for pf in (4, 8, 16)]
 
 
-def bench(shape_spec: str, ep_size: int) -> None:
+def bench(shape_spec: str, ep_size: int, prefetch_sweep: bool = False) -> None:
     shape = get_shape(shape_spec)
     problem = make_inputs(shape.tokens, shape.hidden, shape.intermediate, shape.num_experts, shape.top_k)
     prep = prepare(*problem, ep_size=ep_size)
-    for variant, dispatch, prefetch in BENCH_CONFIGS:
+    for variant, dispatch, prefetch in BENCH_CONFIGS + (PREFETCH_SWEEP if prefetch_sweep else []):
         ms = time_fn(lambda _: launch(prep, variant=variant, dispatch=dispatch, gather_prefetch=prefetch),
                      device=prep.out.device, warmup=3, iters=20).median_ms
         check_error(prep)
@@ -84,9 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dispatch", choices=[*DISPATCH_MODES, "both"], default="both")
     parser.add_argument("--bench", metavar="SHAPE", help="time both variants at a preset name or 'T,H,I,E,K'")
     parser.add_argument("--ep", type=int, default=1, help="emulated ranks for --bench")
+    parser.add_argument("--prefetch-sweep", action="store_true", help="--bench also times gather with L2 prefetch")
     args = parser.parse_args(argv)
     if args.bench:
-        bench(args.bench, args.ep)
+        bench(args.bench, args.ep, args.prefetch_sweep)
         return 0
     variants = list(VARIANTS) if args.variant == "both" else [args.variant]
     modes = list(DISPATCH_MODES) if args.dispatch == "both" else [args.dispatch]
