@@ -159,6 +159,7 @@ struct TileLoad {
 // chunk (c ^ (r % 8)) of the row's 128 bytes, so wgmma reads the stage with the same descriptor. The rows'
 // source addresses are found once per tile into shared memory (SharedStorage::gather_src).
 // ---------------------------------------------------------------------------------------------------------
+
 // Producer thread `producer_thread` finds the source of tile row `producer_thread` (as dispatch_tile does) and
 // publishes it in shared memory; the caller syncs the producer warpgroup before anyone reads the table.
 // (Registers: the producer has 56, too few to keep 8 row pointers per thread alongside its task state.)
@@ -203,9 +204,9 @@ __device__ __forceinline__ void gather_issue(const Sm90MoeParams& p, const Share
     cp_async_16(dst + i * Tiles::kGatherRowsPerPass * 128, real ? src + kb * 128 + chunk * 16 : p.ring_x,
                 real ? 16u : 0u);
   }
-  // Token rows are usually not in L2 on the first read of a tile (the ring, which TMA reads in ring mode, is),
-  // and a DRAM miss outlasts the 4-stage pipeline: ask L2 for the K block `gather_prefetch` blocks ahead. One
-  // 128-byte line per thread covers the tile: the thread of chunk c prefetches its row of pass c.
+  // Optional (p.gather_prefetch > 0): ask L2 for the K block `gather_prefetch` blocks ahead, one 128-byte line
+  // per thread (the thread of chunk c takes its row of pass c). The idea was that token rows, unlike the ring,
+  // miss L2 on a tile's first read; on the H200 it made no difference (mok/cuda/README.md), so it is off.
   const int ahead = kb + p.gather_prefetch;
   if (p.gather_prefetch > 0 && ahead < num_kblocks) {
     const char* src = s.gather_src[row + chunk * Tiles::kGatherRowsPerPass];
