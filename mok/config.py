@@ -134,7 +134,10 @@ class MoKConfig:
         capacity_rows: rows each rank's schedule table can hold, padding included. ``None`` uses the
             worst case that routing allows, so it can never overflow and needs no host synchronisation.
             A smaller capacity saves memory; exceeding it raises an error (tokens are never dropped).
-        comm_sms: SMs the CUDA megakernel gives to dispatch and combine.
+        comm_sms: SMs to reserve for dispatch and combine (MoK's design). The SM90 megakernel does not read it:
+            there dispatch and combine are tasks in the same ticket stream, run by whichever SM takes them
+            (mok/cuda/README.md). Its dispatch mode and variant are chosen with ``MOK_CUDA_DISPATCH`` and
+            ``MOK_CUDA_VARIANT`` (mok/cuda/backend.py).
         policy: name of the registered minibatch policy used when ``minibatch_rows`` is ``None``.
     """
 
