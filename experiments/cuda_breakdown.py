@@ -34,7 +34,8 @@ Run on the H200 (after the extension is built, e.g. by the GPU tests, or it is b
     python experiments/cuda_breakdown.py            # all nine shapes (15 s on 2026-11-29); JSON to $OUT if set
     python experiments/cuda_breakdown.py --shapes anchor-2,kimi-k2.7/ep64 --iters 20
 
-Prints one compact table last; writes ``cuda_breakdown_<stamp>.json`` to ``$OUT`` (or ``--out DIR``).
+Prints one compact table last; writes ``cuda_breakdown_<stamp>.json`` and a ``.png`` of the same name to ``$OUT``
+(or ``--out DIR``). ``--from-json FILE`` redraws both from a saved JSON without a GPU.
 """
 
 from __future__ import annotations
@@ -286,6 +287,62 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot(rows: list[dict], meta: dict, path: Path) -> Path | None:
+    """Two panels per shape: the kernel's TFLOP/s in each (variant, dispatch mode) next to ``torch._grouped_mm``
+    on pre-gathered rows, and where the default kernel's time goes (GEMM tasks, dispatch and combine not hidden,
+    in ring mode). Returns the PNG path, or ``None`` without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    nan = float("nan")
+    names = [r["shape"] for r in rows]
+    x = list(range(len(rows)))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 4.8))
+    series = [(f"{v} / {m}", f"kernel_{v}_{m}_tflops") for v in VARIANTS for m in DISPATCH_MODES]
+    series.append(("torch._grouped_mm, GEMMs only", "gemm_only_tflops"))
+    width = 0.8 / len(series)
+    for k, (label, key) in enumerate(series):
+        left.bar([i + (k - (len(series) - 1) / 2) * width for i in x], [r.get(key, nan) for r in rows], width,
+                 label=label)
+    left.set_title("megakernel alone: variant / dispatch mode")
+    left.set_ylabel("TFLOP/s (6 T K H I / time)")
+    # Ring-mode split of the default variant's kernel time: the kernel with all communication ablated, and the
+    # rest. (The dispatch / combine split is in the table: the two ablations do not add up exactly.)
+    def share(r: dict, key: str) -> float:
+        v = r.get("default_variant", "simple")
+        ms, kernel = r.get(key.format(v=v), nan), r.get(f"kernel_{v}_ring_ms", nan)
+        return max(0.0, 100 * ms / kernel) if ms == ms and kernel == kernel and kernel else 0.0
+    gemm = [share(r, "no_comm_{v}_ms") for r in rows]
+    comm = [share(r, "not_hidden_total_{v}_ms") for r in rows]
+    right.bar(x, gemm, 0.6, label="GEMM tasks and the rest (communication ablated)")
+    right.bar(x, comm, 0.6, bottom=gemm, label="dispatch + combine not hidden")
+    right.set_title("where the ring-mode kernel's time goes (timing ablations)")
+    right.set_ylabel("% of the ring-mode kernel")
+    for ax in (left, right):
+        ax.set_xticks(x)
+        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+        ax.legend(fontsize=7, loc="lower right" if ax is right else "upper left", ncol=1 if ax is right else 2)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"{meta.get('device', '?')}, commit {meta.get('commit', '?')}, {meta.get('date', '?')}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def replot(json_path: Path, out_dir: Path | None) -> int:
+    """The table and the PNG again from a saved JSON (no GPU needed)."""
+    doc = json.loads(Path(json_path).read_text())
+    rows = [r for r in doc["shapes"] if "error" not in r]
+    print(table(rows))
+    png = plot(rows, doc["meta"], (out_dir or Path(json_path).parent) / (Path(json_path).stem + ".png"))
+    print(f"wrote {png}" if png else "matplotlib missing: no plot")
+    return 0
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Main
 # ----------------------------------------------------------------------------------------------------------
@@ -298,7 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=110.0,
                         help="stop starting optional measurements (ablations, GEMM-only) and new shapes after this")
     parser.add_argument("--out", default=os.environ.get("OUT"), help="directory for the JSON (default $OUT)")
+    parser.add_argument("--from-json", metavar="FILE", help="no measurement: print the table and draw the plot of a "
+                        "saved JSON (into --out, default the JSON's folder)")
     args = parser.parse_args(argv)
+    if args.from_json:
+        return replot(Path(args.from_json), Path(args.out) if args.out else None)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
         print("cuda_breakdown: needs a Hopper GPU (compute capability 9.x)")
         return 2
@@ -344,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         path = out_dir / f"cuda_breakdown_{stamp}.json"
         path.write_text(json.dumps({"meta": meta, "shapes": rows}, indent=1, default=str))
         print(f"wrote {path}")
+        png = plot([r for r in rows if "error" not in r], meta, path.with_suffix(".png"))
+        if png:
+            print(f"wrote {png}")
     good = [r for r in rows if "error" not in r]
     print(f"\n{meta['device']}, commit {meta['commit']}, {meta['date']}, {meta['total_s']} s; ms are medians, "
           f"TF/s = 6TKHI / time; not hidden = kernel - kernel with that communication removed "
