@@ -10,8 +10,11 @@
   the first shape on an H200, 1-2 for each later one), which the warm-up absorbs.
 
 NOTE: :class:`SonicLayer` has **never run on a GPU** (no benchmark so far included SonicMoE: every recorded run
-used ``--no-sonic``). It follows SonicMoE's ``MoE(num_experts, top_k, hidden, intermediate, activation,
-add_bias, std)`` constructor and its ``forward(x, kernel_backend_moe=...) -> (out, aux_loss)``, but is untested;
+used ``--no-sonic``). It follows SonicMoE's ``MoE(num_experts, num_experts_per_tok, hidden_size,
+intermediate_size, activation_function, add_bias, std)`` constructor and its ``forward(hidden_states,
+kernel_backend_moe=...) -> (out, aux_loss)`` (checked against the source of sonic-moe 0.1.2.post1 in the bundle,
+2026-11-29: in training mode the forward also computes the switch auxiliary loss, part of what is timed), but is
+untested;
 the SonicMoE figures in the READMEs are the team's own measurement from background.md, not from this wrapper.
 
 The GPU machine cannot reach a package registry: ``../shared/tools/sonic_bundle.sh`` packs SonicMoE into
@@ -59,8 +62,13 @@ class SonicLayer:
 
         torch.manual_seed(seed)
         self.kernel_backend = KernelBackendMoE.sonicmoe
-        self.module = MoE(shape.num_experts, shape.top_k, shape.hidden, shape.intermediate,
-                          ActivationType.SWIGLU, False, 0.02).to(device=device, dtype=torch.bfloat16)
+        # Built on the device: MoE.__init__ fills its fp32 weights with normal_ at once, gigabytes at the anchor
+        # shapes (anchor-5: 11 GB), which on the host would take seconds and host memory; it also records the
+        # current CUDA stream, which its kernels launch on.
+        with torch.device(device):
+            module = MoE(shape.num_experts, shape.top_k, shape.hidden, shape.intermediate, ActivationType.SWIGLU,
+                         False, 0.02)
+        self.module = module.to(dtype=torch.bfloat16)
         gen = torch.Generator(device=device).manual_seed(seed)
         self.xs = [torch.randn(shape.tokens, shape.hidden, device=device, dtype=torch.bfloat16, generator=gen)
                    .requires_grad_(True) for _ in range(n_sets)]
