@@ -30,6 +30,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture
+def poisoned_triton_buffers():
+    """Every buffer the Triton pipeline allocates is NaN-poisoned (``mok.triton_ref._common.set_poison``), so an
+    element no kernel writes cannot hide; the previous setting comes back afterwards."""
+    from mok.triton_ref import _common
+    previous = _common.set_poison(True)
+    yield
+    _common.set_poison(previous)
+
+
 def make_problem(tokens, hidden, intermediate, experts, top_k, *, dtype=torch.float32, device="cpu", seed=0,
                  scoring="softmax", skew: float = 0.0):
     """Fresh random inputs (never zeros): ``[x, topk_ids, topk_weights, w_gate, w_up, w_down]``.

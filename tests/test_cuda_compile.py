@@ -50,18 +50,23 @@ def kernel_object(tmp_path_factory):
     return out, proc.stderr
 
 
+def _sections(text: str, header: str) -> dict[str, str]:
+    """The lines after each line matching ``header`` (its group 1 names the section), up to the next such line."""
+    sections, current = {}, None
+    for line in text.splitlines():
+        match = re.search(header, line)
+        if match:
+            current = match.group(1)
+            sections[current] = ""
+        elif current is not None:
+            sections[current] += line + "\n"
+    return sections
+
+
 def _forward_kernel_reports(ptxas: str) -> dict[str, str]:
     """ptxas -v text of each forward-kernel instantiation (from its 'Compiling entry function' line on)."""
-    reports, current = {}, None
-    for line in ptxas.splitlines():
-        entry = re.search(r"Compiling entry function '(\w+)'", line)
-        if entry:
-            current = entry.group(1) if FORWARD_KERNEL in entry.group(1) else None
-            if current:
-                reports[current] = ""
-        elif current:
-            reports[current] += line + "\n"
-    return reports
+    return {name: text for name, text in _sections(ptxas, r"Compiling entry function '(\w+)'").items()
+            if FORWARD_KERNEL in name}
 
 
 @needs_nvcc
@@ -78,24 +83,12 @@ def test_compiles_for_sm90a_without_spills(kernel_object):
     assert "serialized" not in ptxas, ptxas
 
 
-def _sass_functions(sass: str) -> dict[str, str]:
-    functions, current = {}, None
-    for line in sass.splitlines():
-        header = re.search(r"Function : (\S+)", line)
-        if header:
-            current = header.group(1)
-            functions[current] = ""
-        elif current:
-            functions[current] += line + "\n"
-    return functions
-
-
 @needs_nvcc
 def test_sass_uses_wgmma_and_no_local_memory(kernel_object):
     if build.find_cuobjdump() is None:
         pytest.skip("cuobjdump not found (triton wheel or PATH)")
     obj, _ = kernel_object
-    functions = {name: body for name, body in _sass_functions(build.disassemble(obj)).items()
+    functions = {name: body for name, body in _sections(build.disassemble(obj), r"Function : (\S+)").items()
                  if FORWARD_KERNEL in name}
     assert len(functions) == 2, sorted(functions)
     for name, body in functions.items():

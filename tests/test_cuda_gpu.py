@@ -40,6 +40,15 @@ def extension():
     return load_extension()
 
 
+@pytest.fixture
+def triton_backend():
+    """The Triton backend (the comparison and the cuda backend's backward need it); skips the test without it."""
+    try:
+        return mok.get_backend("triton")
+    except (RuntimeError, ValueError) as err:
+        pytest.skip(f"triton backend unavailable: {err}")
+
+
 def make_inputs(tokens, hidden, intermediate, experts, top_k, *, seed=0, skew=0.0):
     from mok.cuda.sanitize_check import make_inputs as make
     return make(tokens, hidden, intermediate, experts, top_k, seed=seed, skew=skew)
@@ -123,11 +132,8 @@ def test_emulated_ep_matches_reference(ep_size):
     check_accuracy(out, problem, ep_size=ep_size, config=config)
 
 
+@pytest.mark.usefixtures("triton_backend")
 def test_matches_triton_backend():
-    try:
-        mok.get_backend("triton")
-    except (RuntimeError, ValueError) as err:
-        pytest.skip(f"triton backend unavailable: {err}")
     problem = make_inputs(384, 512, 256, 8, 2, seed=6)
     out = cuda_forward(problem, variant="pipelined")
     with torch.no_grad():
@@ -217,11 +223,8 @@ def test_mok_moe_cuda_backend_forward_equals_kernel():
     assert_bitwise_equal(out, cuda_forward(problem, variant="simple"), "mok.moe(backend='cuda')")
 
 
+@pytest.mark.usefixtures("triton_backend")
 def test_training_backward_through_triton():
-    try:
-        mok.get_backend("triton")
-    except (RuntimeError, ValueError) as err:
-        pytest.skip(f"triton backend unavailable: {err}")
     problem = make_inputs(256, 256, 128, 8, 2, seed=14)
 
     def forward_backward(backend):

@@ -27,11 +27,8 @@ VS_REFERENCE = {torch.bfloat16: 1e-2, torch.float32: 1e-5}
 
 
 @pytest.fixture(autouse=True)
-def poisoned_and_clean():
-    from mok.triton_ref import _common
-    previous = _common.set_poison(True)
+def poisoned_and_clean(poisoned_triton_buffers):
     yield
-    _common.set_poison(previous)
     gc.collect()
     torch.cuda.empty_cache()
 

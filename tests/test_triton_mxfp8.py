@@ -28,7 +28,7 @@ from mok.config import MoEShape, MoKConfig
 from mok.mxfp8 import MXFP8Weights, dequantize_torch, quantize_torch, weight_cache
 from mok.schedule import build_schedule
 from mok.transfers import pull_rows
-from mok.triton_ref import _common, mxfp8_gemm, mxfp8_rows, pull_dispatch, push_combine, swiglu
+from mok.triton_ref import mxfp8_gemm, mxfp8_rows, pull_dispatch, push_combine, swiglu
 from mok.validate import TOLERANCE
 
 TILE = 16
@@ -47,11 +47,7 @@ VS_SEMANTICS = 5e-3
 MIN_GRAD_COSINE = 0.995
 
 
-@pytest.fixture(autouse=True)
-def poisoned_buffers():
-    previous = _common.set_poison(True)
-    yield
-    _common.set_poison(previous)
+pytestmark = pytest.mark.usefixtures("poisoned_triton_buffers")
 
 
 def problem(shape=SHAPE, seed=0, skew=0.0):

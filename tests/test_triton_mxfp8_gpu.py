@@ -34,12 +34,9 @@ MIN_COSINE = 0.995
 
 
 @pytest.fixture(autouse=True)
-def poisoned_and_clean():
+def poisoned_and_clean(poisoned_triton_buffers):
     from mok.mxfp8 import clear_weight_cache
-    from mok.triton_ref import _common
-    previous = _common.set_poison(True)
     yield
-    _common.set_poison(previous)
     clear_weight_cache()
     gc.collect()
     torch.cuda.empty_cache()

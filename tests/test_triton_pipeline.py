@@ -16,7 +16,6 @@ from conftest import OUTPUT_NAMES, assert_all_bitwise, assert_close_to, bits, ma
 
 import mok
 from mok.config import TEST_SHAPES, MoEShape, MoKConfig
-from mok.triton_ref import _common
 from mok.validate import TOLERANCE
 
 TILE = 16
@@ -27,11 +26,7 @@ VS_REFERENCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
-@pytest.fixture(autouse=True)
-def poisoned_buffers():
-    previous = _common.set_poison(True)
-    yield
-    _common.set_poison(previous)
+pytestmark = pytest.mark.usefixtures("poisoned_triton_buffers")
 
 
 def problem(shape, dtype, **kw):
