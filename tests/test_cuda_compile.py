@@ -341,6 +341,21 @@ def test_counter_block_size_matches_the_kernel_layout(tmp_path):
     assert [int(v) for v in run.stdout.split()] == [counter_ints(*case) for case in cases]
 
 
+TILE_SOURCE = r"""
+#include <cstdio>
+#include "mok/workspace.cuh"
+int main() { printf("%d %d\n", mok::sm90::Sm90Tiles::kBlockM, mok::sm90::Sm90Tiles::kHalfN); return 0; }
+"""
+
+
+@needs_nvcc
+def test_python_tile_sizes_match_the_kernel(tmp_path):
+    from mok.cuda.workspace import BLOCK_M, GATE_UP_COLUMNS
+    run = subprocess.run([str(compile_host_program(TILE_SOURCE, tmp_path, "tiles"))], capture_output=True, text=True,
+                         timeout=60)
+    assert [int(v) for v in run.stdout.split()] == [BLOCK_M, GATE_UP_COLUMNS]
+
+
 # ------------------------------------------------------------------------------------------------------
 # The backend's schedule tables against mok.build_schedule (the device kernels' logic is replayed below;
 # on a CPU build_kernel_schedule is build_schedule itself)

@@ -58,11 +58,11 @@ from ..config import MoKConfig
 from .build import load_extension
 from .errors import DEFERRED, Sm90KernelError, describe_error, raise_if_error  # noqa: F401 (re-exported)
 from .schedule_tables import KernelSchedule, build_kernel_schedule
-from .workspace import BLOCK_M, Sm90Workspace, WorkspaceKey, current_stream_handle, get_workspace
+from .workspace import BLOCK_M, GATE_UP_COLUMNS, Sm90Workspace, WorkspaceKey, current_stream_handle, get_workspace
 
 VARIANTS = {"simple": 0, "pipelined": 1}
 DISPATCH_MODES = ("ring", "gather")
-# "auto" gathers when the gate/up GEMM has at most this many 128-column blocks (I <= 512). Measured on the H200
+# "auto" gathers when the gate/up GEMM has at most this many column blocks of GATE_UP_COLUMNS (I <= 512). Measured on the H200
 # (2026-11-29, pipelined kernel): gather 13% and 10% faster at I = 256 (2 blocks: anchors 1, 2); ring 1% faster
 # at I = 1024 (8 blocks) and 10-18% at I = 2048 (16 blocks), without L2 prefetch.
 GATHER_MAX_COLUMN_BLOCKS = 4
@@ -98,7 +98,8 @@ def resolve_dispatch(dispatch: str | None, intermediate: int) -> str:
     """``"ring"`` or ``"gather"`` for a layer of intermediate size ``intermediate`` (``None``: the default)."""
     dispatch = dispatch or default_dispatch()
     if dispatch == "auto":
-        return "gather" if -(-intermediate // 128) <= GATHER_MAX_COLUMN_BLOCKS else "ring"
+        column_blocks = -(-intermediate // GATE_UP_COLUMNS)  # how often gather re-reads a tile's rows
+        return "gather" if column_blocks <= GATHER_MAX_COLUMN_BLOCKS else "ring"
     if dispatch not in DISPATCH_MODES:
         raise ValueError(f"dispatch must be one of {(*DISPATCH_MODES, 'auto')}, got {dispatch!r}")
     return dispatch

@@ -9,13 +9,13 @@ Meant to run under compute-sanitizer (build the extension first, outside the san
 The default problem has 2 emulated ranks, 8 experts with skewed routing (low ids hot), tokens that are not a
 multiple of the tile, I % 128 == 64 (a half-used gate/up column block), H % 256 != 0 (a half-used down column
 block) and a ring of one minibatch; it runs with top-k 2 (push-combine and the weighted sum) and top-k 1 (the
-fused top-1 combine), in both dispatch modes (ring and gather), so every code path of the kernel runs at least once. The in-kernel wait bound is raised to
-600 s because the sanitizer slows the kernel by orders of magnitude.
+fused top-1 combine), in both dispatch modes (ring and gather), so every code path of the kernel runs at least
+once. The in-kernel wait bound is raised to 600 s because the sanitizer slows the kernel by orders of magnitude.
 
-``--bench T,H,I,E,K`` instead times both variants in both dispatch modes at that shape (``--prefetch-sweep``:
-also gather with L2 prefetch) (CUDA events, median of 20 launches after 3
-warm-ups; forward FLOPs 6*T*K*H*I) and prints one line per configuration. Exit status 0 means the forward matched
-the reference (relative error below 1e-2) and the kernel recorded no error.
+``--bench T,H,I,E,K`` instead times both variants in both dispatch modes at that shape (CUDA events, median of 20
+launches after 3 warm-ups; forward FLOPs 6*T*K*H*I; ``--prefetch-sweep`` adds gather with L2 prefetch) and prints
+one line per configuration. Exit status 0 means the forward matched the reference (relative error below 1e-2)
+and the kernel recorded no error.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def check_small(variant: str, top_k: int = 2, dispatch: str = "ring") -> bool:
     err = relative_error(out, ref)
     finite = bool(torch.isfinite(out).all())
     fused = " (fused top-1 combine)" if prep.fuse_top1 else ""
-    print(f"variant={variant} dispatch={dispatch} top_k={top_k}{fused}: relative error vs reference {err:.3e}, all finite: {finite}")
+    print(f"variant={variant} dispatch={dispatch} top_k={top_k}{fused}: relative error vs reference {err:.3e}, "
+          f"all finite: {finite}")
     return finite and err < 1e-2
 
 
