@@ -20,13 +20,15 @@ For each shape (T, H, I, E, K), bf16, routing given (random logits -> ``mok.rout
  (e)  ``no_comm``        the megakernel with communication work removed (timing ablations, garbage results):
                          ``no_dispatch`` (dispatch copies nothing), ``no_combine`` (no weighted sum, no combine
                          waits, down rows stored contiguously instead of scattered), ``no_comm`` (both); in ring
-                         mode, where dispatch is a task of its own
+                         mode, where dispatch is a task of its own; ``mainloop_only``: ``no_comm`` and the GEMM
+                         epilogues neither compute nor store (the mainloops and task hand-offs alone)
  (f)  ``gemm_only``      the three expert GEMMs through ``torch._grouped_mm`` on rows already gathered (no
                          SwiGLU, no gather, no combine): the vendor-library price of the FLOPs
 ====  =================  ============================================================================================
 
 Derived: ``not_hidden`` = (d) - (e) in ms and as a share of (d) (split into dispatch and combine); the
-schedule share = (b, gpu) / (a); the layer overhead = (a) - (d). Timing: CUDA events around each call, median
+epilogue cost = ``no_comm`` - ``mainloop_only`` (what the SwiGLU / push epilogues add where nothing overlaps
+them: each consumer warpgroup runs its epilogue between two mainloops); the schedule share = (b, gpu) / (a); the layer overhead = (a) - (d). Timing: CUDA events around each call, median
 of ``--iters`` calls after warm-up, input sets rotated (tokens and routing; weights are far larger than L2).
 
 Run on the H200 (after the extension is built, e.g. by the GPU tests, or it is built first)::
@@ -194,7 +196,8 @@ def measure_shape(shape: MoEShape, iters: int, n_sets: int, deadline: float) -> 
     r["gather_prefetch"] = backend.default_gather_prefetch()
     ablations = {"no_dispatch": backend.ABLATE["dispatch"],
                  "no_combine": backend.ABLATE["combine"] | backend.ABLATE["push"],
-                 "no_comm": backend.ABLATE_ALL}
+                 "no_comm": backend.ABLATE_COMM,
+                 "mainloop_only": backend.ABLATE_COMM | backend.ABLATE["epilogue"]}
     for variant in VARIANTS:
         for mode in DISPATCH_MODES:
             r[f"kernel_{variant}_{mode}_ms"] = time_events(
@@ -246,6 +249,10 @@ def derive(r: dict) -> dict:
             ablated = r.get(f"{key}_{v}_ms", nan)
             r[f"not_hidden_{part}_{v}_ms"] = k - ablated
             r[f"not_hidden_{part}_{v}_pct"] = 100 * (k - ablated) / k if k == k and k else nan
+        mainloop = r.get(f"mainloop_only_{v}_ms", nan)
+        r[f"epilogue_{v}_ms"] = r.get(f"no_comm_{v}_ms", nan) - mainloop
+        r[f"epilogue_{v}_pct"] = 100 * r[f"epilogue_{v}_ms"] / k if k == k and k else nan
+        r[f"mainloop_only_{v}_tflops"] = tflops(mainloop)
     r["gemm_only_tflops"] = tflops(r.get("gemm_only_ms", nan))
     r["schedule_share_pct"] = 100 * r.get("schedule_gpu_ms", nan) / r["layer_ms"]
     r["schedule_share_eager_pct"] = 100 * r.get("schedule_eager_ms", nan) / r["layer_ms"]
@@ -262,7 +269,7 @@ def fmt(value, digits: int = 2) -> str:
 def table(rows: list[dict]) -> str:
     """The compact per-shape table (default variant for the not-hidden split, which is measured in ring mode)."""
     head = ("| shape | layer ms (TF/s) | kernel simple / pipelined ms (TF/s), default dispatch | kernel ring / gather "
-            "ms (TF/s), default variant | no-comm ms (ring) | not hidden ms (% ring kernel): "
+            "ms (TF/s), default variant | no-comm ms (ring) | mainloop-only ms (TF/s) | epilogue ms (% ring kernel) | not hidden ms (% ring kernel): "
             "total / dispatch / combine | GEMM-only ms (TF/s) | schedule gpu / eager / foundation gpu / foundation "
             "eager ms | schedule share % | prep + launch-host ms | layer - kernel ms |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -278,7 +285,9 @@ def table(rows: list[dict]) -> str:
                            for m in DISPATCH_MODES)
         lines.append(
             f"| {r['shape']} | {fmt(r.get('layer_ms'), 3)} ({fmt(r.get('layer_tflops'), 0)}) | {kern} | {modes} | "
-            f"{fmt(r.get(f'no_comm_{v}_ms'), 3)} | {nh} | {fmt(r.get('gemm_only_ms'), 3)} "
+            f"{fmt(r.get(f'no_comm_{v}_ms'), 3)} | {fmt(r.get(f'mainloop_only_{v}_ms'), 3)} "
+            f"({fmt(r.get(f'mainloop_only_{v}_tflops'), 0)}) | {fmt(r.get(f'epilogue_{v}_ms'), 3)} "
+            f"({fmt(r.get(f'epilogue_{v}_pct'), 0)}%) | {nh} | {fmt(r.get('gemm_only_ms'), 3)} "
             f"({fmt(r.get('gemm_only_tflops'), 0)}) | {fmt(r.get('schedule_gpu_ms'), 3)} / "
             f"{fmt(r.get('schedule_eager_ms'), 3)} / {fmt(r.get('schedule_foundation_gpu_ms'), 3)} / "
             f"{fmt(r.get('schedule_foundation_ms'), 3)} | "
@@ -315,10 +324,13 @@ def plot(rows: list[dict], meta: dict, path: Path) -> Path | None:
         v = r.get("default_variant", "simple")
         ms, kernel = r.get(key.format(v=v), nan), r.get(f"kernel_{v}_ring_ms", nan)
         return max(0.0, 100 * ms / kernel) if ms == ms and kernel == kernel and kernel else 0.0
-    gemm = [share(r, "no_comm_{v}_ms") for r in rows]
+    # Rounds before the epilogue ablation have no mainloop_only: their GEMM bar is then whole (epilogue 0).
+    gemm = [share(r, "mainloop_only_{v}_ms") or share(r, "no_comm_{v}_ms") for r in rows]
+    epilogue = [share(r, "epilogue_{v}_ms") for r in rows]
     comm = [share(r, "not_hidden_total_{v}_ms") for r in rows]
-    right.bar(x, gemm, 0.6, label="GEMM tasks and the rest (communication ablated)")
-    right.bar(x, comm, 0.6, bottom=gemm, label="dispatch + combine not hidden")
+    right.bar(x, gemm, 0.6, label="GEMM mainloops and task hand-offs (communication and epilogues ablated)")
+    right.bar(x, epilogue, 0.6, bottom=gemm, label="GEMM epilogues (SwiGLU, staging, stores)")
+    right.bar(x, comm, 0.6, bottom=[g + e for g, e in zip(gemm, epilogue)], label="dispatch + combine not hidden")
     right.set_title("where the ring-mode kernel's time goes (timing ablations)")
     right.set_ylabel("% of the ring-mode kernel")
     for ax in (left, right):

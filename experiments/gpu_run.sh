@@ -13,6 +13,8 @@
 #   sanitize   compute-sanitizer memcheck and racecheck on one small megakernel forward
 #   breakdown  experiments/cuda_breakdown.py: megakernel layer time split (schedule, prep, kernel, comm not hidden)
 #   tune       experiments/tune_triton.py: Triton per-stage times and candidate tile configs
+#   ncu        experiments/ncu_gemm_gap.py under Nsight Compute at $MOK_NCU_SHAPE (default anchor-4): megakernel
+#              ring / gather / mainloop-only and torch._grouped_mm, key counters as a table
 #   pushpull   experiments/push_pull.py (push vs pull kernels; the notebook stage measures this too)
 #   notebooks  notebooks/*.ipynb in full mode (re-measured: MOK_NOTEBOOK_REFRESH=1), executed copies in $OUT/notebooks
 #   train      experiments/train_tiny_moe.py (tokens/s per backend; bitwise loss curves, EP 1 vs EP 4)
@@ -147,6 +149,22 @@ for stage in $STAGES; do
     tune)
       # Per-stage timing of the Triton forward and backward, and candidate tile configs per kernel.
       run_stage tune "${MOK_TIMEOUT_TUNE:-200}" python3 experiments/tune_triton.py ${MOK_TUNE_ARGS:-} ;;
+    ncu)
+      # Nsight Compute on the megakernel (ring, gather, mainloop only) and torch._grouped_mm at $MOK_NCU_SHAPE:
+      # the counters behind the GEMM gap. Metrics that this ncu does not know are left out (queried first).
+      run_stage ncu "${MOK_TIMEOUT_NCU:-240}" bash -c '
+        shape=${MOK_NCU_SHAPE:-anchor-4}
+        known=$(ncu --query-metrics --chip gh100 2>/dev/null | awk "{print \$1}")
+        extra=$( { echo "$known" | grep -E "^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active$" | sed "s/$/.ratio/";
+                   echo "$known" | grep -E "^sm__pipe_tensor_op_(gmma|hmma)_cycles_active$" | sed "s/$/.avg.pct_of_peak_sustained_active/"; } | paste -sd, -)
+        echo "extra metrics: $extra"
+        python3 -m mok.cuda.build --jit \
+        && ncu --clock-control none --nvtx --nvtx-include "profile/" --section SpeedOfLight \
+             --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats \
+             ${extra:+--metrics "$extra"} -f -o "$OUT/results/ncu_gemm_gap" \
+             python3 experiments/ncu_gemm_gap.py "$shape" --launch \
+        && python3 experiments/ncu_gemm_gap.py "$shape" --report "$OUT/results/ncu_gemm_gap.ncu-rep" \
+           | tee "$OUT/results/ncu_gemm_gap.md"' ;;
     pushpull)
       run_stage pushpull "${MOK_TIMEOUT_PUSHPULL:-120}" python3 experiments/push_pull.py ;;
     notebooks)
@@ -156,7 +174,7 @@ for stage in $STAGES; do
     train)
       run_stage train "${MOK_TIMEOUT_TRAIN:-180}" python3 experiments/train_tiny_moe.py ;;
     *)
-      echo "=== unknown stage '$stage' (tests, bench, cuda, sanitize, breakdown, tune, pushpull, notebooks, train)"
+      echo "=== unknown stage '$stage' (tests, bench, cuda, sanitize, breakdown, ncu, tune, pushpull, notebooks, train)"
       SUMMARY+=("$(printf '%-10s %-8s %6s  %s' "$stage" unknown - "")") ;;
   esac
 done

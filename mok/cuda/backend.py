@@ -71,10 +71,12 @@ GATHER_MAX_COLUMN_BLOCKS = 4
 DEFAULT_GATHER_PREFETCH = 0
 DEFAULT_RING_MINIBATCHES = 4  # ring size when MoKConfig.ring_rows is None (the ring never changes results)
 
-# Timing ablations (workspace.cuh, AblateFlags): each removes one piece of communication work; results are
-# garbage. Used by experiments/cuda_breakdown.py.
-ABLATE = {"dispatch": 1, "combine": 2, "push": 4}
-ABLATE_ALL = 7
+# Timing ablations (workspace.cuh, AblateFlags): each removes one piece of work; results are garbage. Used by
+# experiments/cuda_breakdown.py. ABLATE_COMM removes all communication; "epilogue" the GEMM epilogues' math and
+# stores (with ABLATE_COMM: the GEMM mainloops and the task hand-offs alone).
+ABLATE = {"dispatch": 1, "combine": 2, "push": 4, "epilogue": 8}
+ABLATE_COMM = 7
+ABLATE_ALL = 15
 
 
 def _env_on(name: str, default: str) -> bool:
@@ -314,6 +316,52 @@ def sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: in
     return out
 
 
+def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                           w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, grad_out: torch.Tensor,
+                           *, ep_size: int, config: MoKConfig, needs=(True,) * 5):
+    """The layer's gradients from the Triton pipeline's backward, without running its forward.
+
+    Bit for bit what ``mok.moe(..., backend="triton", ep_size=ep_size, config=config)`` followed by
+    ``torch.autograd.grad(out, inputs, grad_out)`` returns (the Triton backward reads only x, the routing, the
+    weights and ``grad_out``, never the forward's output), but of the forward only the dispatch and the gate/up
+    GEMM run again, replayed minibatch by minibatch inside the backward
+    (:meth:`mok.triton_ref.pipeline.TritonRanksRun.backward_without_forward`): no down GEMM, combine or
+    weighted sum. Plain tensors in, no autograd involved, so it also runs on the CPU under TRITON_INTERPRET=1.
+
+    Args:
+        x: ``[T, H]`` tokens; topk_ids: ``[T, K]`` int expert ids; topk_weights: ``[T, K]`` router weights.
+        w_gate, w_up: ``[E, I, H]``; w_down: ``[E, H, I]`` (x's dtype).
+        grad_out: ``[T, H]`` the gradient of the layer output.
+        ep_size, config: as the forward's (ep_size emulated ranks; :class:`MoKConfig`).
+        needs: five bools, which of ``(x, topk_weights, w_gate, w_up, w_down)`` want a gradient.
+
+    Returns:
+        ``(dx [T, H] x's dtype, d_topk_weights [T, K] topk_weights' dtype, d_w_gate, d_w_up [E, I, H],
+        d_w_down [E, H, I])``, None where ``needs`` is False (and all None, with nothing run, if none is).
+    """
+    needs = tuple(bool(n) for n in needs)
+    if not any(needs):
+        return (None,) * 5
+    try:
+        get_backend("triton")
+    except (RuntimeError, ValueError) as err:
+        raise RuntimeError("backend 'cuda' computes its backward through the Triton backend, which is "
+                           f"unavailable: {err}") from err
+    import contextlib
+
+    from ..triton_ref.pipeline import TritonLayerRun  # importable now: get_backend imported it
+
+    # As the Triton backend's autograd Function does: contiguous x and dO, the run on x's device, and
+    # d_topk_weights (fp32 from the run) in the router weights' dtype; the other gradients are in x's dtype.
+    device = torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
+    with torch.no_grad(), device:
+        run = TritonLayerRun(x.detach().contiguous(), topk_ids, topk_weights.detach(), w_gate.detach(),
+                             w_up.detach(), w_down.detach(), ep_size, config, "bf16", backward=True)
+        dx, d_weights, d_gate, d_up, d_down = run.backward_without_forward(grad_out.contiguous())
+        grads = (dx, d_weights.to(topk_weights.dtype), d_gate, d_up, d_down)
+    return tuple(grad if need else None for grad, need in zip(grads, needs))
+
+
 class CudaMoE(torch.autograd.Function):
     """Megakernel forward; backward by recomputing through the Triton backend under autograd."""
 
@@ -332,22 +380,10 @@ class CudaMoE(torch.autograd.Function):
         x, topk_weights, w_gate, w_up, w_down, topk_ids = ctx.saved_tensors
         if not _capturing():
             check_pending_errors(wait=False)
-        needs = ctx.needs_input_grad[:5]
-        if not any(needs):
-            return (None,) * 9
-        try:
-            triton_backend = get_backend("triton")
-        except (RuntimeError, ValueError) as err:
-            raise RuntimeError("backend 'cuda' computes its backward through the Triton backend, which is "
-                               f"unavailable: {err}") from err
-        with torch.enable_grad():
-            leaves = [t.detach().requires_grad_(need) for t, need in zip((x, topk_weights, w_gate, w_up, w_down), needs)]
-            out = triton_backend.run(leaves[0], topk_ids, leaves[1], leaves[2], leaves[3], leaves[4],
-                                     ep_size=ctx.ep_size, precision="bf16", config=ctx.config)
-            wanted = [t for t in leaves if t.requires_grad]
-            grads = iter(torch.autograd.grad(out, wanted, grad_out, allow_unused=True))
-        result = [next(grads) if need else None for need in needs]
-        return (*result, None, None, None, None)
+        # The Triton backward, replaying only the dispatch and gate/up GEMM it needs (not the whole forward).
+        grads = triton_layer_gradients(x, topk_ids, topk_weights, w_gate, w_up, w_down, grad_out,
+                                       ep_size=ctx.ep_size, config=ctx.config, needs=ctx.needs_input_grad[:5])
+        return (*grads, None, None, None, None)
 
 
 def cuda_moe(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: int = 1, precision: str = "bf16",

@@ -102,6 +102,8 @@ __device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const
     }
   }
   const bool scale = fuse && !contiguous;
+  // Timing ablation: rows are counted (the combine still waits for them) but nothing is staged or stored.
+  if (p.ablate & kAblateEpilogue) return;
 
 #pragma unroll
   for (int half = 0; half < 2; ++half) {

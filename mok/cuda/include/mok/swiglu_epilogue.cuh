@@ -31,6 +31,7 @@ template <class Tiles>
 __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
                                                  SharedStorage<Tiles>& s, const float (&acc)[128], int consumer_wg) {
   static_assert(Tiles::kHalfN == 128, "gate/up tile = 128 gate + 128 up columns");
+  if (p.ablate & kAblateEpilogue) return;  // timing ablation: the mainloop's cost alone
   // 1. SwiGLU in registers, bf16 pairs into the staging tile.
 #pragma unroll
   for (int j = 0; j < Tiles::kHalfN / 8; ++j) {

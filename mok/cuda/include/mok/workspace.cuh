@@ -96,14 +96,17 @@ enum CounterId : int {
 };
 
 // Timing ablations (Sm90MoeParams::ablate, a bitmask; experiments/cuda_breakdown.py). Each one removes a piece
-// of communication work so that its cost can be measured as a difference; the results are then garbage.
+// of work (communication, or the GEMM epilogues) so that its cost can be measured as a difference; the results
+// are then garbage.
 // Dependencies and signals stay as they are, so the task order and its deadlock freedom do not change.
 enum AblateFlags : int {
   kAblateNone = 0,
   kAblateDispatch = 1,  // dispatch tasks copy nothing (gate/up reads whatever the ring holds)
   kAblateCombine = 2,   // combine tasks neither wait for the pushes nor sum anything
   kAblatePush = 4,      // the down epilogue stores its rows contiguously instead of scattering them to slots
-  kAblateAll = 7,
+  kAblateComm = 7,      // all communication work
+  kAblateEpilogue = 8,  // GEMM epilogues neither compute nor store (no SwiGLU, no staging, no h, no y)
+  kAblateAll = 15,
 };
 
 enum ErrorCode : int {
