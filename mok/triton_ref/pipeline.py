@@ -33,6 +33,10 @@ gives this process (``peers.local_ranks``) and calls ``peers.barrier()`` where r
 Both produce the same bits as each other and as every other EP degree: every row's arithmetic depends only on
 the row and the weights, and each expert's weight-gradient chain walks its rows in one global order.
 
+A run can also compute the gradients without its forward (:meth:`TritonRanksRun.backward_without_forward`:
+the backward replays dispatch and gate/up for every minibatch, and nothing else of the forward runs), for a
+caller whose output came from elsewhere (``backend="cuda"``'s megakernel forward).
+
 Minibatching. These kernels run stage by stage (no kernel overlaps communication with compute), so with
 ``MoKConfig.minibatch_rows`` and ``ring_rows`` both ``None`` each rank walks **one minibatch covering its whole
 schedule table** (``capacity`` rows; kernels skip the tiles past the rows in use on the device), which needs
@@ -438,14 +442,35 @@ class TritonRanksRun:
     def backward(self, grad_out: torch.Tensor):
         """Gradients from ``grad_out`` ``[L * T_local, H]``: ``(dx [L*T_local, H], d_topk_weights fp32
         [L*T_local, K], d_w_gate, d_w_up [L*E_local, I, H], d_w_down [L*E_local, H, I])``."""
-        fmt, dtype, device, inter, hidden = self.format, self.dtype, self.device, self.intermediate, self.hidden
-        slots = self.tokens_local * self.top_k
         if not self.emulated:
             # Another layer sharing the peer buffers may have used them since the forward: publish again what
             # the peers read (x only if some rank replays minibatches its ring has overwritten).
             if any(plan.num_minibatches > plan.num_slots for plan in self.all_plans):
                 self.x_buf = self._publish_rows("triton_x", self.x)
             self.weight_buf = self._publish("triton_topk_weights", self.topk_weights.view(-1))
+        return self._backward_pass(grad_out)
+
+    def backward_without_forward(self, grad_out: torch.Tensor):
+        """The gradients of :meth:`backward` (same bits, same tuple) on a run whose :meth:`forward` never ran.
+
+        For a caller that computed the output some other way (``backend="cuda"``'s megakernel forward): of
+        the forward's work the backward needs only each minibatch's dispatched x rows and gate/up rows, so
+        nothing else is recomputed (no down GEMM, combine pushes or weighted sum). The rings hold nothing yet
+        (:meth:`mok.ring.RingBuffer.holds` is False everywhere), so the backward's reverse walk replays the
+        dispatch and gate/up GEMM of every minibatch into its slot just before using it, exactly as it
+        replays the minibatches a forward overwrote. Collective like :meth:`backward`: every rank calls it.
+        """
+        if any(ring.holds(i) for r, ring in self.rings.items() for i in self.plans[r].forward_order()):
+            raise RuntimeError("forward() has run on this TritonRanksRun: call backward()")
+        # What the replays and the reverse combine read from every source rank, as forward() publishes it.
+        self.x_buf = self._publish_rows("triton_x", self.x)
+        self.weight_buf = self._publish("triton_topk_weights", self.topk_weights.view(-1))
+        return self._backward_pass(grad_out)
+
+    def _backward_pass(self, grad_out: torch.Tensor):
+        """:meth:`backward` once x (for replays) and the router weights are published."""
+        fmt, dtype, device, inter, hidden = self.format, self.dtype, self.device, self.intermediate, self.hidden
+        slots = self.tokens_local * self.top_k
         grad_buf = self._publish_rows("triton_grad_out", grad_out.to(dtype))
         dw_slots = self._slots("triton_dw_slots", (slots,), torch.float32)
         dx_slots = self._slots("triton_dx_slots", (slots, hidden), dtype)
@@ -480,7 +505,7 @@ class TritonRanksRun:
                 continue
             for step, i in enumerate(order):
                 if not ring.holds(i):
-                    self._dispatch_and_project(rank, i, h_out=None)  # overwritten since the forward: replay
+                    self._dispatch_and_project(rank, i, h_out=None)  # overwritten (or never run): replay
                 win = self._window(rank, i)
                 ring_rows = self._ring_rows(rank, i)
 

@@ -79,7 +79,8 @@ __device__ __forceinline__ Task claim_task(const Sm90MoeParams& p, const Schedul
   return t;
 }
 
-// After every thread of the task published its writes and met at a barrier: bump the task's counters.
+// After every thread of the task published its writes and met at a barrier, and this thread ran
+// release_task_writes(): bump the task's counters.
 template <class Tiles>
 __device__ __forceinline__ void signal_task_done(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
                                                  int* push_count) {
@@ -170,7 +171,10 @@ __device__ __forceinline__ void simple_producer(const Sm90MoeParams& p, SharedSt
       produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t), t, static_cast<int>(threadIdx.x));
     }
     named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task finished, writes published
-    if (leader) signal_task_done<Tiles>(p, v, t, s.push_count[0]);
+    if (leader) {
+      release_task_writes();
+      signal_task_done<Tiles>(p, v, t, s.push_count[0]);
+    }
   }
 }
 
@@ -253,7 +257,10 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
     run_consumer_task<Tiles, true>(p, s, v, t, pipe, consumer_wg, consumer_thread, push_count);
     publish_writes();
     named_barrier_sync(NamedBarrier::kConsumers, kConsumerThreads);
-    if (consumer_thread == 0) signal_task_done<Tiles>(p, v, t, push_count);
+    if (consumer_thread == 0) {
+      release_task_writes();
+      signal_task_done<Tiles>(p, v, t, push_count);
+    }
   }
 }
 

@@ -4,8 +4,9 @@
 // the same 128 columns of up (B rows 128..255, from w_up), so gate column c and up column c sit in the
 // same thread: d[4*j + 2*i + c] and d[64 + 4*j + 2*i + c].
 //
-// Rounding follows mok/swiglu.py: gate and up are rounded to bf16 first (what the reference stores), then
-// h = silu(gate) * up = (gate * sigmoid(gate)) * up in fp32, then h is rounded to bf16.
+// Rounding points follow mok/swiglu.py: gate and up are rounded to bf16 first (what the reference stores),
+// then h = silu(gate) * up = (gate * sigmoid(gate)) * up in fp32, then h is rounded to bf16. The sigmoid
+// itself uses the hardware approximations (see swiglu() below).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,10 +20,16 @@ namespace mok::sm90 {
 
 __device__ __forceinline__ float round_to_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
+// NOTE: the sigmoid uses the hardware approximations (ex2.approx through __expf, a fast reciprocal through
+// __fdividef: a few ulp of fp32, against IEEE expf and a correctly rounded division in mok/swiglu.py). The
+// epilogue runs while the tensor cores wait, and the exact forms cost 2.9-5% of the kernel on the H200
+// (round 7). The rounding points are unchanged; h differs from the exact formula by one bf16 ulp only where
+// the fp32 value lies within a few fp32 ulp of a bf16 rounding boundary. For large |gate| the reciprocal of
+// an infinite denominator is 0, as in the exact form.
 __device__ __forceinline__ float swiglu(float gate_acc, float up_acc) {
   const float gate = round_to_bf16(gate_acc);
   const float up = round_to_bf16(up_acc);
-  const float sigmoid = 1.0f / (1.0f + expf(-gate));
+  const float sigmoid = __fdividef(1.0f, 1.0f + __expf(-gate));
   return (gate * sigmoid) * up;
 }
 

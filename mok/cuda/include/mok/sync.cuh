@@ -2,9 +2,12 @@
 // named barriers, proxy fences, and bounded waits that record where they stopped instead of hanging.
 //
 // Memory-ordering rules used throughout (see README.md, "Memory ordering"):
-//  * A task's writes are published by: every writing thread `publish_writes()` (fence.acq_rel.gpu plus
-//    fence.proxy.async.global, because the next reader may be TMA), then a CTA barrier, then ONE thread
-//    `red.release.gpu` on the counter.
+//  * A task's writes are published by: every writing thread `publish_writes()` (fence.proxy.async.global,
+//    because the next reader may be TMA), then a CTA barrier, then ONE thread `release_task_writes()`
+//    (fence.acq_rel.gpu) and `red.release.gpu` on the counter. The barrier orders the other threads' writes
+//    before that thread's fence, and a release is cumulative, so the gpu-scope fence is needed once, not in
+//    every writer (the pattern of CUTLASS's GenericBarrier). Measured on the H200 (round 7): 0.2-3% of the
+//    kernel, because every writing warp used to stall on its own fence.acq_rel.gpu at the end of every task.
 //  * A dependency is consumed by: one thread `ld.acquire.gpu` until the count is reached, then
 //    fence.proxy.async.global (its TMA loads come next), then a CTA barrier or an mbarrier hand-off
 //    (release/acquire at CTA scope) to the threads that read the data.
@@ -60,10 +63,11 @@ __device__ __forceinline__ void fence_acq_rel_gpu() {
 
 // Called by every thread that wrote data another task will read, before the barrier that precedes the
 // single releasing thread.
-__device__ __forceinline__ void publish_writes() {
-  fence_acq_rel_gpu();
-  fence_proxy_async_global();
-}
+__device__ __forceinline__ void publish_writes() { fence_proxy_async_global(); }
+
+// Called by the single releasing thread after that barrier, before its red.release on the task's counters:
+// makes every write the barrier ordered before it visible at gpu scope.
+__device__ __forceinline__ void release_task_writes() { fence_acq_rel_gpu(); }
 
 __device__ __forceinline__ uint64_t globaltimer_ns() {
   uint64_t t;

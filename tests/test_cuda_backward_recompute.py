@@ -1,0 +1,183 @@
+"""``backend="cuda"``'s backward: the Triton backward without the Triton forward.
+
+:func:`mok.cuda.backend.triton_layer_gradients` (what ``CudaMoE.backward`` returns) runs
+:meth:`mok.triton_ref.pipeline.TritonRanksRun.backward_without_forward`: the backward replays dispatch and the
+gate/up GEMM of every minibatch and nothing else of the forward. Its gradients must be bit for bit the Triton
+backend's autograd gradients (``mok.moe(..., backend="triton")`` + ``torch.autograd.grad``), which is what the
+cuda backend returned before, for EP 1 and 2, top-k 1 and 2, rings that hold every minibatch and rings that
+hold fewer (so the reverse walk reuses slots), and any subset of inputs that want a gradient. Every Triton
+buffer is NaN-poisoned first. CPU under TRITON_INTERPRET=1 (tiny shapes), or CUDA when present; the last test
+runs the real ``backend="cuda"`` on a Hopper GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import TRITON_DEVICE as DEVICE  # the interpreter without a GPU
+from conftest import assert_bitwise_equal, make_problem
+
+import mok
+from mok.config import MoKConfig
+
+TILE = 16
+CONFIG = MoKConfig(expert_padding=TILE)
+GRAD_NAMES = ("dx", "d_topk_weights", "d_w_gate", "d_w_up", "d_w_down")
+LEAVES = (0, 2, 3, 4, 5)  # positions of (x, topk_weights, w_gate, w_up, w_down) in a make_problem list
+
+pytestmark = pytest.mark.usefixtures("poisoned_triton_buffers")
+
+
+def problem(tokens, hidden, intermediate, experts, top_k, *, seed=0, device=DEVICE):
+    """Fresh random bf16 inputs (the cuda backend's only precision) and a fresh random bf16 dO."""
+    p = make_problem(tokens, hidden, intermediate, experts, top_k, dtype=torch.bfloat16, device=device, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 100)
+    grad = torch.randn(tokens, hidden, generator=gen).to(device=device, dtype=torch.bfloat16)
+    return p, grad
+
+
+def triton_autograd_gradients(p, grad, *, ep_size, config, needs, backend="triton"):
+    """What the cuda backend's backward returned before: ``mok.moe`` + ``torch.autograd.grad``."""
+    leaves = [t.detach().clone() for t in p]
+    for pos, need in zip(LEAVES, needs):
+        leaves[pos].requires_grad_(need)
+    out = mok.moe(*leaves, backend=backend, ep_size=ep_size, config=config, check_inputs=False)
+    wanted = [leaves[pos] for pos, need in zip(LEAVES, needs) if need]
+    grads = iter(torch.autograd.grad(out, wanted, grad))
+    return [next(grads) if need else None for need in needs]
+
+
+def recompute_gradients(p, grad, *, ep_size, config, needs):
+    from mok.cuda.backend import triton_layer_gradients
+    x, ids, w, wg, wu, wd = p
+    return triton_layer_gradients(x, ids, w, wg, wu, wd, grad, ep_size=ep_size, config=config, needs=needs)
+
+
+def assert_same_gradients(got, want, needs, what):
+    for name, a, b, need in zip(GRAD_NAMES, got, want, needs):
+        if not need:
+            assert a is None, f"{what}: {name} was not asked for"
+            continue
+        assert not bool(torch.isnan(a).any()), f"{what}: {name} has NaN (an unwritten poisoned element?)"
+        assert_bitwise_equal(a, b, f"{what}: {name}")
+
+
+ALL = (True,) * 5
+# (T, H, I, E, K, ep_size, minibatch_rows, ring_rows, needs). With TILE 16: "ring < minibatches" cuts each
+# rank's table into more 16-row minibatches than its 2-slot ring holds, so the reverse walk's replays reuse
+# slots; "ring holds all" has several minibatches and a slot for each; "one minibatch" is the default config.
+CASES = {
+    "ep1-top2-one-minibatch": (64, 64, 32, 8, 2, 1, None, None, ALL),
+    "ep2-top2-ring<minibatches": (64, 64, 32, 8, 2, 2, 16, 32, ALL),
+    "ep1-top1-ring-holds-all": (48, 32, 64, 4, 1, 1, 16, None, ALL),
+    "ep2-top1-ring<minibatches-some-grads": (48, 32, 64, 4, 1, 2, 16, 32, (False, True, False, True, True)),
+    "ep1-top2-weights-only": (64, 64, 32, 8, 2, 1, 16, 48, (False, False, True, True, True)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gradients_bitwise_equal_triton_autograd(name):
+    tokens, hidden, inter, experts, top_k, ep_size, mb, ring, needs = CASES[name]
+    config = CONFIG.replace(minibatch_rows=mb, ring_rows=ring)
+    p, grad = problem(tokens, hidden, inter, experts, top_k, seed=len(name))
+    want = triton_autograd_gradients(p, grad, ep_size=ep_size, config=config, needs=needs)
+    got = recompute_gradients(p, grad, ep_size=ep_size, config=config, needs=needs)
+    assert_same_gradients(got, want, needs, name)
+
+
+def test_router_weight_gradient_keeps_the_router_weights_dtype():
+    """bf16 router weights: d_topk_weights comes back bf16, as the Triton autograd Function returns it."""
+    p, grad = problem(64, 64, 32, 8, 2, seed=3)
+    p[2] = p[2].to(torch.bfloat16)
+    needs = (False, True, False, False, False)
+    want = triton_autograd_gradients(p, grad, ep_size=1, config=CONFIG, needs=needs)
+    got = recompute_gradients(p, grad, ep_size=1, config=CONFIG, needs=needs)
+    assert got[1].dtype == torch.bfloat16
+    assert_same_gradients(got, want, needs, "bf16 router weights")
+
+
+def test_no_gradient_wanted_runs_nothing(monkeypatch):
+    from mok.triton_ref import pipeline
+    monkeypatch.setattr(pipeline, "TritonLayerRun", None)  # any run would fail
+    p, grad = problem(64, 64, 32, 8, 2)
+    assert recompute_gradients(p, grad, ep_size=1, config=CONFIG, needs=(False,) * 5) == (None,) * 5
+
+
+def test_every_minibatch_replayed_once_in_reverse_and_no_forward_work(monkeypatch):
+    """The backward replays each minibatch exactly once, in the reverse walk's order, just before using it,
+    and nothing of the forward runs besides (no h, no down GEMM, no combine)."""
+    from mok.triton_ref import pipeline
+    from mok.triton_ref.pipeline import TritonLayerRun
+    p, grad = problem(64, 64, 32, 8, 2, seed=5)
+    config = CONFIG.replace(minibatch_rows=16, ring_rows=32)
+    run = TritonLayerRun(*p, 2, config, "bf16")
+    assert any(plan.num_minibatches > plan.num_slots for plan in run.plans.values()), "the ring must reuse slots"
+    replays = []
+    dispatch_and_project = run._dispatch_and_project
+
+    def spy(rank, i, h_out):
+        assert h_out is None, "a replay in the backward stores no h"
+        replays.append((rank, i))
+        dispatch_and_project(rank, i, h_out)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("forward work ran in backward_without_forward")
+
+    monkeypatch.setattr(run, "_dispatch_and_project", spy)
+    monkeypatch.setattr(run, "forward", forbidden)
+    monkeypatch.setattr(run.format, "down", forbidden)
+    monkeypatch.setattr(pipeline, "weighted_sum_over_k", forbidden)
+    got = run.backward_without_forward(grad)
+    expected = [(r, i) for r in run.local_ranks for i in run.plans[r].backward_order()]
+    assert replays == expected
+
+    monkeypatch.undo()  # the Triton forward below needs the weighted sum
+    needs = ALL
+    want = triton_autograd_gradients(p, grad, ep_size=2, config=config, needs=needs)
+    assert_same_gradients(got, want, needs, "spied run")
+    with pytest.raises(RuntimeError, match="forward"):
+        run.backward_without_forward(grad)  # the rings now hold minibatches: not a run without a forward
+
+
+def test_rank_run_through_a_peer_group():
+    """TritonRankRun (one rank of a process group; x and router weights copied into the group's buffers):
+    backward_without_forward gives the bits of forward() + backward()."""
+    from mok.comm import EmulatedPeers
+    from mok.triton_ref.pipeline import TritonRankRun
+    p, grad = problem(64, 64, 32, 8, 2, seed=7)
+    config = CONFIG.replace(minibatch_rows=32, ring_rows=32)
+
+    def rank_run():
+        return TritonRankRun(p[0], p[1], p[2], *p[3:], rank=0, world=1, num_experts=8, config=config,
+                             peers=EmulatedPeers(1, DEVICE))
+
+    full = rank_run()
+    full.forward()
+    want = full.backward(grad)
+    got = rank_run().backward_without_forward(grad)
+    assert_same_gradients(got, want, ALL, "TritonRankRun")
+
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the SM90 megakernel needs a Hopper GPU (compute capability 9.x)")
+@pytest.mark.parametrize("ep_size,config", [
+    (1, MoKConfig()),
+    (2, MoKConfig(minibatch_rows=128, ring_rows=256)),  # several minibatches per rank, a ring that reuses slots
+], ids=["ep1", "ep2-ring<minibatches"])
+@pytest.mark.parametrize("needs", [ALL, (True, False, True, False, True)], ids=["all", "some"])
+def test_cuda_backend_gradients_bitwise_equal_triton(ep_size, config, needs):
+    """``backend="cuda"``: the forward is the megakernel's (other rounding), the gradients the Triton
+    backward's, so they equal ``backend="triton"``'s bit for bit."""
+    try:
+        mok.get_backend("triton")
+        mok.get_backend("cuda")
+    except (RuntimeError, ValueError) as err:
+        pytest.skip(f"backend unavailable: {err}")
+    p, grad = problem(512, 256, 128, 8, 2, seed=11, device="cuda")
+    want = triton_autograd_gradients(p, grad, ep_size=ep_size, config=config, needs=needs)
+    got = triton_autograd_gradients(p, grad, ep_size=ep_size, config=config, needs=needs, backend="cuda")
+    assert_same_gradients(got, want, needs, f"cuda vs triton, EP {ep_size}")
