@@ -109,6 +109,10 @@ if [ -n "${MOK_SONIC_SHAPES:-}" ]; then
         && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/sonic .carry/sonic/*.whl
     fi
     export PYTHONPATH=/tmp/sonic:/tmp/sonic/nvidia_cutlass_dsl/python_packages:${PYTHONPATH:-}
+    # SonicMoE's GEMMs (quack) autotune on first use: compile every candidate config in worker processes (one
+    # per core here), keep the .o files and the choices on disk (kept while the machine stays warm).
+    export QUACK_CACHE_DIR=${QUACK_CACHE_DIR:-$ROOT/build/mok-cache/quack} QUACK_CACHE_AUTOTUNING=1
+    export QUACK_COMPILE_WORKERS=${QUACK_COMPILE_WORKERS:-$(nproc)}
     python3 -c "import sonicmoe; print('SonicMoE', getattr(sonicmoe, '__version__', '?'), 'imports')" \
       && SONIC_ARGS=(--sonic --sonic-shapes "$MOK_SONIC_SHAPES")
     echo "=== setup: SonicMoE unpacked in $(( $(date +%s) - t0 ))s"

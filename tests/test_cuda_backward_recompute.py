@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import TRITON_DEVICE as DEVICE  # the interpreter without a GPU
-from conftest import assert_bitwise_equal, make_problem
+from conftest import assert_bitwise_equal, bits, make_problem, rel_err
 
 import mok
 from mok.config import MoKConfig
@@ -159,6 +159,53 @@ def test_rank_run_through_a_peer_group():
     assert_same_gradients(got, want, ALL, "TritonRankRun")
 
 
+def forward_gate_up_rows(p, ep_size, config=CONFIG):
+    """Every schedule row's gate/up pre-activations from a Triton forward whose ring holds the whole table (no
+    minibatches in ``config``): bf16 ``[ep_size * capacity, 2I]``, the layout ``saved_gate_up`` takes."""
+    from mok.triton_ref.pipeline import TritonLayerRun
+    run = TritonLayerRun(*p, ep_size, config, "bf16")
+    run.forward()
+    capacity = run.schedule.capacity
+    return torch.cat([run.rings[r].tensors["gate_up"][:capacity] for r in run.local_ranks])
+
+
+@pytest.mark.parametrize("ep_size,mb,ring", [(1, None, None), (2, 16, 32)], ids=["ep1", "ep2-ring<minibatches"])
+def test_saved_gate_up_rows_replace_the_gate_up_gemm(ep_size, mb, ring, monkeypatch):
+    """backward_without_forward(grad, saved_gate_up) given the Triton forward's own gate/up rows: the bits of
+    forward() + backward(), whatever the minibatches (the rows are sliced per window and rank), with the token
+    rows pulled again but the gate/up GEMM never run."""
+    from mok.triton_ref.pipeline import TritonLayerRun
+    p, grad = problem(64, 64, 32, 8, 2, seed=21 + ep_size)
+    config = CONFIG.replace(minibatch_rows=mb, ring_rows=ring)
+    saved = forward_gate_up_rows(p, ep_size)
+    want = triton_autograd_gradients(p, grad, ep_size=ep_size, config=config, needs=ALL)
+
+    run = TritonLayerRun(*p, ep_size, config, "bf16")
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the gate/up GEMM ran although its rows were given")
+
+    monkeypatch.setattr(run.format, "gate_up", forbidden)
+    got = run.backward_without_forward(grad, saved_gate_up=saved)
+    assert "gate_up" not in next(iter(run.rings.values())).tensors, "the ring's own gate/up rows stay allocated"
+    assert_same_gradients(got, want, ALL, f"saved rows, EP {ep_size}")
+
+
+def test_saved_gate_up_rows_are_the_ones_used():
+    """Perturbing one saved row changes the weight gradients (the saved rows are read, not recomputed), and a
+    wrong shape is refused."""
+    from mok.triton_ref.pipeline import TritonLayerRun
+    p, grad = problem(64, 64, 32, 8, 2, seed=31)
+    saved = forward_gate_up_rows(p, 1)
+    base = TritonLayerRun(*p, 1, CONFIG, "bf16").backward_without_forward(grad, saved_gate_up=saved)
+    bumped = saved.clone()
+    bumped[0] += 1.0
+    moved = TritonLayerRun(*p, 1, CONFIG, "bf16").backward_without_forward(grad, saved_gate_up=bumped)
+    assert not torch.equal(bits(base[2]), bits(moved[2])), "d_w_gate ignored the saved rows"
+    with pytest.raises(ValueError, match="saved_gate_up"):
+        TritonLayerRun(*p, 1, CONFIG, "bf16").backward_without_forward(grad, saved_gate_up=saved[1:])
+
+
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 
@@ -169,9 +216,11 @@ HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 
     (2, MoKConfig(minibatch_rows=128, ring_rows=256)),  # several minibatches per rank, a ring that reuses slots
 ], ids=["ep1", "ep2-ring<minibatches"])
 @pytest.mark.parametrize("needs", [ALL, (True, False, True, False, True)], ids=["all", "some"])
-def test_cuda_backend_gradients_bitwise_equal_triton(ep_size, config, needs):
-    """``backend="cuda"``: the forward is the megakernel's (other rounding), the gradients the Triton
-    backward's, so they equal ``backend="triton"``'s bit for bit."""
+def test_cuda_backend_gradients_bitwise_equal_triton(ep_size, config, needs, monkeypatch):
+    """``backend="cuda"`` with ``MOK_CUDA_SAVE_GATE_UP=0``: the forward is the megakernel's (other rounding), the
+    gradients the Triton backward's on recomputed gate/up rows, so they equal ``backend="triton"``'s bit for
+    bit."""
+    monkeypatch.setenv("MOK_CUDA_SAVE_GATE_UP", "0")
     try:
         mok.get_backend("triton")
         mok.get_backend("cuda")
@@ -181,3 +230,65 @@ def test_cuda_backend_gradients_bitwise_equal_triton(ep_size, config, needs):
     want = triton_autograd_gradients(p, grad, ep_size=ep_size, config=config, needs=needs)
     got = triton_autograd_gradients(p, grad, ep_size=ep_size, config=config, needs=needs, backend="cuda")
     assert_same_gradients(got, want, needs, f"cuda vs triton, EP {ep_size}")
+
+
+def cuda_ready():
+    try:
+        mok.get_backend("triton")
+        mok.get_backend("cuda")
+    except (RuntimeError, ValueError) as err:
+        pytest.skip(f"backend unavailable: {err}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the SM90 megakernel needs a Hopper GPU (compute capability 9.x)")
+@pytest.mark.parametrize("ep_size,intermediate", [(1, 128), (2, 192), (4, 320)], ids=["ep1", "ep2-I192", "ep4-I320"])
+def test_megakernel_saved_gate_up_rows(ep_size, intermediate):
+    """The megakernel's saved rows (NaN-poisoned first): every row in use written, close to the Triton forward's
+    gate/up rows (other fp32 summation order), and the same bits in both variants and both dispatch modes.
+    I = 192 and 320 leave a last column block that reaches past I."""
+    from mok.cuda import backend
+    cuda_ready()
+    p, _ = problem(512, 256, intermediate, 8, 2, seed=41 + ep_size, device="cuda")
+    prep = backend.prepare(*p, ep_size=ep_size, poison=True)
+    want = forward_gate_up_rows(p, ep_size, MoKConfig())  # the megakernel's 128-row padding
+    capacity = prep.schedule.src_rank.shape[1]
+    in_use = prep.schedule.segment_offsets[:, -1].tolist()
+    results = {}
+    for variant in ("simple", "pipelined"):
+        for dispatch in ("ring", "gather"):
+            saved = backend.saved_gate_up_buffer(prep, poison=True)
+            backend.launch(prep, variant=variant, dispatch=dispatch, saved_gate_up=saved)
+            backend.check_error(prep)
+            used = torch.cat([saved[r * capacity:r * capacity + n] for r, n in enumerate(in_use)])
+            results[(variant, dispatch)] = used
+    ref = torch.cat([want[r * capacity:r * capacity + n] for r, n in enumerate(in_use)])
+    first = results[("simple", "ring")]
+    assert bool(torch.isfinite(first).all()), "a saved row in use was not written"
+    assert rel_err(first, ref) < 1e-2, f"saved gate/up vs the Triton forward: {rel_err(first, ref):.3e}"
+    for key, got in results.items():
+        assert_bitwise_equal(got, first, f"saved rows {key} vs (simple, ring)")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the SM90 megakernel needs a Hopper GPU (compute capability 9.x)")
+def test_cuda_backend_gradients_from_saved_rows():
+    """The default (``MOK_CUDA_SAVE_GATE_UP`` on): gradients on the megakernel's gate/up rows are close to the
+    Triton backend's, the same bits when repeated and for EP 1, 2 and 4 (a small ring for EP 2), and the same
+    as the Triton backward given the megakernel's rows directly."""
+    from mok.cuda import backend
+    cuda_ready()
+    p, grad = problem(512, 256, 128, 8, 2, seed=51, device="cuda")
+    want = triton_autograd_gradients(p, grad, ep_size=1, config=MoKConfig(), needs=ALL)
+    base = triton_autograd_gradients(p, grad, ep_size=1, config=MoKConfig(), needs=ALL, backend="cuda")
+    runs = {f"EP {ep}, {cfg}": triton_autograd_gradients(p, grad, ep_size=ep, config=cfg, needs=ALL, backend="cuda")
+            for ep, cfg in [(1, MoKConfig()), (2, MoKConfig(minibatch_rows=128, ring_rows=256)), (4, MoKConfig())]}
+    for name, a, b in zip(GRAD_NAMES, base, want):
+        assert bool(torch.isfinite(a).all()), name
+        assert rel_err(a, b) < 2e-2, f"{name}: relative error vs triton {rel_err(a, b):.3e}"
+    for key, grads in runs.items():
+        assert_same_gradients(grads, base, ALL, f"cuda saved rows, {key} vs EP 1")
+    # The same as handing the megakernel's rows to the Triton backward directly.
+    out, saved = backend.sm90_forward(*p, save_gate_up=True, check=True)
+    direct = backend.triton_layer_gradients(*p, grad, ep_size=1, config=MoKConfig(), saved_gate_up=saved)
+    assert_same_gradients(direct, base, ALL, "triton_layer_gradients(saved_gate_up=...)")

@@ -17,9 +17,12 @@ ranks. What it reads is prepared here on the device, and no step of a call waits
 Top-1 layers (``top_k == 1``: the EP-64 slices) fuse the weighted sum into the down epilogue by default
 (``fuse_top1``): the same bits, without the combine slots and the combine tail.
 
-Backward. There is no backward megakernel yet: :class:`CudaMoE` recomputes the layer through the Triton
-backend under autograd (``torch.enable_grad`` + ``torch.autograd.grad``) and returns its gradients, so
-training works end to end today at the cost of a second forward in the backward.
+Backward. There is no backward megakernel yet: :class:`CudaMoE` runs the Triton pipeline's backward without
+its forward (:func:`triton_layer_gradients`). When a gradient is wanted, the megakernel also writes gate and up
+(bf16, before SwiGLU) of every schedule row to a saved buffer (``MOK_CUDA_SAVE_GATE_UP``, default on; bf16
+``[R * capacity, 2I]`` of activation memory), so the backward pulls only the token rows again and never reruns
+the gate/up GEMM; with it off, the backward replays dispatch and the gate/up GEMM per minibatch (no down GEMM,
+combine or weighted sum either way).
 
 Variants (``variant=`` or ``MOK_CUDA_VARIANT``): ``"simple"`` (lock-step roles, the baseline) and
 ``"pipelined"`` (producer runs ahead, overlapped wgmma). Both compute the same bits.
@@ -34,6 +37,7 @@ a tile's rows once per gate/up column block, ring copies them once, so gather wi
 Environment:
 
 * ``MOK_CUDA_VARIANT`` (default ``pipelined``);
+* ``MOK_CUDA_SAVE_GATE_UP`` (default on): keep the gate/up rows for the backward (above);
 * ``MOK_CUDA_DISPATCH`` (default ``auto``) and ``MOK_CUDA_GATHER_PREFETCH`` (gather mode: K blocks ahead that
   the producer asks L2 for token rows; default :data:`DEFAULT_GATHER_PREFETCH`, 0 = never);
 * ``MOK_CUDA_CHECK``: how the kernel's error record is read: ``deferred`` (default: copied asynchronously
@@ -243,7 +247,8 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
 
 
 def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, timeout_s: float | None = None,
-           ablate: int = 0, dispatch: str | None = None, gather_prefetch: int | None = None) -> torch.Tensor:
+           ablate: int = 0, dispatch: str | None = None, gather_prefetch: int | None = None,
+           saved_gate_up: torch.Tensor | None = None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -251,6 +256,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     :data:`ABLATE` values for timing experiments (the results are then garbage). ``dispatch``: ``"ring"``,
     ``"gather"`` or ``"auto"`` (module docstring; default ``MOK_CUDA_DISPATCH``); ``gather_prefetch``: K blocks
     of L2 prefetch ahead in gather mode (default ``MOK_CUDA_GATHER_PREFETCH``). Neither changes a bit.
+    ``saved_gate_up``: a bf16 ``[R * capacity, 2I]`` buffer (:func:`saved_gate_up_buffer`) that receives gate | up,
+    rounded to bf16, of every schedule row the kernel computes (for the backward), or ``None``.
     """
     variant = variant or default_variant()
     if variant not in VARIANTS:
@@ -268,8 +275,21 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         prep.x_ptrs, prep.weight_ptrs, prep.combine_ptrs, prep.out_ptrs,
         prep.w_gate, prep.w_up, prep.w_down, ws.ring_x, ws.ring_h, ws.counters, ws.error,
         prep.tokens_per_rank, prep.top_k, prep.minibatch_rows, VARIANTS[variant], num_ctas, timeout_s,
-        prep.fuse_top1, ablate, dispatch == "gather", gather_prefetch)
+        prep.fuse_top1, ablate, dispatch == "gather", gather_prefetch,
+        _NO_TENSOR if saved_gate_up is None else saved_gate_up)
     return prep.out
+
+
+_NO_TENSOR = torch.empty(0)  # the binding's "no saved_gate_up" (never dereferenced)
+
+
+def saved_gate_up_buffer(prep: Sm90Launch, poison: bool = False) -> torch.Tensor:
+    """A bf16 ``[R * capacity, 2I]`` buffer for :func:`launch`'s ``saved_gate_up``: row ``r * capacity + i`` is
+    schedule row i of rank r, columns gate then up. Rows past a rank's rows in use are never written (the Triton
+    backward never reads them); ``poison`` NaN-fills it first (tests)."""
+    ranks, capacity = prep.schedule.src_rank.shape
+    rows = torch.empty(ranks * capacity, 2 * prep.w_gate.shape[1], dtype=torch.bfloat16, device=prep.out.device)
+    return rows.fill_(float("nan")) if poison else rows
 
 
 def check_error(prep: Sm90Launch) -> None:
@@ -294,8 +314,10 @@ def check_pending_errors(wait: bool = True) -> None:
 def sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: int = 1,
                  config: MoKConfig | None = None, variant: str | None = None, num_ctas: int = 0,
                  check: bool | str | None = None, poison: bool = False, fuse_top1: bool | None = None,
-                 reuse_workspace: bool = True, dispatch: str | None = None) -> torch.Tensor:
-    """The layer forward through the megakernel (no autograd). Returns ``out`` [T, H] bf16.
+                 reuse_workspace: bool = True, dispatch: str | None = None, save_gate_up: bool = False):
+    """The layer forward through the megakernel (no autograd). Returns ``out`` [T, H] bf16, or ``(out,
+    saved_gate_up)`` with ``save_gate_up`` (:func:`saved_gate_up_buffer`: what the backward reads instead of
+    recomputing the gate/up GEMM).
 
     Shapes as in :func:`mok.moe`. ``check``: ``True`` / ``"sync"`` reads the kernel's error record now (raises
     :class:`Sm90KernelError`; synchronises), ``"deferred"`` reads it at a later call, ``False`` / ``"off"``
@@ -308,17 +330,19 @@ def sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: in
         check_pending_errors(wait=False)  # report an earlier launch's error before queueing more work
     prep = prepare(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size=ep_size, config=config, poison=poison,
                    reuse_workspace=reuse_workspace, fuse_top1=fuse_top1)
-    out = launch(prep, variant=variant, num_ctas=num_ctas, dispatch=dispatch)
+    saved = saved_gate_up_buffer(prep, poison=poison) if save_gate_up else None
+    out = launch(prep, variant=variant, num_ctas=num_ctas, dispatch=dispatch, saved_gate_up=saved)
     if mode == "sync":
         check_error(prep)
     elif mode == "deferred":
         defer_error_check(prep)
-    return out
+    return (out, saved) if save_gate_up else out
 
 
 def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                            w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, grad_out: torch.Tensor,
-                           *, ep_size: int, config: MoKConfig, needs=(True,) * 5):
+                           *, ep_size: int, config: MoKConfig, needs=(True,) * 5,
+                           saved_gate_up: torch.Tensor | None = None):
     """The layer's gradients from the Triton pipeline's backward, without running its forward.
 
     Bit for bit what ``mok.moe(..., backend="triton", ep_size=ep_size, config=config)`` followed by
@@ -327,6 +351,10 @@ def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights
     GEMM run again, replayed minibatch by minibatch inside the backward
     (:meth:`mok.triton_ref.pipeline.TritonRanksRun.backward_without_forward`): no down GEMM, combine or
     weighted sum. Plain tensors in, no autograd involved, so it also runs on the CPU under TRITON_INTERPRET=1.
+    With ``saved_gate_up`` (the megakernel's gate/up rows, :func:`saved_gate_up_buffer`) the gate/up GEMM does
+    not run again either: only the token rows are pulled again, and the gradients are those of the megakernel's
+    gate/up values (which differ from the Triton forward's by fp32 summation order; still deterministic and the
+    same for every EP degree).
 
     Args:
         x: ``[T, H]`` tokens; topk_ids: ``[T, K]`` int expert ids; topk_weights: ``[T, K]`` router weights.
@@ -357,18 +385,28 @@ def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights
     with torch.no_grad(), device:
         run = TritonLayerRun(x.detach().contiguous(), topk_ids, topk_weights.detach(), w_gate.detach(),
                              w_up.detach(), w_down.detach(), ep_size, config, "bf16", backward=True)
-        dx, d_weights, d_gate, d_up, d_down = run.backward_without_forward(grad_out.contiguous())
+        dx, d_weights, d_gate, d_up, d_down = run.backward_without_forward(grad_out.contiguous(), saved_gate_up)
         grads = (dx, d_weights.to(topk_weights.dtype), d_gate, d_up, d_down)
     return tuple(grad if need else None for grad, need in zip(grads, needs))
 
 
+def save_gate_up_default() -> bool:
+    """``MOK_CUDA_SAVE_GATE_UP`` (default on): when a gradient is wanted, the forward keeps gate/up of every row
+    (bf16 ``[R * capacity, 2I]``) for the backward instead of the backward running the gate/up GEMM again."""
+    return _env_on("MOK_CUDA_SAVE_GATE_UP", "1")
+
+
 class CudaMoE(torch.autograd.Function):
-    """Megakernel forward; backward by recomputing through the Triton backend under autograd."""
+    """Megakernel forward; the Triton pipeline's backward (:func:`triton_layer_gradients`) on the gate/up rows
+    the forward saved (or, with ``MOK_CUDA_SAVE_GATE_UP=0``, recomputed)."""
 
     @staticmethod
     def forward(ctx, x, topk_weights, w_gate, w_up, w_down, topk_ids, ep_size, config, variant):
-        out = sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size=ep_size, config=config,
-                           variant=variant)
+        save = any(ctx.needs_input_grad[:5]) and save_gate_up_default()
+        result = sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size=ep_size, config=config,
+                              variant=variant, save_gate_up=save)
+        out, saved = result if save else (result, None)
+        ctx.saved_gate_up = saved
         ctx.save_for_backward(x, topk_weights, w_gate, w_up, w_down, topk_ids)
         ctx.ep_size = ep_size
         ctx.config = config
@@ -382,7 +420,9 @@ class CudaMoE(torch.autograd.Function):
             check_pending_errors(wait=False)
         # The Triton backward, replaying only the dispatch and gate/up GEMM it needs (not the whole forward).
         grads = triton_layer_gradients(x, topk_ids, topk_weights, w_gate, w_up, w_down, grad_out,
-                                       ep_size=ctx.ep_size, config=ctx.config, needs=ctx.needs_input_grad[:5])
+                                       ep_size=ctx.ep_size, config=ctx.config, needs=ctx.needs_input_grad[:5],
+                                       saved_gate_up=ctx.saved_gate_up)
+        ctx.saved_gate_up = None  # once_differentiable: free the rows now
         return (*grads, None, None, None, None)
 
 

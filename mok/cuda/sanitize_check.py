@@ -9,8 +9,8 @@ Meant to run under compute-sanitizer (build the extension first, outside the san
 The default problem has 2 emulated ranks, 8 experts with skewed routing (low ids hot), tokens that are not a
 multiple of the tile, I % 128 == 64 (a half-used gate/up column block), H % 256 != 0 (a half-used down column
 block) and a ring of one minibatch; it runs with top-k 2 (push-combine and the weighted sum) and top-k 1 (the
-fused top-1 combine), in both dispatch modes (ring and gather), so every code path of the kernel runs at least
-once. The in-kernel wait bound is raised to 600 s because the sanitizer slows the kernel by orders of magnitude.
+fused top-1 combine), in both dispatch modes (ring and gather), with the saved gate/up rows of training, so
+every code path of the kernel runs at least once. The in-kernel wait bound is raised to 600 s because the sanitizer slows the kernel by orders of magnitude.
 
 ``--bench T,H,I,E,K`` instead times both variants in both dispatch modes at that shape (CUDA events, median of 20
 launches after 3 warm-ups; forward FLOPs 6*T*K*H*I; ``--prefetch-sweep`` adds gather with L2 prefetch) and prints
@@ -28,7 +28,7 @@ import torch
 import mok
 from mok.bench.harness import time_fn
 from mok.config import MoKConfig, get_shape
-from mok.cuda.backend import DISPATCH_MODES, VARIANTS, check_error, launch, prepare
+from mok.cuda.backend import DISPATCH_MODES, VARIANTS, check_error, launch, prepare, saved_gate_up_buffer
 from mok.validate import relative_error
 
 
@@ -50,7 +50,9 @@ def check_small(variant: str, top_k: int = 2, dispatch: str = "ring") -> bool:
     problem = make_inputs(200, 320, 192, 8, top_k, skew=1.5)
     config = MoKConfig(minibatch_rows=128, ring_rows=128)
     prep = prepare(*problem, ep_size=2, config=config, poison=True)
-    out = launch(prep, variant=variant, timeout_s=600.0, dispatch=dispatch)
+    # The saved gate/up rows (training) are written too, so their stores run under the sanitizer.
+    saved = saved_gate_up_buffer(prep, poison=True)
+    out = launch(prep, variant=variant, timeout_s=600.0, dispatch=dispatch, saved_gate_up=saved)
     check_error(prep)
     with torch.no_grad():
         ref = mok.moe(*problem, backend="reference", ep_size=2, config=config)

@@ -450,7 +450,7 @@ class TritonRanksRun:
             self.weight_buf = self._publish("triton_topk_weights", self.topk_weights.view(-1))
         return self._backward_pass(grad_out)
 
-    def backward_without_forward(self, grad_out: torch.Tensor):
+    def backward_without_forward(self, grad_out: torch.Tensor, saved_gate_up: torch.Tensor | None = None):
         """The gradients of :meth:`backward` (same bits, same tuple) on a run whose :meth:`forward` never ran.
 
         For a caller that computed the output some other way (``backend="cuda"``'s megakernel forward): of
@@ -459,16 +459,34 @@ class TritonRanksRun:
         (:meth:`mok.ring.RingBuffer.holds` is False everywhere), so the backward's reverse walk replays the
         dispatch and gate/up GEMM of every minibatch into its slot just before using it, exactly as it
         replays the minibatches a forward overwrote. Collective like :meth:`backward`: every rank calls it.
+
+        ``saved_gate_up``: the forward's gate/up pre-activations of every schedule row, bf16 ``[L * capacity,
+        2I]`` (row ``j * capacity + i`` = row i of the j-th local rank's table; gate columns ``[0, I)``, up
+        ``[I, 2I)``), e.g. written by ``backend="cuda"``'s megakernel. Then the replays only pull the token rows
+        (the weight gradients need them) and the gate/up GEMM does not run again at all; the gradients are then
+        those of these gate/up values (bitwise the Triton forward's only if it wrote them).
         """
         if any(ring.holds(i) for r, ring in self.rings.items() for i in self.plans[r].forward_order()):
             raise RuntimeError("forward() has run on this TritonRanksRun: call backward()")
         # What the replays and the reverse combine read from every source rank, as forward() publishes it.
         self.x_buf = self._publish_rows("triton_x", self.x)
         self.weight_buf = self._publish("triton_topk_weights", self.topk_weights.view(-1))
-        return self._backward_pass(grad_out)
+        saved = None
+        if saved_gate_up is not None:
+            shape = (len(self.local_ranks) * self.schedule.capacity, 2 * self.intermediate)
+            if tuple(saved_gate_up.shape) != shape or saved_gate_up.dtype != self.dtype \
+                    or saved_gate_up.device != self.device:
+                raise ValueError(f"saved_gate_up must be {self.dtype} {list(shape)} on {self.device}, got "
+                                 f"{saved_gate_up.dtype} {list(saved_gate_up.shape)} on {saved_gate_up.device}")
+            saved = {rank: rows for rank, rows in
+                     zip(self.local_ranks, saved_gate_up.view(len(self.local_ranks), self.schedule.capacity, -1))}
+            for ring in self.rings.values():
+                ring.tensors.pop("gate_up", None)  # never read: the saved rows take its place (capacity x 2I)
+        return self._backward_pass(grad_out, saved)
 
-    def _backward_pass(self, grad_out: torch.Tensor):
-        """:meth:`backward` once x (for replays) and the router weights are published."""
+    def _backward_pass(self, grad_out: torch.Tensor, saved_gate_up: dict[int, torch.Tensor] | None = None):
+        """:meth:`backward` once x (for replays) and the router weights are published; ``saved_gate_up``: per
+        local rank, its table's gate/up rows (:meth:`backward_without_forward`), read instead of the ring's."""
         fmt, dtype, device, inter, hidden = self.format, self.dtype, self.device, self.intermediate, self.hidden
         slots = self.tokens_local * self.top_k
         grad_buf = self._publish_rows("triton_grad_out", grad_out.to(dtype))
@@ -504,10 +522,15 @@ class TritonRanksRun:
                     grad[experts].zero_()
                 continue
             for step, i in enumerate(order):
-                if not ring.holds(i):
-                    self._dispatch_and_project(rank, i, h_out=None)  # overwritten (or never run): replay
                 win = self._window(rank, i)
                 ring_rows = self._ring_rows(rank, i)
+                if saved_gate_up is not None:  # gate/up from the caller's forward: only the token rows again
+                    if not ring.holds(i):
+                        pull_token_rows(win.table, win.start, win.n_rows, self.x_buf, ring_rows["x"])
+                        ring.claim(i)
+                    ring_rows["gate_up"] = saved_gate_up[rank][win.start:win.start + win.n_rows]
+                elif not ring.holds(i):
+                    self._dispatch_and_project(rank, i, h_out=None)  # overwritten (or never run): replay
 
                 # ---- pull reverse-combine, then the fused down dgrad + SwiGLU backward ----------------
                 pull_reverse_combine(table, win.start, win.n_rows, grad_buf, self.weight_buf, grad_rows,

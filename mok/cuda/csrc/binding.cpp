@@ -35,13 +35,15 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //   ablate: AblateFlags bitmask (timing experiments; 0 for real results)
 //   gather_x: gate/up gathers its A rows from the token buffers (no dispatch tasks, ring_x unused)
 //   gather_prefetch: gather mode, K blocks ahead to prefetch token rows into L2 (0 = none)
+//   saved_gate_up: [R * capacity, 2I] bf16 to receive gate | up of every schedule row (training), or an empty
+//     tensor for none
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
              const at::Tensor& w_up, const at::Tensor& w_down, const at::Tensor& ring_x, const at::Tensor& ring_h,
              const at::Tensor& counters, const at::Tensor& error, int64_t tokens_per_rank, int64_t top_k,
              int64_t minibatch_rows, int64_t variant, int64_t num_ctas, double timeout_s, bool fuse_top1,
-             int64_t ablate, bool gather_x, int64_t gather_prefetch) {
+             int64_t ablate, bool gather_x, int64_t gather_prefetch, const at::Tensor& saved_gate_up) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -88,6 +90,11 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   TORCH_CHECK(error.dim() == 1 && error.numel() >= mok::sm90::sm90_moe_error_words(), "error must hold ",
               mok::sm90::sm90_moe_error_words(), " int32");
   TORCH_CHECK(variant == 0 || variant == 1, "variant must be 0 (simple) or 1 (pipelined), got ", variant);
+  const bool save = saved_gate_up.numel() > 0;
+  if (save) {
+    check_tensor(saved_gate_up, "saved_gate_up", at::kBFloat16, device);
+    check_shape(saved_gate_up, "saved_gate_up", {R * capacity, 2 * I});
+  }
 
   mok::sm90::Sm90MoeProblem q;
   q.num_ranks = static_cast<int>(R);
@@ -112,6 +119,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.w_down = w_down.data_ptr();
   q.ring_x = ring_x.data_ptr();
   q.ring_h = ring_h.data_ptr();
+  q.saved_gate_up = save ? saved_gate_up.data_ptr() : nullptr;
   q.counters = counters.data_ptr<int32_t>();
   q.error = error.data_ptr<int32_t>();
   q.fuse_top1 = fuse_top1;

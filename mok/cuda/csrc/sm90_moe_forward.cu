@@ -164,6 +164,7 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.out_ptrs = reinterpret_cast<const long long*>(q.out_ptrs);
   p.ring_x = q.ring_x;
   p.ring_h = q.ring_h;
+  p.saved_gate_up = q.saved_gate_up;
   p.counters = q.counters;
   p.error = q.error;
   p.ctr = CounterLayout::make(q.num_ranks, tiles_per_rank, p.max_minibatches);

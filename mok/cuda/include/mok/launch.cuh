@@ -43,6 +43,7 @@ struct Sm90MoeProblem {
   const void* w_down = nullptr;  // bf16 [E, H, I]
   void* ring_x = nullptr;        // bf16 [R * ring_rows, H]
   void* ring_h = nullptr;        // bf16 [R * ring_rows, I]
+  void* saved_gate_up = nullptr; // optional bf16 [R * capacity, 2I]: gate | up per schedule row (for the backward)
 
   int32_t* counters = nullptr;   // sm90_moe_counter_ints(...) int32 (any contents: reset in-stream)
   int32_t* error = nullptr;      // sm90_moe_error_words() int32 (reset in-stream)

@@ -33,12 +33,42 @@ __device__ __forceinline__ float swiglu(float gate_acc, float up_acc) {
   return (gate * sigmoid) * up;
 }
 
-// One consumer warpgroup: its 64 rows x 128 h columns of the tile -> ring h rows.
+// Training: gate and up of this thread's fragment, rounded to bf16, straight from the registers into the saved
+// rows (row = the schedule row, gate at column c, up at I + c): the Triton backward reads them instead of
+// running the gate/up GEMM again. Each store is a bf16 pair (4 bytes); a warp's store covers 8 rows x 16
+// bytes, which L2 merges into whole lines before DRAM sees them, and nothing waits on these stores until the
+// task's release at its end.
+template <class Tiles>
+__device__ __forceinline__ void save_gate_up_fragment(const Sm90MoeParams& p, const Task& t, const float (&acc)[128],
+                                                      int consumer_wg) {
+  const long long row_stride = 2LL * p.intermediate;
+  const long long table_row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
+  const int col0 = t.nblock * Tiles::kHalfN + 2 * (threadIdx.x & 3);
+  __nv_bfloat16* saved = static_cast<__nv_bfloat16*>(p.saved_gate_up);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    __nv_bfloat16* row = saved + (table_row0 + fragment_row(consumer_wg, i)) * row_stride;
+#pragma unroll
+    for (int j = 0; j < Tiles::kHalfN / 8; ++j) {
+      const int col = col0 + 8 * j;
+      const int g = 4 * j + 2 * i;
+      if (col < p.intermediate) {  // the last column block may reach past I (I % 128 == 64)
+        *reinterpret_cast<__nv_bfloat162*>(row + col) = __floats2bfloat162_rn(acc[g], acc[g + 1]);
+        *reinterpret_cast<__nv_bfloat162*>(row + p.intermediate + col) =
+            __floats2bfloat162_rn(acc[64 + g], acc[64 + g + 1]);
+      }
+    }
+  }
+}
+
+// One consumer warpgroup: its 64 rows x 128 h columns of the tile -> ring h rows (and, when training, its gate
+// and up values -> the saved rows).
 template <class Tiles>
 __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
                                                  SharedStorage<Tiles>& s, const float (&acc)[128], int consumer_wg) {
   static_assert(Tiles::kHalfN == 128, "gate/up tile = 128 gate + 128 up columns");
   if (p.ablate & kAblateEpilogue) return;  // timing ablation: the mainloop's cost alone
+  if (p.saved_gate_up != nullptr) save_gate_up_fragment<Tiles>(p, t, acc, consumer_wg);
   // 1. SwiGLU in registers, bf16 pairs into the staging tile.
 #pragma unroll
   for (int j = 0; j < Tiles::kHalfN / 8; ++j) {

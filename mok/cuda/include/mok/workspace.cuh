@@ -176,6 +176,9 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   // Ring buffers owned by this launch (all ranks stacked): written with generic stores, read by TMA.
   void* ring_x;  // bf16 [R * ring_rows, H]
   void* ring_h;  // bf16 [R * ring_rows, I]
+  // Optional (training): bf16 [R * capacity, 2I], row = the schedule row, columns gate | up, rounded to bf16
+  // (what the Triton backward reads instead of recomputing the gate/up GEMM). nullptr = not written.
+  void* saved_gate_up;
 
   int* counters;          // CounterLayout::total int32, zero at launch
   int* error;             // kErrorWords int32, zero at launch
