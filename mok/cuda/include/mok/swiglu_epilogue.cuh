@@ -33,43 +33,58 @@ __device__ __forceinline__ float swiglu(float gate_acc, float up_acc) {
   return (gate * sigmoid) * up;
 }
 
-// Training: gate and up of this thread's fragment, rounded to bf16, straight from the registers into the saved
-// rows (row = the schedule row, gate at column c, up at I + c): the Triton backward reads them instead of
-// running the gate/up GEMM again. Each store is a bf16 pair (4 bytes); a warp's store covers 8 rows x 16
-// bytes, which L2 merges into whole lines before DRAM sees them, and nothing waits on these stores until the
-// task's release at its end.
+// This warpgroup's 64 staged rows (128 bf16 columns each) out to global memory, 16 contiguous bytes per lane
+// (a warp writes two whole 256-byte row pieces per instruction): row r of the tile goes to dst row `row0 + r`,
+// columns [col0, col0 + 128) of a row of `row_chunks` 16-byte chunks; columns at or past `valid_cols` are
+// skipped (the last column block may reach past I when I % 128 == 64). Ends with the warpgroup's barrier: the
+// staging rows may be rewritten after it.
 template <class Tiles>
-__device__ __forceinline__ void save_gate_up_fragment(const Sm90MoeParams& p, const Task& t, const float (&acc)[128],
-                                                      int consumer_wg) {
-  const long long row_stride = 2LL * p.intermediate;
-  const long long table_row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
-  const int col0 = t.nblock * Tiles::kHalfN + 2 * (threadIdx.x & 3);
-  __nv_bfloat16* saved = static_cast<__nv_bfloat16*>(p.saved_gate_up);
+__device__ __forceinline__ void store_staged_rows(SharedStorage<Tiles>& s, int consumer_wg, uint4* dst, long long row0,
+                                                  long long row_chunks, int col0, int valid_cols) {
+  named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);  // the staged pairs are all written
+  const int t128 = threadIdx.x & 127;
+  const int chunk = t128 & 15;
+  const int col = col0 + chunk * 8;
+  if (col - col0 < valid_cols) {
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    __nv_bfloat16* row = saved + (table_row0 + fragment_row(consumer_wg, i)) * row_stride;
-#pragma unroll
-    for (int j = 0; j < Tiles::kHalfN / 8; ++j) {
-      const int col = col0 + 8 * j;
-      const int g = 4 * j + 2 * i;
-      if (col < p.intermediate) {  // the last column block may reach past I (I % 128 == 64)
-        *reinterpret_cast<__nv_bfloat162*>(row + col) = __floats2bfloat162_rn(acc[g], acc[g + 1]);
-        *reinterpret_cast<__nv_bfloat162*>(row + p.intermediate + col) =
-            __floats2bfloat162_rn(acc[64 + g], acc[64 + g + 1]);
-      }
+    for (int it = 0; it < 8; ++it) {
+      const int row = 64 * consumer_wg + (t128 >> 4) + 8 * it;
+      dst[(row0 + row) * row_chunks + col / 8] = load_staged_chunk<Tiles>(s.staging, row, chunk);
     }
   }
+  named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);  // every row read: the staging is free again
 }
 
-// One consumer warpgroup: its 64 rows x 128 h columns of the tile -> ring h rows (and, when training, its gate
-// and up values -> the saved rows).
+// One consumer warpgroup: its 64 rows x 128 h columns of the tile -> ring h rows. When training
+// (p.saved_gate_up), first its gate and then its up values, rounded to bf16, -> the saved rows (row = the
+// schedule row; gate at column c, up at I + c), which the Triton backward reads instead of running the gate/up
+// GEMM again. All three go through the staging tile so that every global store is 16 contiguous bytes per lane
+// (stores of the 4-byte fragment pairs straight from registers would be 8 times as many L2 writes).
 template <class Tiles>
 __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
                                                  SharedStorage<Tiles>& s, const float (&acc)[128], int consumer_wg) {
   static_assert(Tiles::kHalfN == 128, "gate/up tile = 128 gate + 128 up columns");
   if (p.ablate & kAblateEpilogue) return;  // timing ablation: the mainloop's cost alone
-  if (p.saved_gate_up != nullptr) save_gate_up_fragment<Tiles>(p, t, acc, consumer_wg);
-  // 1. SwiGLU in registers, bf16 pairs into the staging tile.
+  const int col0 = t.nblock * Tiles::kHalfN;
+  const int valid_cols = p.intermediate - col0;
+  if (p.saved_gate_up != nullptr) {
+    const long long row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
+    const long long row_chunks = p.intermediate / 4;  // 2I bf16 per saved row
+    uint4* saved = static_cast<uint4*>(p.saved_gate_up);
+#pragma unroll
+    for (int part = 0; part < 2; ++part) {  // 0: gate (accumulator columns 0..127), 1: up (128..255)
+#pragma unroll
+      for (int j = 0; j < Tiles::kHalfN / 8; ++j) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int d = 64 * part + 4 * j + 2 * i;
+          stage_pair<Tiles>(s.staging, consumer_wg, j, i, acc[d], acc[d + 1]);
+        }
+      }
+      store_staged_rows<Tiles>(s, consumer_wg, saved, row0, row_chunks, part * p.intermediate + col0, valid_cols);
+    }
+  }
+  // SwiGLU in registers, bf16 pairs into the staging tile, rows out to the ring.
 #pragma unroll
   for (int j = 0; j < Tiles::kHalfN / 8; ++j) {
 #pragma unroll
@@ -80,26 +95,10 @@ __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const S
       stage_pair<Tiles>(s.staging, consumer_wg, j, i, h0, h1);
     }
   }
-  named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
-
-  // 2. Rows out to the ring: 64 rows x 16 chunks of 16 bytes, 8 per thread, each row 256 contiguous bytes.
-  const int t128 = threadIdx.x & 127;
-  const int chunk = t128 & 15;
-  const int col = t.nblock * Tiles::kHalfN + chunk * 8;
   const long long ring_row0 =
       static_cast<long long>(t.rank) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
-  uint4* ring_h = reinterpret_cast<uint4*>(p.ring_h);
-  const int row_chunks = p.intermediate / 8;
-  if (col < p.intermediate) {  // the last column block may reach past I (I % 128 == 64)
-#pragma unroll
-    for (int it = 0; it < 8; ++it) {
-      const int row = 64 * consumer_wg + (t128 >> 4) + 8 * it;
-      const uint4 value = load_staged_chunk<Tiles>(s.staging, row, chunk);
-      ring_h[(ring_row0 + row) * row_chunks + col / 8] = value;
-    }
-  }
-  // The staging rows are rewritten by this warpgroup's next epilogue.
-  named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
+  store_staged_rows<Tiles>(s, consumer_wg, reinterpret_cast<uint4*>(p.ring_h), ring_row0, p.intermediate / 8, col0,
+                           valid_cols);
 }
 
 }  // namespace mok::sm90
