@@ -30,11 +30,11 @@
 #   MOK_BENCH_ARGS        extra arguments for the bench stage (e.g. "--iters 50 --backends torch,triton")
 #   MOK_CUDA_BENCH        shapes the cuda stage times the megakernel on (default "kimi-k2.7/ep64 anchor-4")
 #   MOK_TUNE_ARGS         extra arguments for experiments/tune_triton.py
-#   MOK_SONIC_SHAPES      opt-in SonicMoE for these bench shapes. UNTESTED: mok's SonicMoE wrapper
-#                         (mok/bench/baselines.py) has never run on a GPU. Its JIT takes minutes per shape (rough
-#                         estimate: ~7 min for the first, 1-2 min per later one): use a call of its own, e.g.
-#                         MOK_STAGES=bench MOK_BENCH_SHAPES=anchor-1 MOK_SONIC_SHAPES=anchor-1. Needs the bundle
-#                         in .carry/sonic (carry it): see ../shared/tools/sonic_bundle.sh
+#   MOK_SONIC_SHAPES      opt-in SonicMoE for these bench shapes. Its GEMMs compile and autotune on first use
+#                         (round 7, H200: the five anchors, forward only, took 403 s in all; its backward has not
+#                         run yet): use a call of its own, e.g. MOK_STAGES=bench MOK_BENCH_SHAPES=anchors
+#                         MOK_SONIC_SHAPES=anchor-1,...,anchor-5 MOK_BENCH_ARGS="--backends torch,cuda --passes fwd".
+#                         Needs the bundle in .carry/sonic (carry it): see ../shared/tools/sonic_bundle.sh
 #   MOK_PIP_INSTALL=1     pip install -e . (default: PYTHONPATH=. , which needs no install)
 #   MOK_PYTEST_ARGS       extra pytest arguments (e.g. "-k triton" or "tests/test_triton_gpu.py")
 #   MOK_GIT_COMMIT        recorded as the commit in every result (the GPU copy of the tree has no .git)

@@ -6,16 +6,14 @@
   imports. It brings its own router: ``MoE(...)(x)`` routes internally, so its timing always **includes its
   router** (a ``[T, H] x [H, E]`` GEMM, softmax and top-k). mok's harness times its own backends with the router
   too by default (``--router include``), so the ratios compare the same work. SonicMoE's first call of a new
-  shape JIT-compiles its kernels (minutes per shape; a rough estimate, not a recorded measurement: about 7 for
-  the first shape on an H200, 1-2 for each later one), which the warm-up absorbs.
+  shape compiles and autotunes its GEMMs (quack: every candidate config compiled in worker processes, then
+  timed), which the warm-up absorbs: the first side-by-side run (H200, 2026-11-29, round 7) took 403 s for the
+  five anchors with ``QUACK_COMPILE_WORKERS`` = 16 (``experiments/results/bench_20261129-125719.md``).
 
-NOTE: :class:`SonicLayer` has **never run on a GPU** (no benchmark so far included SonicMoE: every recorded run
-used ``--no-sonic``). It follows SonicMoE's ``MoE(num_experts, num_experts_per_tok, hidden_size,
-intermediate_size, activation_function, add_bias, std)`` constructor and its ``forward(hidden_states,
-kernel_backend_moe=...) -> (out, aux_loss)`` (checked against the source of sonic-moe 0.1.2.post1 in the bundle,
-2026-11-29: in training mode the forward also computes the switch auxiliary loss, part of what is timed), but is
-untested;
-the SonicMoE figures in the READMEs are the team's own measurement from background.md, not from this wrapper.
+:class:`SonicLayer` follows SonicMoE's ``MoE(num_experts, num_experts_per_tok, hidden_size, intermediate_size,
+activation_function, add_bias, std)`` constructor and its ``forward(hidden_states, kernel_backend_moe=...) ->
+(out, aux_loss)`` (sonic-moe 0.1.2.post1; in training mode the forward also computes the switch auxiliary loss,
+part of what is timed). Only its forward has run on a GPU so far (round 7); ``fwd+bwd`` has not.
 
 The GPU machine cannot reach a package registry: ``../shared/tools/sonic_bundle.sh`` packs SonicMoE into
 ``.carry/sonic`` and ``experiments/gpu_run.sh`` unpacks it onto ``PYTHONPATH``.

@@ -8,8 +8,8 @@ Examples::
     python -m mok bench --summarize experiments/results/bench_latest.json
 
 Prints one line per (shape, backend, pass): milliseconds, TFLOP/s, GB/s and the speed-up over each baseline
-(``torch``: the PyTorch layer; ``sonicmoe``: SonicMoE when importable, through a wrapper that has not yet run
-on a GPU: :mod:`mok.bench.baselines`), then geometric means. Results go to
+(``torch``: the PyTorch layer; ``sonicmoe``: SonicMoE when importable: :mod:`mok.bench.baselines`), then
+geometric means. Results go to
 ``--out`` (default ``experiments/results``) and ``$OUT/results`` when ``$OUT`` is set, as
 ``bench_<stamp>.{json,md,png}`` plus ``bench_latest.*`` copies. Timing method: see :mod:`mok.bench.harness`.
 """
