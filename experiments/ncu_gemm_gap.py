@@ -1,8 +1,9 @@
 """Hardware counters for the megakernel's GEMM gap: the kernel (ring and gather dispatch, and with communication and
 epilogues ablated) next to ``torch._grouped_mm`` on the same rows, under Nsight Compute.
 
-Why: with communication removed the megakernel still takes 1.07-1.15x ``torch._grouped_mm``'s time on anchors 3-5
-(mok/cuda/README.md), and gather dispatch is 10-18% slower than ring at I = 2048. Timing differences say how
+Why: in round 6, with communication removed, the megakernel still took 1.07-1.15x ``torch._grouped_mm``'s time on
+anchors 3-5, and gather dispatch was 10-18% slower than ring at I = 2048 (mok/cuda/README.md). Round 7's run of this
+script found the mainloop on par and the gap in the epilogues (``experiments/results/h200_2026-11-29_round7/``). Timing differences say how
 much; counters (tensor-pipe activity, L2 and DRAM throughput, L2 hit rate, warp stall reasons) say why. The
 grouped GEMM's kernel name also tells which tile and cluster shape the vendor library picked.
 
@@ -38,8 +39,11 @@ KEY_METRICS = (
     ("DRAM Throughput", "DRAM %"),
     ("L2 Hit Rate", "L2 hit %"),
     ("L1/TEX Hit Rate", "L1 hit %"),
-    ("Executed Ipc Active", "IPC"),
     ("Warp Cycles Per Issued Instruction", "cycles/issue"),
+    # Raw metrics that gpu_run.sh's ncu stage adds with --metrics when this ncu knows them (HMMA: the bf16 tensor
+    # pipe, wgmma included).
+    ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "tensor pipe %"),
+    ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active", "tensor pipe (gmma) %"),
 )
 
 
@@ -53,7 +57,7 @@ def launches(shape_name: str) -> None:
 
     shape = SHAPES.get(shape_name) or get_shape(shape_name)
     p = Problem(shape, n_sets=1)
-    weights, ids = p.routes[0]
+    _, ids = p.routes[0]
     prep = backend.prepare(*p.args(0), schedule=build_kernel_schedule(ids, shape.num_experts))
     no_comm_no_epilogue = backend.ABLATE_COMM | backend.ABLATE["epilogue"]
     order = torch.argsort(ids.reshape(-1), stable=True)
@@ -90,9 +94,15 @@ def _number(text: str) -> float:
 
 
 def summarize(report: Path) -> str:
-    """One row per profiled kernel (launch order): its name and the key counters, as a Markdown table."""
+    """One row per profiled kernel of an ``.ncu-rep`` (launch order), as a Markdown table (needs ``ncu``)."""
     raw = subprocess.run(["ncu", "--import", str(report), "--page", "details", "--csv"], check=True,
                          capture_output=True, text=True).stdout
+    return summarize_csv(raw)
+
+
+def summarize_csv(raw: str) -> str:
+    """The table from ncu's ``--page details --csv`` text: each kernel's name, the :data:`KEY_METRICS` that any
+    kernel reported (columns no kernel has are left out), and its three largest warp-stall ratios."""
     rows: dict[str, dict[str, str]] = {}
     names: dict[str, str] = {}
     stalls: dict[str, list[tuple[float, str]]] = {}
@@ -103,14 +113,15 @@ def summarize(report: Path) -> str:
         for full, label in KEY_METRICS:
             if metric == full:
                 rows.setdefault(kid, {})[label] = f"{value} {unit}".strip()
-        if metric.startswith("Stall ") or "stall" in metric.lower():
+        if "stall" in metric.lower():
             stalls.setdefault(kid, []).append((_number(value), metric))
-    head = "| # | kernel | " + " | ".join(label for _, label in KEY_METRICS) + " | top stalls |"
+    labels = [label for _, label in KEY_METRICS if any(label in r for r in rows.values())]
+    head = "| # | kernel | " + " | ".join(labels) + " | top stalls |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for kid in sorted(names, key=lambda k: int(k) if k.isdigit() else 0):
         top = sorted(stalls.get(kid, []), reverse=True)[:3]
         top_text = "; ".join(f"{m} {v:g}" for v, m in top)
-        cells = " | ".join(rows.get(kid, {}).get(label, "-") for _, label in KEY_METRICS)
+        cells = " | ".join(rows.get(kid, {}).get(label, "-") for label in labels)
         lines.append(f"| {kid} | {names[kid][:90]} | {cells} | {top_text} |")
     return "\n".join(lines)
 

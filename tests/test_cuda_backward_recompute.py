@@ -1,13 +1,15 @@
 """``backend="cuda"``'s backward: the Triton backward without the Triton forward.
 
 :func:`mok.cuda.backend.triton_layer_gradients` (what ``CudaMoE.backward`` returns) runs
-:meth:`mok.triton_ref.pipeline.TritonRanksRun.backward_without_forward`: the backward replays dispatch and the
-gate/up GEMM of every minibatch and nothing else of the forward. Its gradients must be bit for bit the Triton
-backend's autograd gradients (``mok.moe(..., backend="triton")`` + ``torch.autograd.grad``), which is what the
-cuda backend returned before, for EP 1 and 2, top-k 1 and 2, rings that hold every minibatch and rings that
-hold fewer (so the reverse walk reuses slots), and any subset of inputs that want a gradient. Every Triton
-buffer is NaN-poisoned first. CPU under TRITON_INTERPRET=1 (tiny shapes), or CUDA when present; the last test
-runs the real ``backend="cuda"`` on a Hopper GPU.
+:meth:`mok.triton_ref.pipeline.TritonRanksRun.backward_without_forward`. Without saved rows the backward
+replays dispatch and the gate/up GEMM of every minibatch and nothing else of the forward, and its gradients must
+be bit for bit the Triton backend's autograd gradients (``mok.moe(..., backend="triton")`` +
+``torch.autograd.grad``), for EP 1 and 2, top-k 1 and 2, rings that hold every minibatch and rings that hold
+fewer (so the reverse walk reuses slots), and any subset of inputs that want a gradient. Given saved gate/up
+rows (what the megakernel writes when training), only the token rows are pulled again: with the Triton
+forward's own rows the bits are again those of forward + backward. Every Triton buffer is NaN-poisoned first.
+CPU under TRITON_INTERPRET=1 (tiny shapes), or CUDA when present; the tests marked ``gpu`` run the real
+megakernel on a Hopper GPU (its saved rows, and ``backend="cuda"``'s gradients with and without them).
 """
 
 from __future__ import annotations
@@ -206,30 +208,24 @@ def test_saved_gate_up_rows_are_the_ones_used():
         TritonLayerRun(*p, 1, CONFIG, "bf16").backward_without_forward(grad, saved_gate_up=saved[1:])
 
 
-HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not HOPPER, reason="the SM90 megakernel needs a Hopper GPU (compute capability 9.x)")
-@pytest.mark.parametrize("ep_size,config", [
-    (1, MoKConfig()),
-    (2, MoKConfig(minibatch_rows=128, ring_rows=256)),  # several minibatches per rank, a ring that reuses slots
-], ids=["ep1", "ep2-ring<minibatches"])
-@pytest.mark.parametrize("needs", [ALL, (True, False, True, False, True)], ids=["all", "some"])
-def test_cuda_backend_gradients_bitwise_equal_triton(ep_size, config, needs, monkeypatch):
-    """``backend="cuda"`` with ``MOK_CUDA_SAVE_GATE_UP=0``: the forward is the megakernel's (other rounding), the
-    gradients the Triton backward's on recomputed gate/up rows, so they equal ``backend="triton"``'s bit for
-    bit."""
+def test_saved_rows_only_when_autograd_records(monkeypatch):
+    """The forward saves gate/up rows only when a backward can follow: not under ``no_grad`` or
+    ``inference_mode`` (where ``ctx.needs_input_grad`` still reports ``requires_grad``), not without an input
+    that wants a gradient, not with ``MOK_CUDA_SAVE_GATE_UP=0``."""
+    from mok.cuda.backend import wants_saved_rows
+    leaf, plain = torch.ones(2, requires_grad=True), torch.ones(2)
+    assert wants_saved_rows(plain, leaf)
+    assert not wants_saved_rows(plain, plain)
+    with torch.no_grad():
+        assert not wants_saved_rows(leaf)
+    with torch.inference_mode():
+        assert not wants_saved_rows(leaf)
     monkeypatch.setenv("MOK_CUDA_SAVE_GATE_UP", "0")
-    try:
-        mok.get_backend("triton")
-        mok.get_backend("cuda")
-    except (RuntimeError, ValueError) as err:
-        pytest.skip(f"backend unavailable: {err}")
-    p, grad = problem(512, 256, 128, 8, 2, seed=11, device="cuda")
-    want = triton_autograd_gradients(p, grad, ep_size=ep_size, config=config, needs=needs)
-    got = triton_autograd_gradients(p, grad, ep_size=ep_size, config=config, needs=needs, backend="cuda")
-    assert_same_gradients(got, want, needs, f"cuda vs triton, EP {ep_size}")
+    assert not wants_saved_rows(leaf)
+
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+hopper_only = pytest.mark.skipif(not HOPPER, reason="the SM90 megakernel needs a Hopper GPU (compute capability 9.x)")
 
 
 def cuda_ready():
@@ -241,15 +237,36 @@ def cuda_ready():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not HOPPER, reason="the SM90 megakernel needs a Hopper GPU (compute capability 9.x)")
-@pytest.mark.parametrize("ep_size,intermediate", [(1, 128), (2, 192), (4, 320)], ids=["ep1", "ep2-I192", "ep4-I320"])
-def test_megakernel_saved_gate_up_rows(ep_size, intermediate):
-    """The megakernel's saved rows (NaN-poisoned first): every row in use written, close to the Triton forward's
-    gate/up rows (other fp32 summation order), and the same bits in both variants and both dispatch modes.
-    I = 192 and 320 leave a last column block that reaches past I."""
+@hopper_only
+@pytest.mark.parametrize("ep_size,config", [
+    (1, MoKConfig()),
+    (2, MoKConfig(minibatch_rows=128, ring_rows=256)),  # several minibatches per rank, a ring that reuses slots
+], ids=["ep1", "ep2-ring<minibatches"])
+@pytest.mark.parametrize("needs", [ALL, (True, False, True, False, True)], ids=["all", "some"])
+def test_cuda_backend_gradients_bitwise_equal_triton(ep_size, config, needs, monkeypatch):
+    """``backend="cuda"`` with ``MOK_CUDA_SAVE_GATE_UP=0``: the forward is the megakernel's (other rounding), the
+    gradients the Triton backward's on recomputed gate/up rows, so they equal ``backend="triton"``'s bit for
+    bit."""
+    monkeypatch.setenv("MOK_CUDA_SAVE_GATE_UP", "0")
+    cuda_ready()
+    p, grad = problem(512, 256, 128, 8, 2, seed=11, device="cuda")
+    want = triton_autograd_gradients(p, grad, ep_size=ep_size, config=config, needs=needs)
+    got = triton_autograd_gradients(p, grad, ep_size=ep_size, config=config, needs=needs, backend="cuda")
+    assert_same_gradients(got, want, needs, f"cuda vs triton, EP {ep_size}")
+
+
+@pytest.mark.gpu
+@hopper_only
+@pytest.mark.parametrize("ep_size,intermediate,top_k", [(1, 128, 2), (2, 192, 2), (4, 320, 2), (2, 128, 1)],
+                         ids=["ep1", "ep2-I192", "ep4-I320", "ep2-top1-fused"])
+def test_megakernel_saved_gate_up_rows(ep_size, intermediate, top_k):
+    """The megakernel's saved rows (NaN-poisoned first): every row in use written and none past it, close to the
+    Triton forward's gate/up rows (other fp32 summation order), and the same bits in both variants and both
+    dispatch modes. I = 192 and 320 leave a last column block that reaches past I; top-1 runs the fused
+    combine."""
     from mok.cuda import backend
     cuda_ready()
-    p, _ = problem(512, 256, intermediate, 8, 2, seed=41 + ep_size, device="cuda")
+    p, _ = problem(512, 256, intermediate, 8, top_k, seed=41 + ep_size, device="cuda")
     prep = backend.prepare(*p, ep_size=ep_size, poison=True)
     want = forward_gate_up_rows(p, ep_size, MoKConfig())  # the megakernel's 128-row padding
     capacity = prep.schedule.src_rank.shape[1]
@@ -261,6 +278,8 @@ def test_megakernel_saved_gate_up_rows(ep_size, intermediate):
             backend.launch(prep, variant=variant, dispatch=dispatch, saved_gate_up=saved)
             backend.check_error(prep)
             used = torch.cat([saved[r * capacity:r * capacity + n] for r, n in enumerate(in_use)])
+            past = torch.cat([saved[r * capacity + n:(r + 1) * capacity] for r, n in enumerate(in_use)])
+            assert bool(torch.isnan(past).all()), f"{variant}/{dispatch}: a row past the rows in use was written"
             results[(variant, dispatch)] = used
     ref = torch.cat([want[r * capacity:r * capacity + n] for r, n in enumerate(in_use)])
     first = results[("simple", "ring")]
@@ -271,7 +290,7 @@ def test_megakernel_saved_gate_up_rows(ep_size, intermediate):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not HOPPER, reason="the SM90 megakernel needs a Hopper GPU (compute capability 9.x)")
+@hopper_only
 def test_cuda_backend_gradients_from_saved_rows():
     """The default (``MOK_CUDA_SAVE_GATE_UP`` on): gradients on the megakernel's gate/up rows are close to the
     Triton backend's, the same bits when repeated and for EP 1, 2 and 4 (a small ring for EP 2), and the same
@@ -292,3 +311,28 @@ def test_cuda_backend_gradients_from_saved_rows():
     out, saved = backend.sm90_forward(*p, save_gate_up=True, check=True)
     direct = backend.triton_layer_gradients(*p, grad, ep_size=1, config=MoKConfig(), saved_gate_up=saved)
     assert_same_gradients(direct, base, ALL, "triton_layer_gradients(saved_gate_up=...)")
+    # Only some inputs wanting a gradient: the same bits for those.
+    some = (True, False, True, False, True)
+    partial = triton_autograd_gradients(p, grad, ep_size=1, config=MoKConfig(), needs=some, backend="cuda")
+    assert_same_gradients(partial, [g if n else None for g, n in zip(base, some)], some, "cuda saved rows, some")
+
+
+@pytest.mark.gpu
+@hopper_only
+def test_cuda_backend_saves_rows_only_when_training(monkeypatch):
+    """``mok.moe(backend="cuda")`` under ``no_grad`` on inputs that require grad (an ``nn.Module`` at inference)
+    allocates no saved rows; with autograd recording it does, once per call."""
+    from mok.cuda import backend
+    cuda_ready()
+    calls = []
+    real = backend.saved_gate_up_buffer
+    monkeypatch.setattr(backend, "saved_gate_up_buffer", lambda *a, **k: calls.append(1) or real(*a, **k))
+    p, grad = problem(256, 256, 128, 8, 2, seed=61, device="cuda")
+    leaves = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in p]
+    with torch.no_grad():
+        mok.moe(*leaves, backend="cuda", check_inputs=False)
+    assert calls == [], "rows saved under no_grad"
+    out = mok.moe(*leaves, backend="cuda", check_inputs=False)
+    assert calls == [1]
+    out.backward(grad)
+    assert all(leaves[pos].grad is not None for pos in LEAVES)

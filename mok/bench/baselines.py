@@ -8,7 +8,8 @@
   too by default (``--router include``), so the ratios compare the same work. SonicMoE's first call of a new
   shape compiles and autotunes its GEMMs (quack: every candidate config compiled in worker processes, then
   timed), which the warm-up absorbs: the first side-by-side run (H200, 2026-11-29, round 7) took 403 s for the
-  five anchors with ``QUACK_COMPILE_WORKERS`` = 16 (``experiments/results/bench_20261129-125719.md``).
+  five anchors with ``QUACK_COMPILE_WORKERS`` = 16 (the bench stage's time, in
+  ``experiments/results/h200_2026-11-29_round7/call6_gpu_run_summary.txt``; results in ``bench_20261129-125719.md``).
 
 :class:`SonicLayer` follows SonicMoE's ``MoE(num_experts, num_experts_per_tok, hidden_size, intermediate_size,
 activation_function, add_bias, std)`` constructor and its ``forward(hidden_states, kernel_backend_moe=...) ->
@@ -43,8 +44,8 @@ def sonic_available() -> tuple[bool, str]:
 
 
 class SonicLayer:
-    """A SonicMoE layer of one shape, with its inputs and the two calls the harness times (untested on a GPU:
-    see the module docstring).
+    """A SonicMoE layer of one shape, with its inputs and the two calls the harness times (its forward ran on
+    the H200 in round 7; ``fwd+bwd`` has not run yet: see the module docstring).
 
     Args:
         shape: T, H, I, E, K of the problem.

@@ -51,6 +51,7 @@ Environment:
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -246,6 +247,9 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
         workspace=workspace)
 
 
+_NO_TENSOR = torch.empty(0)  # the binding's "no saved_gate_up" (never dereferenced)
+
+
 def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, timeout_s: float | None = None,
            ablate: int = 0, dispatch: str | None = None, gather_prefetch: int | None = None,
            saved_gate_up: torch.Tensor | None = None) -> torch.Tensor:
@@ -278,9 +282,6 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         prep.fuse_top1, ablate, dispatch == "gather", gather_prefetch,
         _NO_TENSOR if saved_gate_up is None else saved_gate_up)
     return prep.out
-
-
-_NO_TENSOR = torch.empty(0)  # the binding's "no saved_gate_up" (never dereferenced)
 
 
 def saved_gate_up_buffer(prep: Sm90Launch, poison: bool = False) -> torch.Tensor:
@@ -375,8 +376,6 @@ def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights
     except (RuntimeError, ValueError) as err:
         raise RuntimeError("backend 'cuda' computes its backward through the Triton backend, which is "
                            f"unavailable: {err}") from err
-    import contextlib
-
     from ..triton_ref.pipeline import TritonLayerRun  # importable now: get_backend imported it
 
     # As the Triton backend's autograd Function does: contiguous x and dO, the run on x's device, and
@@ -396,18 +395,25 @@ def save_gate_up_default() -> bool:
     return _env_on("MOK_CUDA_SAVE_GATE_UP", "1")
 
 
+def wants_saved_rows(*inputs: torch.Tensor) -> bool:
+    """Whether a forward on these differentiable inputs should save the gate/up rows: autograd is recording
+    (not under ``torch.no_grad`` or ``inference_mode``, where ``ctx.needs_input_grad`` still reports
+    ``requires_grad``), some input wants a gradient, and :func:`save_gate_up_default` is on."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in inputs) and save_gate_up_default()
+
+
 class CudaMoE(torch.autograd.Function):
     """Megakernel forward; the Triton pipeline's backward (:func:`triton_layer_gradients`) on the gate/up rows
     the forward saved (or, with ``MOK_CUDA_SAVE_GATE_UP=0``, recomputed)."""
 
     @staticmethod
-    def forward(ctx, x, topk_weights, w_gate, w_up, w_down, topk_ids, ep_size, config, variant):
-        save = any(ctx.needs_input_grad[:5]) and save_gate_up_default()
+    def forward(ctx, x, topk_weights, w_gate, w_up, w_down, topk_ids, ep_size, config, variant, save_rows):
         result = sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size=ep_size, config=config,
-                              variant=variant, save_gate_up=save)
-        out, saved = result if save else (result, None)
-        ctx.saved_gate_up = saved
-        ctx.save_for_backward(x, topk_weights, w_gate, w_up, w_down, topk_ids)
+                              variant=variant, save_gate_up=save_rows)
+        out, saved = result if save_rows else (result, None)
+        # Through save_for_backward (None is allowed), so that retain_graph, saved-tensor hooks and freeing
+        # after the backward treat the rows like any other saved activation.
+        ctx.save_for_backward(x, topk_weights, w_gate, w_up, w_down, topk_ids, saved)
         ctx.ep_size = ep_size
         ctx.config = config
         return out
@@ -415,15 +421,15 @@ class CudaMoE(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
-        x, topk_weights, w_gate, w_up, w_down, topk_ids = ctx.saved_tensors
+        x, topk_weights, w_gate, w_up, w_down, topk_ids, saved = ctx.saved_tensors
         if not _capturing():
             check_pending_errors(wait=False)
-        # The Triton backward, replaying only the dispatch and gate/up GEMM it needs (not the whole forward).
+        # The Triton backward on the saved gate/up rows (token rows pulled again), or, without them, replaying
+        # dispatch and the gate/up GEMM per minibatch; never the down GEMM, combine or weighted sum.
         grads = triton_layer_gradients(x, topk_ids, topk_weights, w_gate, w_up, w_down, grad_out,
                                        ep_size=ctx.ep_size, config=ctx.config, needs=ctx.needs_input_grad[:5],
-                                       saved_gate_up=ctx.saved_gate_up)
-        ctx.saved_gate_up = None  # once_differentiable: free the rows now
-        return (*grads, None, None, None, None)
+                                       saved_gate_up=saved)
+        return (*grads, None, None, None, None, None)
 
 
 def cuda_moe(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: int = 1, precision: str = "bf16",
@@ -433,8 +439,9 @@ def cuda_moe(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: int = 
         raise ValueError(f"backend 'cuda' supports precision='bf16' only, got {precision!r}")
     if not x.is_cuda:
         raise ValueError("backend 'cuda' needs CUDA tensors (a Hopper GPU)")
+    save_rows = wants_saved_rows(x, topk_weights, w_gate, w_up, w_down)
     return CudaMoE.apply(x, topk_weights, w_gate, w_up, w_down, topk_ids, ep_size, config or MoKConfig(),
-                         variant or default_variant())
+                         variant or default_variant(), save_rows)
 
 
 register_backend(Backend("cuda", cuda_moe, ("bf16",),

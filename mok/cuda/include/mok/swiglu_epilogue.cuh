@@ -22,7 +22,7 @@ __device__ __forceinline__ float round_to_bf16(float v) { return __bfloat162floa
 
 // NOTE: the sigmoid uses the hardware approximations (ex2.approx through __expf, a fast reciprocal through
 // __fdividef: a few ulp of fp32, against IEEE expf and a correctly rounded division in mok/swiglu.py). The
-// epilogue runs while the tensor cores wait, and the exact forms cost 2.9-5% of the kernel on the H200
+// epilogue runs while the tensor cores wait, and the exact forms cost 2.0-5.0% of the kernel on the H200
 // (round 7). The rounding points are unchanged; h differs from the exact formula by one bf16 ulp only where
 // the fp32 value lies within a few fp32 ulp of a bf16 rounding boundary. For large |gate| the reciprocal of
 // an infinite denominator is 0, as in the exact form.

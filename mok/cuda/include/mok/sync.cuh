@@ -6,8 +6,12 @@
 //    because the next reader may be TMA), then a CTA barrier, then ONE thread `release_task_writes()`
 //    (fence.acq_rel.gpu) and `red.release.gpu` on the counter. The barrier orders the other threads' writes
 //    before that thread's fence, and a release is cumulative, so the gpu-scope fence is needed once, not in
-//    every writer (the pattern of CUTLASS's GenericBarrier). Measured on the H200 (round 7): 0.2-3% of the
-//    kernel, because every writing warp used to stall on its own fence.acq_rel.gpu at the end of every task.
+//    every writer (CUTLASS's GenericBarrier does the same: barrier, then one thread's fence.acq_rel.gpu and a
+//    relaxed red). Measured on the H200 (round 7): 0.2-3% of the kernel, because every writing warp used to
+//    stall on its own fence.acq_rel.gpu at the end of every task.
+//    NOTE: our counter updates are red.release, which emits its own MEMBAR after the fence (SASS), so the
+//    signalling thread runs 1 + (number of counters) membars per task; relaxed reds after the one fence would
+//    be enough (not changed yet: it needs a GPU run to validate and time).
 //  * A dependency is consumed by: one thread `ld.acquire.gpu` until the count is reached, then
 //    fence.proxy.async.global (its TMA loads come next), then a CTA barrier or an mbarrier hand-off
 //    (release/acquire at CTA scope) to the threads that read the data.
