@@ -224,6 +224,41 @@ def test_saved_rows_only_when_autograd_records(monkeypatch):
     assert not wants_saved_rows(leaf)
 
 
+@pytest.mark.parametrize("save_rows", [True, False], ids=["saved-rows", "replay"])
+def test_cuda_autograd_function_with_a_stand_in_forward(save_rows, monkeypatch):
+    """``CudaMoE`` (the autograd Function of ``backend="cuda"``) on the CPU, its megakernel forward replaced by
+    the Triton forward (and, when saving, the Triton forward's own gate/up rows): the gradients are the Triton
+    backend's bits, the rows travel through ``save_for_backward``, and a second backward of a retained graph
+    gives the same bits."""
+    from mok.cuda import backend
+    p, grad = problem(64, 64, 32, 8, 2, seed=71)
+    launched = []
+
+    def stand_in_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size, config, variant,
+                         save_gate_up):
+        launched.append(save_gate_up)
+        args = [x, topk_ids, topk_weights, w_gate, w_up, w_down]
+        with torch.no_grad():
+            out = mok.moe(*args, backend="triton", ep_size=ep_size, config=config, check_inputs=False)
+        return (out, forward_gate_up_rows(args, ep_size, config)) if save_gate_up else out
+
+    monkeypatch.setattr(backend, "sm90_forward", stand_in_forward)
+    needs = (True, True, False, True, True)
+    leaves = [t.detach().clone() for t in p]
+    for pos, need in zip(LEAVES, needs):
+        leaves[pos].requires_grad_(need)
+    x, ids, w, wg, wu, wd = leaves
+    out = backend.CudaMoE.apply(x, w, wg, wu, wd, ids, 2, CONFIG, "pipelined", save_rows)
+    assert launched == [save_rows]
+    wanted = [leaves[pos] for pos, need in zip(LEAVES, needs) if need]
+    first = torch.autograd.grad(out, wanted, grad, retain_graph=True)
+    second = torch.autograd.grad(out, wanted, grad)
+    want = [g for g in triton_autograd_gradients(p, grad, ep_size=2, config=CONFIG, needs=needs) if g is not None]
+    for name, a, b, c in zip([n for n, need in zip(GRAD_NAMES, needs) if need], first, second, want):
+        assert_bitwise_equal(a, c, f"{name} vs triton")
+        assert_bitwise_equal(b, a, f"{name}, second backward of a retained graph")
+
+
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 hopper_only = pytest.mark.skipif(not HOPPER, reason="the SM90 megakernel needs a Hopper GPU (compute capability 9.x)")
 
