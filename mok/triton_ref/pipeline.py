@@ -34,8 +34,9 @@ Both produce the same bits as each other and as every other EP degree: every row
 the row and the weights, and each expert's weight-gradient chain walks its rows in one global order.
 
 A run can also compute the gradients without its forward (:meth:`TritonRanksRun.backward_without_forward`:
-the backward replays dispatch and gate/up for every minibatch, and nothing else of the forward runs), for a
-caller whose output came from elsewhere (``backend="cuda"``'s megakernel forward).
+the backward replays dispatch and gate/up for every minibatch, or, given the caller's saved gate/up rows, only
+the dispatch; nothing else of the forward runs), for a caller whose output came from elsewhere
+(``backend="cuda"``'s megakernel forward).
 
 Minibatching. These kernels run stage by stage (no kernel overlaps communication with compute), so with
 ``MoKConfig.minibatch_rows`` and ``ring_rows`` both ``None`` each rank walks **one minibatch covering its whole
