@@ -48,6 +48,14 @@ _BACKENDS: dict[str, Backend] = {}
 _LAZY_MODULES = {"triton": "mok.triton_ref.pipeline", "cuda": "mok.cuda.backend"}
 
 
+def backward_may_follow(*inputs: torch.Tensor) -> bool:
+    """Whether autograd is recording a graph through these differentiable inputs: grad mode is on (not under
+    ``torch.no_grad`` or ``inference_mode``, where a custom Function's ``ctx.needs_input_grad`` still reports
+    ``requires_grad``) and some input wants a gradient. Backends use it to decide whether to keep what their
+    backward needs."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+
+
 def register_backend(backend: Backend) -> Backend:
     _BACKENDS[backend.name] = backend
     return backend

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..backends import Backend, get_backend, register_backend
+from ..backends import Backend, backward_may_follow, get_backend, register_backend
 from ..heuristics import rank_minibatch_rows
 from ..config import MoKConfig
 from .build import load_extension
@@ -396,10 +396,9 @@ def save_gate_up_default() -> bool:
 
 
 def wants_saved_rows(*inputs: torch.Tensor) -> bool:
-    """Whether a forward on these differentiable inputs should save the gate/up rows: autograd is recording
-    (not under ``torch.no_grad`` or ``inference_mode``, where ``ctx.needs_input_grad`` still reports
-    ``requires_grad``), some input wants a gradient, and :func:`save_gate_up_default` is on."""
-    return torch.is_grad_enabled() and any(t.requires_grad for t in inputs) and save_gate_up_default()
+    """Whether a forward on these differentiable inputs should save the gate/up rows: a backward may follow
+    (:func:`mok.backends.backward_may_follow`) and :func:`save_gate_up_default` is on."""
+    return backward_may_follow(*inputs) and save_gate_up_default()
 
 
 class CudaMoE(torch.autograd.Function):

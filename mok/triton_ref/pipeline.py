@@ -68,7 +68,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..backends import Backend, register_backend
+from ..backends import Backend, backward_may_follow, register_backend
 from ..backends.layer_run import LayerRunFunction
 from ..checks import resolve_precision
 from ..comm import EmulatedPeers, PeerBuffer, PeerGroup
@@ -615,8 +615,7 @@ def triton_moe(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: int 
     """``mok.moe(..., backend="triton")``: see the module docstring. Inputs as :func:`mok.moe` (checked there);
     for ``precision="mxfp8"`` the usual bf16 weights (quantized through :meth:`mok.mxfp8.MXFP8Weights.quantize`'s
     cache, so only once per weight version)."""
-    backward = torch.is_grad_enabled() and any(
-        t.requires_grad for t in (x, topk_weights, w_gate, w_up, w_down))
+    backward = backward_may_follow(x, topk_weights, w_gate, w_up, w_down)
     config = config or MoKConfig()
 
     def make_run(x, topk_weights, w_gate, w_up, w_down):

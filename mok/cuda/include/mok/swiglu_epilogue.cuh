@@ -44,12 +44,12 @@ __device__ __forceinline__ void store_staged_rows(SharedStorage<Tiles>& s, int c
   named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);  // the staged pairs are all written
   const int t128 = threadIdx.x & 127;
   const int chunk = t128 & 15;
-  const int col = col0 + chunk * 8;
-  if (col - col0 < valid_cols) {
+  if (chunk * 8 < valid_cols) {
+    const int dst_chunk = col0 / 8 + chunk;  // col0 is a multiple of 8 (I % 64 == 0)
 #pragma unroll
     for (int it = 0; it < 8; ++it) {
       const int row = 64 * consumer_wg + (t128 >> 4) + 8 * it;
-      dst[(row0 + row) * row_chunks + col / 8] = load_staged_chunk<Tiles>(s.staging, row, chunk);
+      dst[(row0 + row) * row_chunks + dst_chunk] = load_staged_chunk<Tiles>(s.staging, row, chunk);
     }
   }
   named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);  // every row read: the staging is free again
