@@ -353,13 +353,15 @@ def test_gather_dispatch_equals_ring_bitwise(name, variant):
     ring = cuda_forward(problem, variant=variant, dispatch="ring")
     check_accuracy(ring, problem, with_oracle=False)
     small_ring = MoKConfig(minibatch_rows=128, ring_rows=128)
-    for ep_size, config, num_ctas, prefetch in ((1, None, 0, "0"), (2, small_ring, 0, "2"), (4, None, 3, "8"),
-                                                (1, small_ring, 1, "0")):
+    for ep_size, config, num_ctas, prefetch, rows in ((1, None, 0, "0", "0"), (2, small_ring, 0, "2", "1"),
+                                                      (4, None, 3, "8", "0"), (1, small_ring, 1, "0", "1")):
         with pytest.MonkeyPatch.context() as env:
             env.setenv("MOK_CUDA_GATHER_PREFETCH", prefetch)
+            env.setenv("MOK_CUDA_GATHER_ROW_PREFETCH", rows)
             gathered = cuda_forward(problem, ep_size=ep_size, config=config, variant=variant, num_ctas=num_ctas,
                                     dispatch="gather")
-        assert_bitwise_equal(gathered, ring, f"gather ep={ep_size} ring={config} ctas={num_ctas} prefetch={prefetch}")
+        assert_bitwise_equal(gathered, ring, f"gather ep={ep_size} ring={config} ctas={num_ctas} prefetch={prefetch} "
+                                             f"row prefetch={rows}")
 
 
 def test_gather_dispatch_reports_a_bad_schedule_row():

@@ -82,6 +82,9 @@ DEFAULT_RING_MINIBATCHES = 4  # ring size when MoKConfig.ring_rows is None (the 
 ABLATE = {"dispatch": 1, "combine": 2, "push": 4, "epilogue": 8}
 ABLATE_COMM = 7
 ABLATE_ALL = 15
+# Timing probes outside ABLATE_ALL: "stores" keeps the epilogues' math and staging but stores nothing to global
+# memory (results garbage); "release_reds" signals counters with red.release, round 7's form (results exact).
+PROBE = {"stores": 16, "release_reds": 32}
 
 
 def _env_on(name: str, default: str) -> bool:
@@ -110,6 +113,12 @@ def resolve_dispatch(dispatch: str | None, intermediate: int) -> str:
     if dispatch not in DISPATCH_MODES:
         raise ValueError(f"dispatch must be one of {(*DISPATCH_MODES, 'auto')}, got {dispatch!r}")
     return dispatch
+
+
+def default_gather_row_prefetch() -> bool:
+    """``MOK_CUDA_GATHER_ROW_PREFETCH`` (default off; EXPERIMENT, round 8 candidate): gather mode asks L2 for each
+    tile row whole (one bulk prefetch of H x 2 bytes per row) when the tile starts."""
+    return _env_on("MOK_CUDA_GATHER_ROW_PREFETCH", "0")
 
 
 def default_gather_prefetch() -> int:
@@ -252,7 +261,7 @@ _NO_TENSOR = torch.empty(0)  # the binding's "no saved_gate_up" (never dereferen
 
 def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, timeout_s: float | None = None,
            ablate: int = 0, dispatch: str | None = None, gather_prefetch: int | None = None,
-           saved_gate_up: torch.Tensor | None = None) -> torch.Tensor:
+           saved_gate_up: torch.Tensor | None = None, gather_row_prefetch: bool | None = None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -270,8 +279,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     gather_prefetch = default_gather_prefetch() if gather_prefetch is None else gather_prefetch
     if gather_prefetch < 0:
         raise ValueError(f"gather_prefetch must be >= 0, got {gather_prefetch}")
-    if not 0 <= ablate <= ABLATE_ALL:
-        raise ValueError(f"ablate must be a bitmask of {ABLATE}, got {ablate}")
+    if ablate < 0 or ablate & ~(ABLATE_ALL | sum(PROBE.values())):
+        raise ValueError(f"ablate must be a bitmask of {ABLATE} and {PROBE}, got {ablate}")
     timeout_s = float(os.environ.get("MOK_CUDA_TIMEOUT_S", "10")) if timeout_s is None else timeout_s
     s, ws = prep.schedule, prep.workspace
     load_extension().forward(
@@ -280,7 +289,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         prep.w_gate, prep.w_up, prep.w_down, ws.ring_x, ws.ring_h, ws.counters, ws.error,
         prep.tokens_per_rank, prep.top_k, prep.minibatch_rows, VARIANTS[variant], num_ctas, timeout_s,
         prep.fuse_top1, ablate, dispatch == "gather", gather_prefetch,
-        _NO_TENSOR if saved_gate_up is None else saved_gate_up)
+        _NO_TENSOR if saved_gate_up is None else saved_gate_up,
+        default_gather_row_prefetch() if gather_row_prefetch is None else bool(gather_row_prefetch))
     return prep.out
 
 

@@ -35,6 +35,7 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //   ablate: AblateFlags bitmask (timing experiments; 0 for real results)
 //   gather_x: gate/up gathers its A rows from the token buffers (no dispatch tasks, ring_x unused)
 //   gather_prefetch: gather mode, K blocks ahead to prefetch token rows into L2 (0 = none)
+//   gather_row_prefetch: gather mode, one bulk L2 prefetch per whole token row at each gate/up tile's start
 //   saved_gate_up: [R * capacity, 2I] bf16 to receive gate | up of every schedule row (training), or an empty
 //     tensor for none
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
@@ -43,7 +44,8 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
              const at::Tensor& w_up, const at::Tensor& w_down, const at::Tensor& ring_x, const at::Tensor& ring_h,
              const at::Tensor& counters, const at::Tensor& error, int64_t tokens_per_rank, int64_t top_k,
              int64_t minibatch_rows, int64_t variant, int64_t num_ctas, double timeout_s, bool fuse_top1,
-             int64_t ablate, bool gather_x, int64_t gather_prefetch, const at::Tensor& saved_gate_up) {
+             int64_t ablate, bool gather_x, int64_t gather_prefetch, const at::Tensor& saved_gate_up,
+             bool gather_row_prefetch) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -126,6 +128,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.ablate = static_cast<int>(ablate);
   q.gather_x = gather_x;
   q.gather_prefetch = static_cast<int>(gather_prefetch);
+  q.gather_row_prefetch = gather_row_prefetch;
   q.variant = variant == 1 ? mok::sm90::Sm90Variant::kPipelined : mok::sm90::Sm90Variant::kSimple;
   q.num_ctas = static_cast<int>(num_ctas);
   q.timeout_s = timeout_s;

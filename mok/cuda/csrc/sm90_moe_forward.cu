@@ -104,8 +104,9 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
     return fail(message, message_len, "fuse_top1 needs top_k == 1 (one slot per token), got top_k = %d", q.top_k);
   if (q.gather_prefetch < 0)
     return fail(message, message_len, "gather_prefetch must be >= 0 (K blocks ahead), got %d", q.gather_prefetch);
-  if (q.ablate < 0 || q.ablate > kAblateAll)
-    return fail(message, message_len, "ablate must be a bitmask of AblateFlags in [0, %d], got %d", kAblateAll,
+  constexpr int kKnownFlags = kAblateAll | kAblateStores | kProbeReleaseReds;
+  if (q.ablate < 0 || (q.ablate & ~kKnownFlags) != 0)
+    return fail(message, message_len, "ablate must be a bitmask of AblateFlags (%#x), got %d", kKnownFlags,
                 q.ablate);
 
   // ---- 32-bit index ranges (TMA coordinates and tickets are int32) ----
@@ -154,6 +155,7 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.ablate = q.ablate;
   p.gather_x = q.gather_x ? 1 : 0;
   p.gather_prefetch = q.gather_prefetch;
+  p.gather_row_prefetch = q.gather_row_prefetch ? 1 : 0;
   p.src_rank = q.src_rank;
   p.src_slot = q.src_slot;
   p.tile_expert = q.tile_expert;

@@ -121,7 +121,8 @@ __device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const
     // 2. Push: each row's 256 contiguous bytes into its (token, k) slot on the source rank (fused: into the
     //    token's output row, times its router weight).
     const int col = t.nblock * Tiles::kBlockN + half * Tiles::kHalfN + chunk * 8;
-    if (col < p.hidden) {  // the last column block may reach past H
+    // The last column block may reach past H; timing ablation kAblateStores: no global store.
+    if (col < p.hidden && !(p.ablate & kAblateStores)) {
 #pragma unroll
       for (int it = 0; it < 8; ++it) {
         if (dst_row[it] == nullptr) continue;

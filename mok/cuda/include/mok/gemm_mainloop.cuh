@@ -178,6 +178,9 @@ __device__ __forceinline__ void gather_find_rows(const Sm90MoeParams& p, SharedS
     }
   }
   s.gather_src[r] = src;
+  // Optional (p.gather_row_prefetch): the whole row into L2 at once, H x 2 contiguous bytes, so DRAM serves
+  // the tile's rows as 128 long reads instead of 128 x (H / 64) scattered 128-byte pieces, one K block at a time.
+  if (p.gather_row_prefetch && src != nullptr) bulk_prefetch_l2(src, static_cast<uint32_t>(p.hidden) * 2u);
 }
 
 // Byte offset in an A stage of the 16-byte chunk `chunk` (of 8) of tile row `row`: where TMA's 128-byte swizzle

@@ -54,6 +54,7 @@ struct Sm90MoeProblem {
   bool gather_x = false;         // gate/up gathers its A rows from x_ptrs (no dispatch tasks; ring_x unused but
                                  // still a valid pointer). For ranks whose tokens are local (one GPU)
   int gather_prefetch = 0;       // gather mode: K blocks ahead to prefetch token rows into L2 (0 = none)
+  bool gather_row_prefetch = false;  // gather mode: whole-row bulk L2 prefetch of a tile's rows at its start
 
   Sm90Variant variant = Sm90Variant::kSimple;
   int num_ctas = 0;              // persistent CTAs; 0 = one per SM

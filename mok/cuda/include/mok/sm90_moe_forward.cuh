@@ -86,12 +86,23 @@ __device__ __forceinline__ void signal_task_done(const Sm90MoeParams& p, const S
                                                  int* push_count) {
   Signal signals[2];
   const int n = task_signals(v, p.ctr, t, signals);
-  for (int i = 0; i < n; ++i) red_release_gpu_add(p.counters + signals[i].offset, 1);
+  const bool release_reds = (p.ablate & kProbeReleaseReds) != 0;
+  for (int i = 0; i < n; ++i) {
+    if (release_reds) {
+      red_release_gpu_add(p.counters + signals[i].offset, 1);
+    } else {
+      red_relaxed_gpu_add(p.counters + signals[i].offset, 1);
+    }
+  }
   if (t.kind == kTaskDown && !p.fuse_top1) {  // fused top-1 pushes nothing: no combine waits on it
     for (int r = 0; r < p.num_ranks; ++r) {
       const int rows = push_count[r];
       if (rows != 0) {
-        red_release_gpu_add(p.counters + p.ctr.pushed + r, rows);
+        if (release_reds) {
+          red_release_gpu_add(p.counters + p.ctr.pushed + r, rows);
+        } else {
+          red_relaxed_gpu_add(p.counters + p.ctr.pushed + r, rows);
+        }
         push_count[r] = 0;
       }
     }

@@ -66,7 +66,8 @@ __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const S
   static_assert(Tiles::kHalfN == 128, "gate/up tile = 128 gate + 128 up columns");
   if (p.ablate & kAblateEpilogue) return;  // timing ablation: the mainloop's cost alone
   const int col0 = t.nblock * Tiles::kHalfN;
-  const int valid_cols = p.intermediate - col0;
+  // Timing ablation kAblateStores: everything but the global stores (no column is valid).
+  const int valid_cols = (p.ablate & kAblateStores) ? 0 : p.intermediate - col0;
   if (p.saved_gate_up != nullptr) {
     const long long row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
     const long long row_chunks = p.intermediate / 4;  // 2I bf16 per saved row

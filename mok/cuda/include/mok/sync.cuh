@@ -9,9 +9,8 @@
 //    every writer (CUTLASS's GenericBarrier does the same: barrier, then one thread's fence.acq_rel.gpu and a
 //    relaxed red). Measured on the H200 (round 7): 0.2-3% of the kernel, because every writing warp used to
 //    stall on its own fence.acq_rel.gpu at the end of every task.
-//    NOTE: our counter updates are red.release, which emits its own MEMBAR after the fence (SASS), so the
-//    signalling thread runs 1 + (number of counters) membars per task; relaxed reds after the one fence would
-//    be enough (not changed yet: it needs a GPU run to validate and time).
+//    The counter updates after that fence are relaxed reds (red.release would add a MEMBAR each: up to
+//    1 + 2 + R per down task).
 //  * A dependency is consumed by: one thread `ld.acquire.gpu` until the count is reached, then
 //    fence.proxy.async.global (its TMA loads come next), then a CTA barrier or an mbarrier hand-off
 //    (release/acquire at CTA scope) to the threads that read the data.
@@ -44,8 +43,15 @@ __device__ __forceinline__ int ld_relaxed_gpu(const int* ptr) {
   return value;
 }
 
+// The form before round 8 (each one adds a MEMBAR in SASS); kept for the timing probe kProbeReleaseReds.
 __device__ __forceinline__ void red_release_gpu_add(int* ptr, int value) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(ptr), "r"(value) : "memory");
+}
+
+// Only after release_task_writes() (fence.acq_rel.gpu) by the same thread: the fence and this relaxed red
+// together are the release pattern, without the MEMBAR that each red.release adds.
+__device__ __forceinline__ void red_relaxed_gpu_add(int* ptr, int value) {
+  asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;" ::"l"(ptr), "r"(value) : "memory");
 }
 
 __device__ __forceinline__ int atomic_add_relaxed_gpu(int* ptr, int value) {
@@ -165,6 +171,12 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst_smem, const void* src, 
 // Ask L2 to fetch the line holding `ptr` (no data comes back; the later cp.async then hits L2).
 __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
+}
+
+// Asks L2 for `bytes` (a multiple of 16) contiguous bytes from 16-byte aligned `ptr`, without waiting (the bulk
+// copy engine fetches them; nothing arrives anywhere).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* ptr, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(ptr), "r"(bytes) : "memory");
 }
 
 // The mbarrier receives one arrival once every cp.async this thread issued so far has landed. `.noinc`: the

@@ -107,6 +107,8 @@ enum AblateFlags : int {
   kAblateComm = 7,      // all communication work
   kAblateEpilogue = 8,  // GEMM epilogues neither compute nor store (no SwiGLU, no staging, no h, no y)
   kAblateAll = 15,
+  kAblateStores = 16,      // GEMM epilogues compute and stage their tiles but store nothing to global memory
+  kProbeReleaseReds = 32,  // not an ablation (results stay right): counter updates as red.release, round 7's form
 };
 
 enum ErrorCode : int {
@@ -160,6 +162,7 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int ablate;                // AblateFlags bitmask (timing experiments only; 0 in normal runs)
   int gather_x;              // 1: gate/up gathers A rows from x_ptrs itself (no dispatch tasks, ring x unused)
   int gather_prefetch;       // gather mode: K blocks ahead the producer asks L2 for the token rows (0 = never)
+  int gather_row_prefetch;   // gather mode: at each gate/up tile's start, one bulk L2 prefetch per whole token row
 
   // Schedule tables (mok.schedule.Schedule), int32, row-major per rank.
   const int* src_rank;         // [R, capacity]   source rank of each row; -1 on padding

@@ -1,0 +1,57 @@
+"""EXPERIMENT (round 8): the megakernel alone, interleaved in rounds (median), in these configurations:
+ring mode; ring mode with round 7's red.release counter updates (probe bit "release_reds"); ring mode without the
+epilogues' global stores (probe bit "stores") and without the epilogues at all (ablation "epilogue"); gather mode;
+gather mode with the whole-row L2 bulk prefetch (MOK_CUDA_GATHER_ROW_PREFETCH). Checks that the configurations
+which must not change a bit (release reds, gather, row prefetch) do not. Run on the H200 from the repository root:
+
+    python3 -m mok.cuda.build --jit && python3 experiments/round8_probe.py [SHAPE ...]
+"""
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch  # noqa: E402
+
+from cuda_breakdown import SHAPES, Problem  # noqa: E402
+from mok.cuda import backend  # noqa: E402
+from mok.cuda.schedule_tables import build_kernel_schedule  # noqa: E402
+from mok.cuda.workspace import release_workspaces  # noqa: E402
+
+CONFIGS = {
+    "ring": dict(dispatch="ring"),
+    "ring+release_reds": dict(dispatch="ring", ablate=backend.PROBE["release_reds"]),
+    "ring-stores": dict(dispatch="ring", ablate=backend.PROBE["stores"]),
+    "ring-epilogue": dict(dispatch="ring", ablate=backend.ABLATE["epilogue"]),
+    "gather": dict(dispatch="gather", gather_row_prefetch=False),
+    "gather+rows": dict(dispatch="gather", gather_row_prefetch=True),
+}
+
+for name in sys.argv[1:] or ["anchor-1", "anchor-2", "anchor-3", "anchor-4", "anchor-5", "kimi-k2.7/ep64"]:
+    shape = SHAPES[name]
+    p = Problem(shape, n_sets=2)
+    preps = [backend.prepare(*p.args(j), schedule=build_kernel_schedule(p.routes[j][1], shape.num_experts))
+             for j in range(2)]
+    outs = {}
+    for label, kw in CONFIGS.items():
+        outs[label] = backend.launch(preps[0], **kw).clone()
+    backend.check_error(preps[0])
+    exact = [k for k, kw in CONFIGS.items() if not kw.get("ablate", 0) & ~backend.PROBE["release_reds"]]
+    same = all(torch.equal(outs[k].view(torch.int16), outs["ring"].view(torch.int16)) for k in exact)
+    samples = {k: [] for k in CONFIGS}
+    for _ in range(6):
+        for label, kw in CONFIGS.items():
+            for j in range(3):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                backend.launch(preps[j % 2], **kw)
+                b.record()
+                b.synchronize()
+                samples[label].append(a.elapsed_time(b))
+    backend.check_error(preps[0])
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    print(f"{name}: " + ", ".join(f"{k} {v:.3f} ms ({shape.forward_flops / v / 1e9:.0f} TFLOP/s)" for k, v in med.items())
+          + f"; {', '.join(exact)} bitwise equal: {same}", flush=True)
+    del preps, p, outs
+    release_workspaces()
+    torch.cuda.empty_cache()
