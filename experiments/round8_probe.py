@@ -1,8 +1,9 @@
 """EXPERIMENT (round 8): the megakernel alone, interleaved in rounds (median), in these configurations:
-ring mode; ring mode with round 7's red.release counter updates (probe bit "release_reds"); ring mode without the
+ring mode (signal warp, the default); ring mode with consumer thread 0 signalling (MOK_CUDA_SIGNAL_WARP=0, round 7's
+hand-off); ring mode with round 7's red.release counter updates (probe bit "release_reds"); ring mode without the
 epilogues' global stores (probe bit "stores") and without the epilogues at all (ablation "epilogue"); gather mode;
 gather mode with the whole-row L2 bulk prefetch (MOK_CUDA_GATHER_ROW_PREFETCH). Checks that the configurations
-which must not change a bit (release reds, gather, row prefetch) do not. Run on the H200 from the repository root:
+which must not change a bit do not. ``--configs a,b`` picks configurations. Run on the H200 from the repository root:
 
     python3 -m mok.cuda.build --jit && python3 experiments/round8_probe.py [SHAPE ...]
 """
@@ -20,6 +21,7 @@ from mok.cuda.workspace import release_workspaces  # noqa: E402
 
 CONFIGS = {
     "ring": dict(dispatch="ring"),
+    "ring/consumer-signals": dict(dispatch="ring", signal_warp=False),
     "ring+release_reds": dict(dispatch="ring", ablate=backend.PROBE["release_reds"]),
     "ring-stores": dict(dispatch="ring", ablate=backend.PROBE["stores"]),
     "ring-epilogue": dict(dispatch="ring", ablate=backend.ABLATE["epilogue"]),
@@ -27,7 +29,13 @@ CONFIGS = {
     "gather+rows": dict(dispatch="gather", gather_row_prefetch=True),
 }
 
-for name in sys.argv[1:] or ["anchor-1", "anchor-2", "anchor-3", "anchor-4", "anchor-5", "kimi-k2.7/ep64"]:
+args = sys.argv[1:]
+if "--configs" in args:
+    at = args.index("--configs")
+    chosen = args[at + 1].split(",")
+    del args[at:at + 2]
+    CONFIGS = {k: v for k, v in CONFIGS.items() if k in chosen or k == "ring"}
+for name in args or ["anchor-1", "anchor-2", "anchor-3", "anchor-4", "anchor-5", "kimi-k2.7/ep64"]:
     shape = SHAPES[name]
     p = Problem(shape, n_sets=2)
     preps = [backend.prepare(*p.args(j), schedule=build_kernel_schedule(p.routes[j][1], shape.num_experts))

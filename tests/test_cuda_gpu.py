@@ -364,6 +364,46 @@ def test_gather_dispatch_equals_ring_bitwise(name, variant):
                                              f"row prefetch={rows}")
 
 
+@pytest.mark.parametrize("name", ["basic", "ragged-tokens", "empty-experts", "one-hot-expert", "wide"])
+def test_signal_warp_equals_consumer_signalling_bitwise(name):
+    """The pipelined variant's ring mode signals finished tasks from a producer warp (MOK_CUDA_SIGNAL_WARP=1, the
+    default) or from consumer thread 0: the same tasks, the same counters, so the same bits, whatever the EP degree
+    (push counts per source rank), ring size or CTA count (1 CTA: the signal warp must free every task-queue slot
+    or the producer waits forever)."""
+    t, h, i, e, k, skew = SMALL_SHAPES[name]
+    problem = make_inputs(t, h, i, e, k, skew=skew, seed=200 + list(SMALL_SHAPES).index(name))
+    small_ring = MoKConfig(minibatch_rows=128, ring_rows=128)
+    for ep_size, config, num_ctas in ((1, None, 0), (2, small_ring, 0), (4, None, 3), (8, small_ring, 1)):
+        if t % ep_size or e % ep_size:
+            continue  # emulated ranks need T and E divisible by the EP degree
+        outs = {}
+        for signal_warp in ("0", "1"):
+            with pytest.MonkeyPatch.context() as env:
+                env.setenv("MOK_CUDA_SIGNAL_WARP", signal_warp)
+                outs[signal_warp] = cuda_forward(problem, ep_size=ep_size, config=config, variant="pipelined",
+                                                 num_ctas=num_ctas, dispatch="ring")
+        assert_bitwise_equal(outs["1"], outs["0"], f"signal warp ep={ep_size} ring={config} ctas={num_ctas}")
+    check_accuracy(outs["1"], problem, with_oracle=False)
+
+
+def test_timing_probes_run_to_completion():
+    """The probe bits outside ABLATE_ALL ("stores", "release_reds") run without an error record, and
+    "release_reds" changes no bit."""
+    from mok.cuda.backend import PROBE, check_error, launch, prepare
+    problem = make_inputs(384, 320, 192, 8, 2, seed=37)
+    expected = cuda_forward(problem, variant="pipelined", dispatch="ring")
+    prep = prepare(*problem, ep_size=2, config=MoKConfig(minibatch_rows=128, ring_rows=128))
+    for flags in (PROBE["stores"], PROBE["release_reds"], PROBE["stores"] | PROBE["release_reds"]):
+        for dispatch in ("ring", "gather"):
+            launch(prep, variant="pipelined", ablate=flags, timeout_s=5.0, dispatch=dispatch)
+            check_error(prep)
+    launch(prep, variant="pipelined", ablate=PROBE["release_reds"], dispatch="ring")
+    check_error(prep)
+    assert_bitwise_equal(prep.out, expected, "release_reds probe")
+    with pytest.raises(ValueError, match="bitmask"):
+        launch(prep, ablate=64)
+
+
 def test_gather_dispatch_reports_a_bad_schedule_row():
     from mok.cuda.backend import Sm90KernelError, check_error, launch, prepare
     problem = make_inputs(256, 256, 128, 8, 2, seed=36)

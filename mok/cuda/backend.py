@@ -121,6 +121,13 @@ def default_gather_row_prefetch() -> bool:
     return _env_on("MOK_CUDA_GATHER_ROW_PREFETCH", "0")
 
 
+def default_signal_warp() -> bool:
+    """``MOK_CUDA_SIGNAL_WARP`` (default on): in the pipelined variant's ring mode an idle producer warp runs the
+    gpu-scope fence and the counter updates of every finished task, so the consumer warpgroups never wait for
+    them (mok/cuda/README.md, round 8). Changes no bit."""
+    return _env_on("MOK_CUDA_SIGNAL_WARP", "1")
+
+
 def default_gather_prefetch() -> int:
     return int(os.environ.get("MOK_CUDA_GATHER_PREFETCH", str(DEFAULT_GATHER_PREFETCH)))
 
@@ -261,7 +268,8 @@ _NO_TENSOR = torch.empty(0)  # the binding's "no saved_gate_up" (never dereferen
 
 def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, timeout_s: float | None = None,
            ablate: int = 0, dispatch: str | None = None, gather_prefetch: int | None = None,
-           saved_gate_up: torch.Tensor | None = None, gather_row_prefetch: bool | None = None) -> torch.Tensor:
+           saved_gate_up: torch.Tensor | None = None, gather_row_prefetch: bool | None = None,
+           signal_warp: bool | None = None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -271,6 +279,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     of L2 prefetch ahead in gather mode (default ``MOK_CUDA_GATHER_PREFETCH``). Neither changes a bit.
     ``saved_gate_up``: a bf16 ``[R * capacity, 2I]`` buffer (:func:`saved_gate_up_buffer`) that receives gate | up,
     rounded to bf16, of every schedule row the kernel computes (for the backward), or ``None``.
+    ``gather_row_prefetch`` and ``signal_warp``: see :func:`default_gather_row_prefetch` and
+    :func:`default_signal_warp` (their defaults); neither changes a bit.
     """
     variant = variant or default_variant()
     if variant not in VARIANTS:
@@ -290,7 +300,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         prep.tokens_per_rank, prep.top_k, prep.minibatch_rows, VARIANTS[variant], num_ctas, timeout_s,
         prep.fuse_top1, ablate, dispatch == "gather", gather_prefetch,
         _NO_TENSOR if saved_gate_up is None else saved_gate_up,
-        default_gather_row_prefetch() if gather_row_prefetch is None else bool(gather_row_prefetch))
+        default_gather_row_prefetch() if gather_row_prefetch is None else bool(gather_row_prefetch),
+        default_signal_warp() if signal_warp is None else bool(signal_warp))
     return prep.out
 
 

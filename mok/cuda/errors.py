@@ -23,7 +23,8 @@ ERROR_CODES = {1: "a bounded wait timed out", 2: "the schedule table is inconsis
 COUNTER_NAMES = {0: "-", 1: "dispatch_done[rank][tile]", 2: "gate_up_tile_done[rank][tile]",
                  3: "gate_up_mb_done[rank][minibatch]", 4: "down_mb_done[rank][minibatch]",
                  5: "pushed[source rank]", 6: "stage full mbarrier", 7: "stage empty mbarrier",
-                 8: "task queue full mbarrier", 9: "task queue empty mbarrier"}
+                 8: "task queue full mbarrier", 9: "task queue empty mbarrier",
+                 10: "task done mbarrier (signal warp)"}
 
 
 class Sm90KernelError(RuntimeError):

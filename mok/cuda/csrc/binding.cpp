@@ -38,6 +38,8 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //   gather_row_prefetch: gather mode, one bulk L2 prefetch per whole token row at each gate/up tile's start
 //   saved_gate_up: [R * capacity, 2I] bf16 to receive gate | up of every schedule row (training), or an empty
 //     tensor for none
+//   signal_warp: pipelined variant, ring mode: an idle producer warp signals finished tasks (the consumers
+//     never wait for the gpu-scope fence)
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
@@ -45,7 +47,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
              const at::Tensor& counters, const at::Tensor& error, int64_t tokens_per_rank, int64_t top_k,
              int64_t minibatch_rows, int64_t variant, int64_t num_ctas, double timeout_s, bool fuse_top1,
              int64_t ablate, bool gather_x, int64_t gather_prefetch, const at::Tensor& saved_gate_up,
-             bool gather_row_prefetch) {
+             bool gather_row_prefetch, bool signal_warp) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -129,6 +131,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.gather_x = gather_x;
   q.gather_prefetch = static_cast<int>(gather_prefetch);
   q.gather_row_prefetch = gather_row_prefetch;
+  q.signal_warp = signal_warp;
   q.variant = variant == 1 ? mok::sm90::Sm90Variant::kPipelined : mok::sm90::Sm90Variant::kSimple;
   q.num_ctas = static_cast<int>(num_ctas);
   q.timeout_s = timeout_s;

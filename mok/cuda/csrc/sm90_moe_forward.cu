@@ -156,6 +156,8 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.gather_x = q.gather_x ? 1 : 0;
   p.gather_prefetch = q.gather_prefetch;
   p.gather_row_prefetch = q.gather_row_prefetch ? 1 : 0;
+  // Only the pipelined variant in ring mode has an idle producer warp to signal with.
+  p.signal_warp = (q.signal_warp && q.variant == Sm90Variant::kPipelined && !q.gather_x) ? 1 : 0;
   p.src_rank = q.src_rank;
   p.src_slot = q.src_slot;
   p.tile_expert = q.tile_expert;

@@ -55,6 +55,8 @@ struct Sm90MoeProblem {
                                  // still a valid pointer). For ranks whose tokens are local (one GPU)
   int gather_prefetch = 0;       // gather mode: K blocks ahead to prefetch token rows into L2 (0 = none)
   bool gather_row_prefetch = false;  // gather mode: whole-row bulk L2 prefetch of a tile's rows at its start
+  bool signal_warp = true;       // pipelined variant, ring mode: a producer warp signals finished tasks (else a
+                                 // consumer thread does, and its warpgroup waits for the fence)
 
   Sm90Variant variant = Sm90Variant::kSimple;
   int num_ctas = 0;              // persistent CTAs; 0 = one per SM

@@ -17,8 +17,11 @@
 //       meet at a barrier, run the task, meet again, and thread 0 signals. wgmma waits for each k-block.
 //   kPipelined = true ("pipelined"): the producer runs ahead through a 2-deep task queue in shared memory
 //       (mbarriers), so dependency waits and TMA loads of the next tile overlap this tile's epilogue;
-//       consumers keep one k-block of wgmma in flight and signal completion themselves (the producer may be
-//       blocked waiting on exactly that signal, so it must not take part in it).
+//       consumers keep one k-block of wgmma in flight. Finished tasks are signalled by a thread that is not the
+//       producer (the producer may be blocked waiting on exactly that signal): in ring mode by warp 1 of the
+//       producer warpgroup, idle otherwise (the "signal warp", p.signal_warp), so the consumer warpgroups hand
+//       a finished task over through an mbarrier and go on at once; in gather mode, where the whole producer
+//       warpgroup copies rows, by consumer thread 0 after a barrier of both consumer warpgroups.
 #pragma once
 
 #include <cstdint>
@@ -207,12 +210,40 @@ __device__ __forceinline__ void simple_consumer(const Sm90MoeParams& p, SharedSt
 // ---------------------------------------------------------------------------------------------------------
 // Variant "pipelined": producer runs ahead through the task queue.
 // ---------------------------------------------------------------------------------------------------------
+constexpr int kSignalThread = 32;  // lane 0 of the producer warpgroup's warp 1 (signal warp)
+
+// The signal warp (one thread): for every task in queue order, once all eight consumer warps arrived on the
+// slot's `task_done` (each after its writes and its proxy fence: release at CTA scope), run the gpu-scope fence
+// and bump the task's counters, which is the same release pattern as a CTA barrier followed by one thread's
+// fence (sync.cuh). Then free the slot (its push counts are zero again) for the producer.
+template <class Tiles>
+__device__ __forceinline__ void signal_finished_tasks(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
+                                                      const ScheduleView& v) {
+  uint32_t slot = 0, parity = 0;
+  while (true) {
+    // A failed wait means an error was recorded: every other wait fails fast from now on, so just stop.
+    if (!mbar_wait(p, &s.task_done[slot], parity, kCtrMbarTaskDone, static_cast<int>(slot))) break;
+    const Task t = s.tasks[slot];
+    if (t.kind == kTaskStop) break;
+    release_task_writes();
+    signal_task_done<Tiles>(p, v, t, s.push_count[slot]);
+    mbar_arrive(&s.task_empty[slot]);  // release: the push counts were cleared before the producer reuses the slot
+    if (++slot == Tiles::kTaskQueue) {
+      slot = 0;
+      parity ^= 1u;
+    }
+  }
+}
+
 // Thread 0 claims tasks; in gather mode the other 127 producer threads follow it through a producer-only
 // barrier (they read the task thread 0 queued) and copy A rows with it.
 template <class Tiles>
 __device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const ScheduleView& v) {
   const bool leader = threadIdx.x == 0;
-  if (!leader && !p.gather_x) return;  // ring mode: one thread drives the whole role
+  if (!leader && !p.gather_x) {  // ring mode: one thread drives the whole role; one more may signal
+    if (p.signal_warp && threadIdx.x == kSignalThread) signal_finished_tasks<Tiles>(p, s, v);
+    return;
+  }
   TaskCursor cursor;
   cursor.start(v);
   PipeState<Tiles> pipe;
@@ -250,27 +281,35 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
   const int lane = threadIdx.x & 31;
   PipeState<Tiles> pipe;
   uint32_t slot = 0, parity = 0;
-  int down_tasks = 0;
   while (true) {
     mbar_wait(p, &s.task_full[slot], parity, kCtrMbarTaskFull, static_cast<int>(slot));
     const Task t = s.tasks[slot];
+    const uint32_t task_slot = slot;
     __syncwarp();
     if (lane == 0) mbar_arrive(&s.task_empty[slot]);
     if (++slot == Tiles::kTaskQueue) {
       slot = 0;
       parity ^= 1u;
     }
-    if (t.kind == kTaskStop) break;
-    // Down tasks alternate between two push-count buffers: the signalling thread clears one while the
-    // other threads may already count the next down task into the other.
-    int* push_count = s.push_count[down_tasks & 1];
-    if (t.kind == kTaskDown) ++down_tasks;
+    if (t.kind == kTaskStop) {
+      if (p.signal_warp && lane == 0) mbar_arrive(&s.task_done[task_slot]);  // lets the signal warp finish too
+      break;
+    }
+    // Push counts live with the task's queue slot: they are cleared by whoever signals the task before the
+    // slot can carry a new task (the signal warp frees the slot itself; consumer thread 0 signals before it
+    // reaches the barrier at the end of the next task).
+    int* push_count = s.push_count[task_slot];
     run_consumer_task<Tiles, true>(p, s, v, t, pipe, consumer_wg, consumer_thread, push_count);
     publish_writes();
-    named_barrier_sync(NamedBarrier::kConsumers, kConsumerThreads);
-    if (consumer_thread == 0) {
-      release_task_writes();
-      signal_task_done<Tiles>(p, v, t, push_count);
+    if (p.signal_warp) {
+      __syncwarp();  // orders the warp's writes before lane 0's arrival (release at CTA scope)
+      if (lane == 0) mbar_arrive(&s.task_done[task_slot]);
+    } else {
+      named_barrier_sync(NamedBarrier::kConsumers, kConsumerThreads);
+      if (consumer_thread == 0) {
+        release_task_writes();
+        signal_task_done<Tiles>(p, v, t, push_count);
+      }
     }
   }
 }
@@ -300,7 +339,10 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
     }
     for (int i = 0; i < Tiles::kTaskQueue; ++i) {
       mbar_init(&s.task_full[i], 1);
-      mbar_init(&s.task_empty[i], 4 * Tiles::kNumConsumerWG);
+      // Consumer warps arrive on `task_empty` once they have read the task; with the signal warp, the slot is
+      // free only once that warp has signalled the task too.
+      mbar_init(&s.task_empty[i], 4 * Tiles::kNumConsumerWG + (p.signal_warp ? 1 : 0));
+      mbar_init(&s.task_done[i], 4 * Tiles::kNumConsumerWG);
     }
     fence_mbarrier_init();
     tma_prefetch_descriptor(&p.tmap_ring_x);
@@ -310,8 +352,7 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
     tma_prefetch_descriptor(&p.tmap_w_down);
   }
   for (int r = threadIdx.x; r < Tiles::kMaxRanks; r += blockDim.x) {
-    s.push_count[0][r] = 0;
-    s.push_count[1][r] = 0;
+    for (int q = 0; q < Tiles::kTaskQueue; ++q) s.push_count[q][r] = 0;
     int tiles = 0;
     if (r < p.num_ranks) {
       const int rows = p.segment_offsets[r * (p.num_local_experts + 1) + p.num_local_experts];

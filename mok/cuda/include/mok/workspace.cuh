@@ -93,6 +93,7 @@ enum CounterId : int {
   kCtrMbarEmpty = 7,      // consumer -> producer stage barrier
   kCtrMbarTaskFull = 8,   // pipelined: producer -> consumer task queue
   kCtrMbarTaskEmpty = 9,  // pipelined: consumer -> producer task queue
+  kCtrMbarTaskDone = 10,  // pipelined, signal warp: consumers -> signalling warp (task finished)
 };
 
 // Timing ablations (Sm90MoeParams::ablate, a bitmask; experiments/cuda_breakdown.py). Each one removes a piece
@@ -163,6 +164,7 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int gather_x;              // 1: gate/up gathers A rows from x_ptrs itself (no dispatch tasks, ring x unused)
   int gather_prefetch;       // gather mode: K blocks ahead the producer asks L2 for the token rows (0 = never)
   int gather_row_prefetch;   // gather mode: at each gate/up tile's start, one bulk L2 prefetch per whole token row
+  int signal_warp;           // 1: warp 1 of the producer warpgroup signals finished tasks (pipelined, ring mode)
 
   // Schedule tables (mok.schedule.Schedule), int32, row-major per rank.
   const int* src_rank;         // [R, capacity]   source rank of each row; -1 on padding
@@ -219,9 +221,11 @@ struct alignas(1024) SharedStorage {
   uint64_t empty[Tiles::kStages];   // consumers done reading
   uint64_t task_full[Tiles::kTaskQueue];
   uint64_t task_empty[Tiles::kTaskQueue];
+  uint64_t task_done[Tiles::kTaskQueue];  // signal warp: every consumer warp finished the slot's task
   Task tasks[Tiles::kTaskQueue];
   int rank_tiles[Tiles::kMaxRanks];       // used tiles (rows_used / BLOCK_M) of every rank
-  int push_count[2][Tiles::kMaxRanks];    // rows pushed to each source rank by the current down task
+  // Rows pushed to each source rank by the down task in task-queue slot i (the simple variant uses entry 0).
+  int push_count[Tiles::kTaskQueue][Tiles::kMaxRanks];
   int num_steps;                          // max over ranks of the number of minibatches
   const char* gather_src[Tiles::kBlockM];  // gather mode: source row of each row of the tile being loaded
 };
