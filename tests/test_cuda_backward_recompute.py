@@ -235,7 +235,8 @@ def test_cuda_autograd_function_with_a_stand_in_forward(save_rows, monkeypatch):
     launched = []
 
     def stand_in_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size, config, variant,
-                         save_gate_up):
+                         save_gate_up, precision):
+        assert precision == "bf16"
         launched.append(save_gate_up)
         args = [x, topk_ids, topk_weights, w_gate, w_up, w_down]
         with torch.no_grad():
@@ -248,7 +249,7 @@ def test_cuda_autograd_function_with_a_stand_in_forward(save_rows, monkeypatch):
     for pos, need in zip(LEAVES, needs):
         leaves[pos].requires_grad_(need)
     x, ids, w, wg, wu, wd = leaves
-    out = backend.CudaMoE.apply(x, w, wg, wu, wd, ids, 2, CONFIG, "pipelined", save_rows)
+    out = backend.CudaMoE.apply(x, w, wg, wu, wd, ids, 2, CONFIG, "pipelined", save_rows, "bf16")
     assert launched == [save_rows]
     wanted = [leaves[pos] for pos, need in zip(LEAVES, needs) if need]
     first = torch.autograd.grad(out, wanted, grad, retain_graph=True)

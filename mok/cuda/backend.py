@@ -14,6 +14,14 @@ ranks. What it reads is prepared here on the device, and no step of a call waits
 * the expert weights are read in place (gate and up land in one B stage through two TMA boxes), so there is
   nothing to stack, convert or cache.
 
+MXFP8 (``precision="mxfp8"``): the contract of :mod:`mok.mxfp8` (every GEMM = dequantize, then bf16 multiply
+with fp32 accumulation), with MXFP8 where bytes cross ranks: each source rank's x is quantized into packed rows
+(:func:`mok.triton_ref.mxfp8_rows.pack_rows`: H + H/32 bytes instead of 2H), ring dispatch pulls them and
+dequantizes on chip, and the gate/up epilogue rounds h through MXFP8 as the Triton MXFP8 pipeline does before
+its down GEMM. The weights are exact bf16 copies of the MXFP8 weights (:mod:`mok.cuda.mxfp8_weights`, once per
+weight version), so the GEMMs run at bf16 speed (include/mok/mxfp8.cuh says why not FP8 wgmma). Ring dispatch
+only. The backward is the Triton MXFP8 backward on the saved gate/up rows.
+
 Top-1 layers (``top_k == 1``: the EP-64 slices) fuse the weighted sum into the down epilogue by default
 (``fuse_top1``): the same bits, without the combine slots and the combine tail.
 
@@ -66,6 +74,7 @@ from .schedule_tables import KernelSchedule, build_kernel_schedule
 from .workspace import BLOCK_M, GATE_UP_COLUMNS, Sm90Workspace, WorkspaceKey, current_stream_handle, get_workspace
 
 VARIANTS = {"simple": 0, "pipelined": 1}
+PRECISIONS = ("bf16", "mxfp8")
 DISPATCH_MODES = ("ring", "gather")
 # "auto" gathers when the gate/up GEMM has at most this many column blocks of GATE_UP_COLUMNS (I <= 512). Measured on the H200
 # (2026-11-29, pipelined kernel): gather 13% and 10% faster at I = 256 (2 blocks: anchors 1, 2); ring 1% faster
@@ -159,6 +168,8 @@ class Sm90Launch:
             ``combine_ptrs`` is ``out_ptrs`` when fused (never dereferenced then).
         w_gate, w_up: bf16 [E, I, H]; w_down: bf16 [E, H, I] (contiguous).
         workspace: the fixed buffers (ring, combine slots, counters, error record).
+        x_row_bytes: bytes per token row in ``x`` (bf16: 2H; MXFP8: the packed width).
+        mxfp8: ``x`` holds packed MXFP8 rows and the weights are the dequantized MXFP8 weights.
     """
 
     schedule: KernelSchedule
@@ -177,6 +188,8 @@ class Sm90Launch:
     w_up: torch.Tensor
     w_down: torch.Tensor
     workspace: Sm90Workspace
+    x_row_bytes: int = 0
+    mxfp8: bool = False
 
 
 def ring_rows_for(config: MoKConfig, capacity: int, minibatch_rows: int) -> int:
@@ -208,7 +221,7 @@ def _check_problem(x: torch.Tensor, w_gate: torch.Tensor, ep_size: int, config: 
 def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate: torch.Tensor,
             w_up: torch.Tensor, w_down: torch.Tensor, *, ep_size: int = 1, config: MoKConfig | None = None,
             poison: bool = False, schedule: KernelSchedule | None = None, reuse_workspace: bool = False,
-            fuse_top1: bool | None = None) -> Sm90Launch:
+            fuse_top1: bool | None = None, precision: str = "bf16", for_backward: bool = False) -> Sm90Launch:
     """Schedule tables, pointer tables and buffers for one launch (no launch yet, no host synchronisation).
 
     Args:
@@ -222,8 +235,12 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
             private ones (tests, CUDA graphs).
         fuse_top1: fuse the weighted sum into the down epilogue; default: ``top_k == 1`` and
             ``MOK_CUDA_FUSE_TOP1`` on. Same bits either way.
+        precision: ``"bf16"`` or ``"mxfp8"`` (module docstring: x packed into MXFP8 rows, the weights replaced by
+            their dequantized MXFP8 copies; ``for_backward`` quantizes the weights' dgrad orientations too).
     """
     config = config or MoKConfig()
+    if precision not in PRECISIONS:
+        raise ValueError(f"backend 'cuda' supports precision in {PRECISIONS}, got {precision!r}")
     _check_problem(x, w_gate, ep_size, config)
     tokens, hidden = x.shape
     num_experts, intermediate, _ = w_gate.shape
@@ -247,6 +264,12 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
     workspace = get_workspace(key) if reuse_workspace else Sm90Workspace(key)
 
     x = x.detach().contiguous()
+    mxfp8 = precision == "mxfp8"
+    if mxfp8:
+        from ..triton_ref.mxfp8_rows import pack_rows  # Triton: the cuda backend's backward needs it anyway
+        from .mxfp8_weights import forward_weights
+        w_gate, w_up, w_down = forward_weights(w_gate, w_up, w_down, for_backward=for_backward)
+        x = pack_rows(x)  # uint8 [T, packed_width(H)]: codes, scales, pad
     weights = topk_weights.detach().to(torch.float32).contiguous().view(-1)
     out = torch.empty(tokens, hidden, dtype=torch.bfloat16, device=x.device)
     if poison:
@@ -256,11 +279,11 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
     return Sm90Launch(
         schedule=schedule, tokens_per_rank=tokens_per_rank, top_k=top_k, minibatch_rows=minibatch_rows,
         fuse_top1=bool(fuse_top1), x=x, weights=weights, out=out,
-        x_ptrs=workspace.rank_pointer_table(x.view(ep_size, tokens_per_rank, hidden)),
+        x_ptrs=workspace.rank_pointer_table(x.view(ep_size, tokens_per_rank, x.shape[1])),
         weight_ptrs=workspace.rank_pointer_table(weights.view(ep_size, tokens_per_rank * top_k)),
         combine_ptrs=out_ptrs if fuse_top1 else workspace.combine_ptrs, out_ptrs=out_ptrs,
         w_gate=w_gate.detach().contiguous(), w_up=w_up.detach().contiguous(), w_down=w_down.detach().contiguous(),
-        workspace=workspace)
+        workspace=workspace, x_row_bytes=x.shape[1] * x.element_size(), mxfp8=mxfp8)
 
 
 _NO_TENSOR = torch.empty(0)  # the binding's "no saved_gate_up" (never dereferenced)
@@ -285,6 +308,10 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     variant = variant or default_variant()
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+    if prep.mxfp8:
+        if dispatch == "gather":
+            raise ValueError("precision='mxfp8' needs dispatch='ring' (dispatch dequantizes the packed rows)")
+        dispatch = "ring"
     dispatch = resolve_dispatch(dispatch, prep.w_gate.shape[1])
     gather_prefetch = default_gather_prefetch() if gather_prefetch is None else gather_prefetch
     if gather_prefetch < 0:
@@ -301,7 +328,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         prep.fuse_top1, ablate, dispatch == "gather", gather_prefetch,
         _NO_TENSOR if saved_gate_up is None else saved_gate_up,
         default_gather_row_prefetch() if gather_row_prefetch is None else bool(gather_row_prefetch),
-        default_signal_warp() if signal_warp is None else bool(signal_warp))
+        default_signal_warp() if signal_warp is None else bool(signal_warp), prep.mxfp8, prep.x_row_bytes)
     return prep.out
 
 
@@ -336,7 +363,8 @@ def check_pending_errors(wait: bool = True) -> None:
 def sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: int = 1,
                  config: MoKConfig | None = None, variant: str | None = None, num_ctas: int = 0,
                  check: bool | str | None = None, poison: bool = False, fuse_top1: bool | None = None,
-                 reuse_workspace: bool = True, dispatch: str | None = None, save_gate_up: bool = False):
+                 reuse_workspace: bool = True, dispatch: str | None = None, save_gate_up: bool = False,
+                 precision: str = "bf16"):
     """The layer forward through the megakernel (no autograd). Returns ``out`` [T, H] bf16, or ``(out,
     saved_gate_up)`` with ``save_gate_up`` (:func:`saved_gate_up_buffer`: what the backward reads instead of
     recomputing the gate/up GEMM).
@@ -344,6 +372,7 @@ def sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: in
     Shapes as in :func:`mok.moe`. ``check``: ``True`` / ``"sync"`` reads the kernel's error record now (raises
     :class:`Sm90KernelError`; synchronises), ``"deferred"`` reads it at a later call, ``False`` / ``"off"``
     never; default ``MOK_CUDA_CHECK``. ``poison`` NaN-fills outputs and intermediates before the launch.
+    ``precision``: ``"bf16"`` or ``"mxfp8"`` (module docstring).
     """
     mode = check_mode() if check is None else ("sync" if check is True else "off" if check is False else check)
     if mode == "off" or _capturing():
@@ -351,7 +380,8 @@ def sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: in
     else:
         check_pending_errors(wait=False)  # report an earlier launch's error before queueing more work
     prep = prepare(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size=ep_size, config=config, poison=poison,
-                   reuse_workspace=reuse_workspace, fuse_top1=fuse_top1)
+                   reuse_workspace=reuse_workspace, fuse_top1=fuse_top1, precision=precision,
+                   for_backward=save_gate_up)
     saved = saved_gate_up_buffer(prep, poison=poison) if save_gate_up else None
     out = launch(prep, variant=variant, num_ctas=num_ctas, dispatch=dispatch, saved_gate_up=saved)
     if mode == "sync":
@@ -364,7 +394,7 @@ def sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: in
 def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                            w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, grad_out: torch.Tensor,
                            *, ep_size: int, config: MoKConfig, needs=(True,) * 5,
-                           saved_gate_up: torch.Tensor | None = None):
+                           saved_gate_up: torch.Tensor | None = None, precision: str = "bf16"):
     """The layer's gradients from the Triton pipeline's backward, without running its forward.
 
     Bit for bit what ``mok.moe(..., backend="triton", ep_size=ep_size, config=config)`` followed by
@@ -384,6 +414,7 @@ def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights
         grad_out: ``[T, H]`` the gradient of the layer output.
         ep_size, config: as the forward's (ep_size emulated ranks; :class:`MoKConfig`).
         needs: five bools, which of ``(x, topk_weights, w_gate, w_up, w_down)`` want a gradient.
+        precision: the Triton pipeline's (``"bf16"`` or ``"mxfp8"``; its MXFP8 backward takes the bf16 weights).
 
     Returns:
         ``(dx [T, H] x's dtype, d_topk_weights [T, K] topk_weights' dtype, d_w_gate, d_w_up [E, I, H],
@@ -404,7 +435,7 @@ def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights
     device = torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
     with torch.no_grad(), device:
         run = TritonLayerRun(x.detach().contiguous(), topk_ids, topk_weights.detach(), w_gate.detach(),
-                             w_up.detach(), w_down.detach(), ep_size, config, "bf16", backward=True)
+                             w_up.detach(), w_down.detach(), ep_size, config, precision, backward=True)
         dx, d_weights, d_gate, d_up, d_down = run.backward_without_forward(grad_out.contiguous(), saved_gate_up)
         grads = (dx, d_weights.to(topk_weights.dtype), d_gate, d_up, d_down)
     return tuple(grad if need else None for grad, need in zip(grads, needs))
@@ -427,15 +458,17 @@ class CudaMoE(torch.autograd.Function):
     the forward saved (or, with ``MOK_CUDA_SAVE_GATE_UP=0``, recomputed)."""
 
     @staticmethod
-    def forward(ctx, x, topk_weights, w_gate, w_up, w_down, topk_ids, ep_size, config, variant, save_rows):
+    def forward(ctx, x, topk_weights, w_gate, w_up, w_down, topk_ids, ep_size, config, variant, save_rows,
+                precision):
         result = sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size=ep_size, config=config,
-                              variant=variant, save_gate_up=save_rows)
+                              variant=variant, save_gate_up=save_rows, precision=precision)
         out, saved = result if save_rows else (result, None)
         # Through save_for_backward (None is allowed), so that retain_graph, saved-tensor hooks and freeing
         # after the backward treat the rows like any other saved activation.
         ctx.save_for_backward(x, topk_weights, w_gate, w_up, w_down, topk_ids, saved)
         ctx.ep_size = ep_size
         ctx.config = config
+        ctx.precision = precision
         return out
 
     @staticmethod
@@ -448,21 +481,21 @@ class CudaMoE(torch.autograd.Function):
         # dispatch and the gate/up GEMM per minibatch; never the down GEMM, combine or weighted sum.
         grads = triton_layer_gradients(x, topk_ids, topk_weights, w_gate, w_up, w_down, grad_out,
                                        ep_size=ctx.ep_size, config=ctx.config, needs=ctx.needs_input_grad[:5],
-                                       saved_gate_up=saved)
-        return (*grads, None, None, None, None, None)
+                                       saved_gate_up=saved, precision=ctx.precision)
+        return (*grads, None, None, None, None, None, None)
 
 
 def cuda_moe(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: int = 1, precision: str = "bf16",
              config: MoKConfig | None = None, variant: str | None = None) -> torch.Tensor:
-    """``mok.moe(..., backend="cuda")``: see the module docstring. bf16 only."""
-    if precision != "bf16":
-        raise ValueError(f"backend 'cuda' supports precision='bf16' only, got {precision!r}")
+    """``mok.moe(..., backend="cuda")``: see the module docstring. ``precision``: ``"bf16"`` or ``"mxfp8"``."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"backend 'cuda' supports precision in {PRECISIONS}, got {precision!r}")
     if not x.is_cuda:
         raise ValueError("backend 'cuda' needs CUDA tensors (a Hopper GPU)")
     save_rows = wants_saved_rows(x, topk_weights, w_gate, w_up, w_down)
     return CudaMoE.apply(x, topk_weights, w_gate, w_up, w_down, topk_ids, ep_size, config or MoKConfig(),
-                         variant or default_variant(), save_rows)
+                         variant or default_variant(), save_rows, precision)
 
 
-register_backend(Backend("cuda", cuda_moe, ("bf16",),
+register_backend(Backend("cuda", cuda_moe, PRECISIONS,
                          "SM90 persistent megakernel forward (mok/cuda); Triton pipeline backward"))

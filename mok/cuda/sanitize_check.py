@@ -9,8 +9,9 @@ Meant to run under compute-sanitizer (build the extension first, outside the san
 The default problem has 2 emulated ranks, 8 experts with skewed routing (low ids hot), tokens that are not a
 multiple of the tile, I % 128 == 64 (a half-used gate/up column block), H % 256 != 0 (a half-used down column
 block) and a ring of one minibatch; it runs with top-k 2 (push-combine and the weighted sum) and top-k 1 (the
-fused top-1 combine), in both dispatch modes (ring and gather), with the saved gate/up rows of training, so
-every code path of the kernel runs at least once. The in-kernel wait bound is raised to 600 s because the sanitizer slows the kernel by orders of magnitude.
+fused top-1 combine), in both dispatch modes (ring and gather), with the saved gate/up rows of training, and
+once more in ring mode with precision="mxfp8" (packed MXFP8 token rows, h rounded through MXFP8), so every
+code path of the kernel runs at least once. The in-kernel wait bound is raised to 600 s because the sanitizer slows the kernel by orders of magnitude.
 
 ``--bench T,H,I,E,K`` instead times both variants in both dispatch modes at that shape (CUDA events, median of 20
 launches after 3 warm-ups; forward FLOPs 6*T*K*H*I; ``--prefetch-sweep`` adds gather with L2 prefetch) and prints
@@ -29,7 +30,7 @@ import mok
 from mok.bench.harness import time_fn
 from mok.config import MoKConfig, get_shape
 from mok.cuda.backend import DISPATCH_MODES, VARIANTS, check_error, launch, prepare, saved_gate_up_buffer
-from mok.validate import relative_error
+from mok.validate import TOLERANCE, relative_error
 
 
 def make_inputs(tokens, hidden, intermediate, experts, top_k, *, seed=0, skew=0.0, device="cuda"):
@@ -46,10 +47,10 @@ def make_inputs(tokens, hidden, intermediate, experts, top_k, *, seed=0, skew=0.
     return x, topk_ids, topk_weights, w_gate, w_up, w_down
 
 
-def check_small(variant: str, top_k: int = 2, dispatch: str = "ring") -> bool:
+def check_small(variant: str, top_k: int = 2, dispatch: str = "ring", precision: str = "bf16") -> bool:
     problem = make_inputs(200, 320, 192, 8, top_k, skew=1.5)
     config = MoKConfig(minibatch_rows=128, ring_rows=128)
-    prep = prepare(*problem, ep_size=2, config=config, poison=True)
+    prep = prepare(*problem, ep_size=2, config=config, poison=True, precision=precision)
     # The saved gate/up rows (training) are written too, so their stores run under the sanitizer.
     saved = saved_gate_up_buffer(prep, poison=True)
     out = launch(prep, variant=variant, timeout_s=600.0, dispatch=dispatch, saved_gate_up=saved)
@@ -59,9 +60,9 @@ def check_small(variant: str, top_k: int = 2, dispatch: str = "ring") -> bool:
     err = relative_error(out, ref)
     finite = bool(torch.isfinite(out).all())
     fused = " (fused top-1 combine)" if prep.fuse_top1 else ""
-    print(f"variant={variant} dispatch={dispatch} top_k={top_k}{fused}: relative error vs reference {err:.3e}, "
-          f"all finite: {finite}")
-    return finite and err < 1e-2
+    print(f"variant={variant} dispatch={dispatch} top_k={top_k}{fused} precision={precision}: relative error vs "
+          f"the bf16 reference {err:.3e}, all finite: {finite}")
+    return finite and err < (1e-2 if precision == "bf16" else TOLERANCE["mxfp8"])
 
 
 # (variant, dispatch, gather_prefetch) configurations that --bench times; --prefetch-sweep adds gather with L2
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     variants = list(VARIANTS) if args.variant == "both" else [args.variant]
     modes = list(DISPATCH_MODES) if args.dispatch == "both" else [args.dispatch]
-    ok = all([check_small(v, top_k, d) for v in variants for d in modes for top_k in (2, 1)])
+    ok = all([check_small(v, top_k, d) for v in variants for d in modes for top_k in (2, 1)]
+             + [check_small(v, top_k, "ring", "mxfp8") for v in variants for top_k in (2, 1) if "ring" in modes])
     return 0 if ok else 1
 
 

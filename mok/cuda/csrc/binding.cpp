@@ -38,6 +38,8 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //   gather_row_prefetch: gather mode, one bulk L2 prefetch per whole token row at each gate/up tile's start
 //   saved_gate_up: [R * capacity, 2I] bf16 to receive gate | up of every schedule row (training), or an empty
 //     tensor for none
+//   mxfp8, x_row_bytes: x_ptrs hold packed MXFP8 rows of x_row_bytes bytes (ring dispatch dequantizes them, h is
+//     rounded through MXFP8); x_row_bytes 0 means bf16 rows (2H)
 //   signal_warp: pipelined variant, ring mode: an idle producer warp signals finished tasks (the consumers
 //     never wait for the gpu-scope fence)
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
@@ -47,7 +49,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
              const at::Tensor& counters, const at::Tensor& error, int64_t tokens_per_rank, int64_t top_k,
              int64_t minibatch_rows, int64_t variant, int64_t num_ctas, double timeout_s, bool fuse_top1,
              int64_t ablate, bool gather_x, int64_t gather_prefetch, const at::Tensor& saved_gate_up,
-             bool gather_row_prefetch, bool signal_warp) {
+             bool gather_row_prefetch, bool signal_warp, bool mxfp8, int64_t x_row_bytes) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -132,6 +134,8 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.gather_prefetch = static_cast<int>(gather_prefetch);
   q.gather_row_prefetch = gather_row_prefetch;
   q.signal_warp = signal_warp;
+  q.mxfp8 = mxfp8;
+  q.x_row_bytes = static_cast<int>(x_row_bytes);
   q.variant = variant == 1 ? mok::sm90::Sm90Variant::kPipelined : mok::sm90::Sm90Variant::kSimple;
   q.num_ctas = static_cast<int>(num_ctas);
   q.timeout_s = timeout_s;

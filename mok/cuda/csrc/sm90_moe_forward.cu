@@ -102,6 +102,15 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
                 q.ring_rows, q.minibatch_rows);
   if (q.fuse_top1 && q.top_k != 1)
     return fail(message, message_len, "fuse_top1 needs top_k == 1 (one slot per token), got top_k = %d", q.top_k);
+  const int x_row_bytes = q.x_row_bytes != 0 ? q.x_row_bytes : 2 * q.hidden;
+  if (q.mxfp8 && q.gather_x)
+    return fail(message, message_len, "MXFP8 token rows need ring dispatch (gather copies bf16 rows as they are)");
+  if (q.mxfp8 && (x_row_bytes < q.hidden + q.hidden / 32 || x_row_bytes % 16 != 0))
+    return fail(message, message_len, "MXFP8 rows of H=%d need >= %d bytes, a multiple of 16; got x_row_bytes=%d",
+                q.hidden, q.hidden + q.hidden / 32, x_row_bytes);
+  if (!q.mxfp8 && x_row_bytes != 2 * q.hidden)
+    return fail(message, message_len, "bf16 token rows are 2H = %d bytes, got x_row_bytes=%d", 2 * q.hidden,
+                x_row_bytes);
   if (q.gather_prefetch < 0)
     return fail(message, message_len, "gather_prefetch must be >= 0 (K blocks ahead), got %d", q.gather_prefetch);
   constexpr int kKnownFlags = kAblateAll | kAblateStores | kProbeReleaseReds;
@@ -157,6 +166,8 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.gather_prefetch = q.gather_prefetch;
   p.gather_row_prefetch = q.gather_row_prefetch ? 1 : 0;
   // Only the pipelined variant in ring mode has an idle producer warp to signal with.
+  p.mxfp8 = q.mxfp8 ? 1 : 0;
+  p.x_row_bytes = x_row_bytes;
   p.signal_warp = (q.signal_warp && q.variant == Sm90Variant::kPipelined && !q.gather_x) ? 1 : 0;
   p.src_rank = q.src_rank;
   p.src_slot = q.src_slot;

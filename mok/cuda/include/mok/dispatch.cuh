@@ -4,10 +4,14 @@
 // found through the peer pointer table `x_ptrs` (rank s's token buffer base). Padding rows are zeroed,
 // as mok.transfers.pull_rows does, so the ring never holds stale values. The ring rows are later read by
 // TMA (async proxy); the caller publishes them with publish_writes() before signalling.
+//
+// MXFP8 (p.mxfp8): the token buffers hold packed MXFP8 rows (mxfp8.cuh), and dispatch dequantizes them on the
+// way into the bf16 ring (dispatch_tile_mxfp8).
 #pragma once
 
 #include <cstdint>
 
+#include "mxfp8.cuh"
 #include "scheduler.cuh"
 #include "sync.cuh"
 #include "workspace.cuh"
@@ -22,10 +26,11 @@ __device__ __forceinline__ uint4 load_streaming(const uint4* ptr) {
   return v;
 }
 
-// The source row of table row `r` in the token buffer of its source rank, or nullptr for a padding row (which
-// is zero-filled) and for an entry outside the source's slots (recorded as an error, then zero-filled).
-__device__ __forceinline__ const uint4* dispatch_source(const Sm90MoeParams& p, const Task& t, long long table_row0,
-                                                        int r, int block_m, int chunks, int lane) {
+// The source row of table row `r` in the token buffer of its source rank (its first byte), or nullptr for a
+// padding row (which is zero-filled) and for an entry outside the source's slots (recorded as an error, then
+// zero-filled).
+__device__ __forceinline__ const char* dispatch_source(const Sm90MoeParams& p, const Task& t, long long table_row0,
+                                                       int r, int block_m, int lane) {
   const int src_rank = p.src_rank[table_row0 + r];
   const int src_slot = p.src_slot[table_row0 + r];
   if (src_rank < 0) return nullptr;
@@ -33,7 +38,7 @@ __device__ __forceinline__ const uint4* dispatch_source(const Sm90MoeParams& p, 
     if (lane == 0) record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * block_m + r, src_rank, src_slot, t.ticket);
     return nullptr;
   }
-  return reinterpret_cast<const uint4*>(p.x_ptrs[src_rank]) + static_cast<long long>(src_slot / p.top_k) * chunks;
+  return reinterpret_cast<const char*>(p.x_ptrs[src_rank]) + static_cast<long long>(src_slot / p.top_k) * p.x_row_bytes;
 }
 
 // Dispatch one schedule tile (BLOCK_M rows) with `num_threads` threads (a multiple of 32); `thread` is
@@ -65,7 +70,8 @@ __device__ __forceinline__ void dispatch_tile(const Sm90MoeParams& p, const Sche
     for (int q = 0; q < kRowsPerPass; ++q) {
       const int r = r0 + q * num_warps;
       const bool in_tile = r < Tiles::kBlockM;
-      src[q] = in_tile ? dispatch_source(p, t, table_row0, r, Tiles::kBlockM, chunks, lane) : nullptr;
+      src[q] = in_tile ? reinterpret_cast<const uint4*>(dispatch_source(p, t, table_row0, r, Tiles::kBlockM, lane))
+                       : nullptr;
       dst[q] = in_tile ? ring_x + (ring_row0 + r) * chunks : nullptr;
     }
     for (int c = lane; c < chunks; c += 32 * kChunksPerLane) {
@@ -84,6 +90,67 @@ __device__ __forceinline__ void dispatch_tile(const Sm90MoeParams& p, const Sche
         for (int u = 0; u < kChunksPerLane; ++u) {
           const int cc = c + 32 * u;
           if (dst[q] != nullptr && cc < chunks) dst[q][cc] = value[q][u];
+        }
+      }
+    }
+  }
+}
+
+// dispatch_tile for packed MXFP8 token rows: per lane and pass, kChunksPerLane chunks of 16 codes and each
+// chunk's scale byte (chunks 2b and 2b + 1 share block b's), dequantized into two 16-byte chunks of bf16 each.
+template <class Tiles>
+__device__ __forceinline__ void dispatch_tile_mxfp8(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
+                                                    int thread, int num_threads) {
+  if (p.ablate & kAblateDispatch) return;  // timing ablation: the ring keeps whatever it holds
+  constexpr int kRowsPerPass = 2;
+  constexpr int kChunksPerLane = 4;
+  constexpr int kCodesPerChunk = 16;
+  const int warp = thread >> 5;
+  const int lane = thread & 31;
+  const int num_warps = num_threads >> 5;
+  const int code_chunks = p.hidden / kCodesPerChunk;
+  const int bf16_chunks = p.hidden / 8;
+  const long long ring_row0 =
+      static_cast<long long>(t.rank) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
+  const long long table_row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
+  uint4* ring_x = reinterpret_cast<uint4*>(p.ring_x);
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+
+  for (int r0 = warp; r0 < Tiles::kBlockM; r0 += kRowsPerPass * num_warps) {
+    const char* src[kRowsPerPass];
+    uint4* dst[kRowsPerPass];
+#pragma unroll
+    for (int q = 0; q < kRowsPerPass; ++q) {
+      const int r = r0 + q * num_warps;
+      const bool in_tile = r < Tiles::kBlockM;
+      src[q] = in_tile ? dispatch_source(p, t, table_row0, r, Tiles::kBlockM, lane) : nullptr;
+      dst[q] = in_tile ? ring_x + (ring_row0 + r) * bf16_chunks : nullptr;
+    }
+    for (int c = lane; c < code_chunks; c += 32 * kChunksPerLane) {
+      uint4 codes[kRowsPerPass][kChunksPerLane];
+      uint32_t scale_byte[kRowsPerPass][kChunksPerLane];
+#pragma unroll
+      for (int q = 0; q < kRowsPerPass; ++q) {
+#pragma unroll
+        for (int u = 0; u < kChunksPerLane; ++u) {
+          const int cc = c + 32 * u;
+          const bool load = src[q] != nullptr && cc < code_chunks;
+          codes[q][u] = load ? load_streaming(reinterpret_cast<const uint4*>(src[q]) + cc) : zero;
+          // The scales follow the H codes; a padding row's zero codes make zeros whatever the scale.
+          scale_byte[q][u] = load ? __ldg(reinterpret_cast<const uint8_t*>(src[q]) + p.hidden + cc * kCodesPerChunk / kMxBlock)
+                                  : 127u;
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < kRowsPerPass; ++q) {
+#pragma unroll
+        for (int u = 0; u < kChunksPerLane; ++u) {
+          const int cc = c + 32 * u;
+          if (dst[q] == nullptr || cc >= code_chunks) continue;
+          uint4 first, second;
+          dequantize_e4m3x16(codes[q][u], e8m0_to_float(scale_byte[q][u]), first, second);
+          dst[q][2 * cc] = first;
+          dst[q][2 * cc + 1] = second;
         }
       }
     }

@@ -174,7 +174,7 @@ __device__ __forceinline__ void gather_find_rows(const Sm90MoeParams& p, SharedS
     if (src_rank >= p.num_ranks || src_slot < 0 || src_slot >= p.tokens_per_rank * p.top_k) {
       record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * Tiles::kBlockM + r, src_rank, src_slot, t.ticket);
     } else {
-      src = reinterpret_cast<const char*>(p.x_ptrs[src_rank]) + static_cast<long long>(src_slot / p.top_k) * p.hidden * 2;
+      src = reinterpret_cast<const char*>(p.x_ptrs[src_rank]) + static_cast<long long>(src_slot / p.top_k) * p.x_row_bytes;
     }
   }
   s.gather_src[r] = src;

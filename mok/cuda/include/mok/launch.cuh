@@ -55,6 +55,9 @@ struct Sm90MoeProblem {
                                  // still a valid pointer). For ranks whose tokens are local (one GPU)
   int gather_prefetch = 0;       // gather mode: K blocks ahead to prefetch token rows into L2 (0 = none)
   bool gather_row_prefetch = false;  // gather mode: whole-row bulk L2 prefetch of a tile's rows at its start
+  bool mxfp8 = false;            // x_ptrs hold packed MXFP8 rows of x_row_bytes (codes, scales, pad): dispatch
+                                 // dequantizes them; h is rounded through MXFP8 as the down GEMM's operand
+  int x_row_bytes = 0;           // 0: 2H (bf16 rows)
   bool signal_warp = true;       // pipelined variant, ring mode: a producer warp signals finished tasks (else a
                                  // consumer thread does, and its warpgroup waits for the fence)
 

@@ -144,7 +144,11 @@ __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, Shared
   constexpr int kConsumerThreads = 128 * Tiles::kNumConsumerWG;
   switch (t.kind) {
     case kTaskDispatch:
-      dispatch_tile<Tiles>(p, v, t, consumer_thread, kConsumerThreads);
+      if (p.mxfp8) {
+        dispatch_tile_mxfp8<Tiles>(p, v, t, consumer_thread, kConsumerThreads);
+      } else {
+        dispatch_tile<Tiles>(p, v, t, consumer_thread, kConsumerThreads);
+      }
       break;
     case kTaskCombine:
       combine_block<Tiles>(p, t, consumer_thread, kConsumerThreads);

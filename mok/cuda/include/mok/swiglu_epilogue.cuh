@@ -6,12 +6,14 @@
 //
 // Rounding points follow mok/swiglu.py: gate and up are rounded to bf16 first (what the reference stores),
 // then h = silu(gate) * up = (gate * sigmoid(gate)) * up in fp32, then h is rounded to bf16. The sigmoid
-// itself uses the hardware approximations (see swiglu() below).
+// itself uses the hardware approximations (see swiglu() below). MXFP8 (p.mxfp8): the bf16 h is then rounded
+// through MXFP8 along I (mxfp8.cuh), as the Triton MXFP8 gate/up epilogue quantizes it for the down GEMM.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include "epilogue_staging.cuh"
+#include "mxfp8.cuh"
 #include "scheduler.cuh"
 #include "sync.cuh"
 #include "workspace.cuh"
@@ -55,6 +57,37 @@ __device__ __forceinline__ void store_staged_rows(SharedStorage<Tiles>& s, int c
   named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);  // every row read: the staging is free again
 }
 
+// MXFP8: h = bf16(SwiGLU) of this thread's fragment, rounded through MXFP8 per block of 32 columns of a row, into
+// the staging tile. A block (accumulator column groups j = 4b .. 4b + 3) of fragment row i spans the four lanes
+// of a quad (lane / 4 equal), 8 values each, so its amax is the lane's own maximum and two xor-shuffles.
+template <class Tiles>
+__device__ __forceinline__ void stage_h_mx_rounded(SharedStorage<Tiles>& s, const float (&acc)[128], int consumer_wg) {
+  static_assert(kMxBlock == 32, "a block = 4 column groups of 8");
+#pragma unroll
+  for (int b = 0; b < Tiles::kHalfN / kMxBlock; ++b) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float h[8];
+      float amax = 0.0f;
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int g = 4 * (4 * b + jj) + 2 * i;
+        h[2 * jj] = round_to_bf16(swiglu(acc[g], acc[64 + g]));
+        h[2 * jj + 1] = round_to_bf16(swiglu(acc[g + 1], acc[64 + g + 1]));
+        amax = fmaxf(amax, fmaxf(mx_magnitude(h[2 * jj]), mx_magnitude(h[2 * jj + 1])));
+      }
+      amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
+      const int e = mx_scale_exponent(amax);
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const float2 v = mx_round_trip(h[2 * jj], h[2 * jj + 1], e);
+        stage_pair<Tiles>(s.staging, consumer_wg, 4 * b + jj, i, v.x, v.y);
+      }
+    }
+  }
+}
+
 // One consumer warpgroup: its 64 rows x 128 h columns of the tile -> ring h rows. When training
 // (p.saved_gate_up), first its gate and then its up values, rounded to bf16, -> the saved rows (row = the
 // schedule row; gate at column c, up at I + c), which the Triton backward reads instead of running the gate/up
@@ -86,14 +119,18 @@ __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const S
     }
   }
   // SwiGLU in registers, bf16 pairs into the staging tile, rows out to the ring.
+  if (p.mxfp8) {
+    stage_h_mx_rounded<Tiles>(s, acc, consumer_wg);
+  } else {
 #pragma unroll
-  for (int j = 0; j < Tiles::kHalfN / 8; ++j) {
+    for (int j = 0; j < Tiles::kHalfN / 8; ++j) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int g = 4 * j + 2 * i;
-      const float h0 = swiglu(acc[g], acc[64 + g]);
-      const float h1 = swiglu(acc[g + 1], acc[64 + g + 1]);
-      stage_pair<Tiles>(s.staging, consumer_wg, j, i, h0, h1);
+      for (int i = 0; i < 2; ++i) {
+        const int g = 4 * j + 2 * i;
+        const float h0 = swiglu(acc[g], acc[64 + g]);
+        const float h1 = swiglu(acc[g + 1], acc[64 + g + 1]);
+        stage_pair<Tiles>(s.staging, consumer_wg, j, i, h0, h1);
+      }
     }
   }
   const long long ring_row0 =

@@ -165,6 +165,8 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int gather_prefetch;       // gather mode: K blocks ahead the producer asks L2 for the token rows (0 = never)
   int gather_row_prefetch;   // gather mode: at each gate/up tile's start, one bulk L2 prefetch per whole token row
   int signal_warp;           // 1: warp 1 of the producer warpgroup signals finished tasks (pipelined, ring mode)
+  int mxfp8;                 // 1: token rows are packed MXFP8 rows (mxfp8.cuh), h is MX-rounded (ring mode only)
+  int x_row_bytes;           // bytes from one token row to the next in x_ptrs' buffers (bf16: 2H)
 
   // Schedule tables (mok.schedule.Schedule), int32, row-major per rank.
   const int* src_rank;         // [R, capacity]   source rank of each row; -1 on padding
@@ -173,7 +175,8 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   const int* segment_offsets;  // [R, E_local+1]  last entry: rows in use (padding included)
 
   // Peer pointer tables: entry s is rank s's buffer base address (mok.comm.PeerBuffer.ptr_table).
-  const long long* x_ptrs;        // -> bf16  [T_local, H]      tokens (dispatch pulls from here)
+  const long long* x_ptrs;        // -> bf16  [T_local, H]      tokens (dispatch pulls from here); MXFP8:
+                                  //    uint8 [T_local, x_row_bytes] packed rows
   const long long* weight_ptrs;   // -> fp32  [T_local * K]     router weights
   const long long* combine_ptrs;  // -> bf16  [T_local * K, H]  combine slots (down epilogue pushes here)
   const long long* out_ptrs;      // -> bf16  [T_local, H]      layer output
