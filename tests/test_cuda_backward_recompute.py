@@ -229,8 +229,13 @@ def test_cuda_autograd_function_with_a_stand_in_forward(save_rows, monkeypatch):
     """``CudaMoE`` (the autograd Function of ``backend="cuda"``) on the CPU, its megakernel forward replaced by
     the Triton forward (and, when saving, the Triton forward's own gate/up rows): the gradients are the Triton
     backend's bits, the rows travel through ``save_for_backward``, and a second backward of a retained graph
-    gives the same bits."""
+    gives the same bits. The backward builds no schedule: it completes the forward's tables (made here without
+    their source, so :meth:`KernelSchedule.full_schedule` computes the rest)."""
+    from types import SimpleNamespace
+
     from mok.cuda import backend
+    from mok.cuda.schedule_tables import KernelSchedule
+    from mok.schedule import build_schedule
     p, grad = problem(64, 64, 32, 8, 2, seed=71)
     launched = []
 
@@ -241,9 +246,17 @@ def test_cuda_autograd_function_with_a_stand_in_forward(save_rows, monkeypatch):
         args = [x, topk_ids, topk_weights, w_gate, w_up, w_down]
         with torch.no_grad():
             out = mok.moe(*args, backend="triton", ep_size=ep_size, config=config, check_inputs=False)
-        return (out, forward_gate_up_rows(args, ep_size, config)) if save_gate_up else out
+        full = build_schedule(topk_ids, w_gate.shape[0], ep_size, config.expert_padding, config.capacity_rows)
+        tables = KernelSchedule.from_schedule(full)
+        launch = SimpleNamespace(out=out, schedule=KernelSchedule(*[getattr(tables, f) for f in (
+            "ep_size", "num_experts", "top_k", "tokens_per_rank", "tile", "src_rank", "src_slot", "segment_offsets",
+            "tile_expert")]))
+        return launch, (forward_gate_up_rows(args, ep_size, config) if save_gate_up else None)
 
-    monkeypatch.setattr(backend, "sm90_forward", stand_in_forward)
+    def no_schedule_build(*args, **kwargs):
+        raise AssertionError("the backward built the schedule again")
+
+    monkeypatch.setattr(backend, "_forward", stand_in_forward)
     needs = (True, True, False, True, True)
     leaves = [t.detach().clone() for t in p]
     for pos, need in zip(LEAVES, needs):
@@ -251,9 +264,11 @@ def test_cuda_autograd_function_with_a_stand_in_forward(save_rows, monkeypatch):
     x, ids, w, wg, wu, wd = leaves
     out = backend.CudaMoE.apply(x, w, wg, wu, wd, ids, 2, CONFIG, "pipelined", save_rows, "bf16")
     assert launched == [save_rows]
+    monkeypatch.setattr("mok.triton_ref.pipeline.build_schedule", no_schedule_build)
     wanted = [leaves[pos] for pos, need in zip(LEAVES, needs) if need]
     first = torch.autograd.grad(out, wanted, grad, retain_graph=True)
     second = torch.autograd.grad(out, wanted, grad)
+    monkeypatch.undo()  # the Triton backend below builds its own schedule
     want = [g for g in triton_autograd_gradients(p, grad, ep_size=2, config=CONFIG, needs=needs) if g is not None]
     for name, a, b, c in zip([n for n, need in zip(GRAD_NAMES, needs) if need], first, second, want):
         assert_bitwise_equal(a, c, f"{name} vs triton")

@@ -150,3 +150,25 @@ def test_four_transfers_through_one_table_invert_each_other(ep_size):
         expected = grad[own, None] * w[own, :, None]
         assert torch.equal(dx_slots[r].view(t_local, top_k, hidden), expected)
         assert torch.equal(dw_slots[r], w[own].reshape(-1))
+
+
+@pytest.mark.parametrize("ep_size,top_k,skew", [(1, 2, 0.0), (2, 4, 2.0), (4, 1, 0.0), (8, 3, 6.0)])
+def test_kernel_tables_complete_into_the_full_schedule(ep_size, top_k, skew):
+    """The megakernel's four tables, completed by KernelSchedule.full_schedule (counts and the inverse map from
+    scatters, no sort), give build_schedule's Schedule bit for bit, skewed routing and empty experts included."""
+    from mok.cuda.schedule_tables import KernelSchedule
+    from conftest import assert_bitwise_equal
+    x, ids, w, *_ = make_problem(96, 32, 32, 16, top_k, seed=ep_size, skew=skew)
+    for capacity in (None, 4096):
+        full = build_schedule(ids, 16, ep_size, 16, capacity)
+        tables = KernelSchedule.from_schedule(full)
+        without_source = KernelSchedule(tables.ep_size, tables.num_experts, tables.top_k, tables.tokens_per_rank,
+                                        tables.tile, tables.src_rank, tables.src_slot, tables.segment_offsets,
+                                        tables.tile_expert)
+        assert tables.full_schedule() is full
+        completed = without_source.full_schedule()
+        for field in ("src_rank", "src_slot", "segment_offsets", "segment_counts", "tile_expert", "dest_rank",
+                      "dest_row"):
+            assert_bitwise_equal(getattr(completed, field), getattr(full, field), f"{field} (capacity {capacity})")
+        assert (completed.ep_size, completed.num_experts, completed.top_k, completed.tokens_per_rank,
+                completed.tile) == (full.ep_size, full.num_experts, full.top_k, full.tokens_per_rank, full.tile)

@@ -374,6 +374,17 @@ def sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: in
     never; default ``MOK_CUDA_CHECK``. ``poison`` NaN-fills outputs and intermediates before the launch.
     ``precision``: ``"bf16"`` or ``"mxfp8"`` (module docstring).
     """
+    prep, saved = _forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size=ep_size, config=config,
+                           variant=variant, num_ctas=num_ctas, check=check, poison=poison, fuse_top1=fuse_top1,
+                           reuse_workspace=reuse_workspace, dispatch=dispatch, save_gate_up=save_gate_up,
+                           precision=precision)
+    return (prep.out, saved) if save_gate_up else prep.out
+
+
+def _forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size, config, variant, num_ctas=0, check=None,
+             poison=False, fuse_top1=None, reuse_workspace=True, dispatch=None, save_gate_up=False,
+             precision="bf16") -> tuple[Sm90Launch, torch.Tensor | None]:
+    """:func:`sm90_forward`, returning the launch (its output, schedule tables, ...) and the saved rows."""
     mode = check_mode() if check is None else ("sync" if check is True else "off" if check is False else check)
     if mode == "off" or _capturing():
         mode = "off"
@@ -383,18 +394,19 @@ def sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size: in
                    reuse_workspace=reuse_workspace, fuse_top1=fuse_top1, precision=precision,
                    for_backward=save_gate_up)
     saved = saved_gate_up_buffer(prep, poison=poison) if save_gate_up else None
-    out = launch(prep, variant=variant, num_ctas=num_ctas, dispatch=dispatch, saved_gate_up=saved)
+    launch(prep, variant=variant, num_ctas=num_ctas, dispatch=dispatch, saved_gate_up=saved)
     if mode == "sync":
         check_error(prep)
     elif mode == "deferred":
         defer_error_check(prep)
-    return (out, saved) if save_gate_up else out
+    return prep, saved
 
 
 def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                            w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, grad_out: torch.Tensor,
                            *, ep_size: int, config: MoKConfig, needs=(True,) * 5,
-                           saved_gate_up: torch.Tensor | None = None, precision: str = "bf16"):
+                           saved_gate_up: torch.Tensor | None = None, precision: str = "bf16",
+                           schedule: KernelSchedule | None = None):
     """The layer's gradients from the Triton pipeline's backward, without running its forward.
 
     Bit for bit what ``mok.moe(..., backend="triton", ep_size=ep_size, config=config)`` followed by
@@ -415,6 +427,8 @@ def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights
         ep_size, config: as the forward's (ep_size emulated ranks; :class:`MoKConfig`).
         needs: five bools, which of ``(x, topk_weights, w_gate, w_up, w_down)`` want a gradient.
         precision: the Triton pipeline's (``"bf16"`` or ``"mxfp8"``; its MXFP8 backward takes the bf16 weights).
+        schedule: the forward's schedule tables for this routing (:class:`KernelSchedule`), completed into the
+            pipeline's (:meth:`KernelSchedule.full_schedule`) instead of building them again; same tables.
 
     Returns:
         ``(dx [T, H] x's dtype, d_topk_weights [T, K] topk_weights' dtype, d_w_gate, d_w_up [E, I, H],
@@ -435,7 +449,8 @@ def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights
     device = torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
     with torch.no_grad(), device:
         run = TritonLayerRun(x.detach().contiguous(), topk_ids, topk_weights.detach(), w_gate.detach(),
-                             w_up.detach(), w_down.detach(), ep_size, config, precision, backward=True)
+                             w_up.detach(), w_down.detach(), ep_size, config, precision, backward=True,
+                             schedule=None if schedule is None else schedule.full_schedule())
         dx, d_weights, d_gate, d_up, d_down = run.backward_without_forward(grad_out.contiguous(), saved_gate_up)
         grads = (dx, d_weights.to(topk_weights.dtype), d_gate, d_up, d_down)
     return tuple(grad if need else None for grad, need in zip(grads, needs))
@@ -460,15 +475,17 @@ class CudaMoE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, topk_weights, w_gate, w_up, w_down, topk_ids, ep_size, config, variant, save_rows,
                 precision):
-        result = sm90_forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size=ep_size, config=config,
-                              variant=variant, save_gate_up=save_rows, precision=precision)
-        out, saved = result if save_rows else (result, None)
+        prep, saved = _forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size=ep_size, config=config,
+                               variant=variant, save_gate_up=save_rows, precision=precision)
+        out = prep.out
         # Through save_for_backward (None is allowed), so that retain_graph, saved-tensor hooks and freeing
         # after the backward treat the rows like any other saved activation.
         ctx.save_for_backward(x, topk_weights, w_gate, w_up, w_down, topk_ids, saved)
         ctx.ep_size = ep_size
         ctx.config = config
         ctx.precision = precision
+        # The routing's schedule tables (fresh tensors of this call), so the backward need not build them again.
+        ctx.schedule = prep.schedule
         return out
 
     @staticmethod
@@ -481,7 +498,7 @@ class CudaMoE(torch.autograd.Function):
         # dispatch and the gate/up GEMM per minibatch; never the down GEMM, combine or weighted sum.
         grads = triton_layer_gradients(x, topk_ids, topk_weights, w_gate, w_up, w_down, grad_out,
                                        ep_size=ctx.ep_size, config=ctx.config, needs=ctx.needs_input_grad[:5],
-                                       saved_gate_up=saved, precision=ctx.precision)
+                                       saved_gate_up=saved, precision=ctx.precision, schedule=ctx.schedule)
         return (*grads, None, None, None, None, None, None)
 
 

@@ -11,6 +11,10 @@ device time (CUDA graph) and 0.08-0.14 ms per eager call, against 0.11-0.15 ms (
 about twenty PyTorch operations (build_schedule's computation without the inverse map) and 0.53-1.0 ms per eager
 call of ``build_schedule``.
 
+The backward (the Triton pipeline's) needs the whole :class:`mok.schedule.Schedule`; :meth:`KernelSchedule.
+full_schedule` completes the forward's tables with a few scatters and gathers instead of building them again
+(no sort, no host synchronisation; bit for bit ``build_schedule``'s, tested).
+
 Everywhere else (CPU tensors, ``device_kernels=False``, or an explicit ``capacity``, whose fill must be checked
 on the host and raises :class:`mok.schedule.ScheduleCapacityError`) the tables come from
 :func:`mok.schedule.build_schedule` itself.
@@ -36,6 +40,7 @@ class KernelSchedule:
         segment_offsets: ``[R, E/R + 1]`` int32, start row of each local expert's padded segment; the last
             entry is the number of rows in use.
         tile_expert: ``[R, C / tile]`` int32, local expert of each tile; -1 past the last segment.
+        source: the full :class:`mok.schedule.Schedule` these tables were taken from, if any.
     """
 
     ep_size: int
@@ -47,17 +52,46 @@ class KernelSchedule:
     src_slot: torch.Tensor
     segment_offsets: torch.Tensor
     tile_expert: torch.Tensor
+    source: Schedule | None = None
 
     @property
     def capacity(self) -> int:
         return self.src_rank.shape[1]
+
+    def full_schedule(self) -> Schedule:
+        """The whole :class:`mok.schedule.Schedule` of this routing (what the Triton pipeline reads), completed
+        from these tables on the device: ``segment_counts`` counts each segment's real rows, and the inverse map
+        sends every real row's source slot back to (rank, row). No sort and no host synchronisation."""
+        if self.source is not None:
+            return self.source
+        ranks, capacity = self.src_rank.shape
+        slots_per_rank = self.tokens_per_rank * self.top_k
+        device = self.src_rank.device
+        real = self.src_rank >= 0
+        # Real rows before each row (exclusive prefix sum), read at the segment boundaries.
+        before = torch.zeros(ranks, capacity + 1, dtype=torch.int32, device=device)
+        before[:, 1:] = real.to(torch.int32).cumsum(1)
+        at_bounds = before.gather(1, self.segment_offsets.to(torch.int64))
+        segment_counts = (at_bounds[:, 1:] - at_bounds[:, :-1]).to(torch.int32)
+        # Inverse map: each real row is the one row carrying its source slot; padding rows write to a spare
+        # element past the end (scatter, not boolean indexing, so nothing waits for the device).
+        total = ranks * slots_per_rank
+        target = torch.where(real, self.src_rank.to(torch.int64) * slots_per_rank + self.src_slot.to(torch.int64),
+                             total).reshape(-1)
+        row_ids = torch.arange(capacity, dtype=torch.int32, device=device).expand(ranks, capacity).reshape(-1)
+        rank_ids = torch.arange(ranks, dtype=torch.int32, device=device).repeat_interleave(capacity)
+        dest_rank = torch.empty(total + 1, dtype=torch.int32, device=device).scatter_(0, target, rank_ids)
+        dest_row = torch.empty(total + 1, dtype=torch.int32, device=device).scatter_(0, target, row_ids)
+        return Schedule(self.ep_size, self.num_experts, self.top_k, self.tokens_per_rank, self.tile, self.src_rank,
+                        self.src_slot, self.segment_offsets, segment_counts, self.tile_expert,
+                        dest_rank[:total].view(ranks, slots_per_rank), dest_row[:total].view(ranks, slots_per_rank))
 
     @classmethod
     def from_schedule(cls, schedule: Schedule) -> "KernelSchedule":
         """The kernel's view of a full :class:`mok.schedule.Schedule` (no copies)."""
         return cls(schedule.ep_size, schedule.num_experts, schedule.top_k, schedule.tokens_per_rank,
                    schedule.tile, schedule.src_rank, schedule.src_slot, schedule.segment_offsets,
-                   schedule.tile_expert)
+                   schedule.tile_expert, schedule)
 
 
 def build_kernel_schedule(topk_ids: torch.Tensor, num_experts: int, ep_size: int = 1, tile: int = 128,

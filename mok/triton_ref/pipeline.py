@@ -75,7 +75,7 @@ from ..comm import EmulatedPeers, PeerBuffer, PeerGroup
 from ..config import MoKConfig
 from ..heuristics import rank_minibatch_rows
 from ..ring import RingBuffer, RingPlan, plan_ring
-from ..schedule import RankSchedule, build_schedule
+from ..schedule import RankSchedule, Schedule, build_schedule
 from ._common import check_device, fresh, poison_
 from .grouped_gemm import grouped_gemm_dgrad, grouped_gemm_forward, grouped_wgrad
 from .pull_dispatch import pull_reverse_combine, pull_token_rows
@@ -284,11 +284,13 @@ class TritonRanksRun:
         world: the EP degree; num_experts: E (global); config: :class:`MoKConfig`; precision: a registered
             :class:`RowFormat` name.
         backward: whether a backward may follow (MXFP8 then quantizes the weights' dgrad orientations too).
+        schedule: the :class:`mok.schedule.Schedule` of this routing if the caller has it already (e.g.
+            ``backend="cuda"``'s forward built it), else built here.
     """
 
     def __init__(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate: torch.Tensor,
                  w_up: torch.Tensor, w_down: torch.Tensor, *, peers: PeerGroup, world: int, num_experts: int,
-                 config: MoKConfig, precision: str, backward: bool = True) -> None:
+                 config: MoKConfig, precision: str, backward: bool = True, schedule: Schedule | None = None) -> None:
         check_device(x)
         self.peers = peers
         self.local_ranks = list(peers.local_ranks)
@@ -319,7 +321,12 @@ class TritonRanksRun:
         self.weights = {r: self.format.local_weights(weights, j * el, (j + 1) * el)
                         for j, r in enumerate(self.local_ranks)}
 
-        self.schedule = build_schedule(topk_ids, num_experts, world, self.tile, config.capacity_rows)
+        if schedule is None:
+            schedule = build_schedule(topk_ids, num_experts, world, self.tile, config.capacity_rows)
+        elif (schedule.ep_size, schedule.num_experts, schedule.tile, schedule.top_k) != (world, num_experts, self.tile,
+                                                                                       self.top_k):
+            raise ValueError("the given schedule was built for another layer (EP degree, experts, tile or top-k)")
+        self.schedule = schedule
         self.tables = {r: self.schedule.rank(r) for r in self.local_ranks}
         self.all_plans = self._plan_rings(config)
         self.plans = {r: self.all_plans[r] for r in self.local_ranks}
@@ -572,10 +579,10 @@ class TritonLayerRun(TritonRanksRun):
 
     def __init__(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate: torch.Tensor,
                  w_up: torch.Tensor, w_down: torch.Tensor, ep_size: int, config: MoKConfig, precision: str, *,
-                 backward: bool = True) -> None:
+                 backward: bool = True, schedule: Schedule | None = None) -> None:
         super().__init__(x, topk_ids, topk_weights, w_gate, w_up, w_down, peers=EmulatedRankGroup(ep_size, x.device),
                          world=ep_size, num_experts=w_gate.shape[0], config=config, precision=precision,
-                         backward=backward)
+                         backward=backward, schedule=schedule)
 
 
 class TritonRankRun(TritonRanksRun):

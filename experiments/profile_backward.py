@@ -1,0 +1,74 @@
+"""EXPERIMENT: where a training step's backward spends its time, per backend (torch.profiler).
+
+For each backend, runs forward + backward at one shape a few times (warm-up), then profiles one more step and
+prints: the backward's wall time (forward finished first), when backward() returned to the host, the GPU time of
+the kernels it launched (wall minus GPU time: the GPU waiting for the host or idle), and the ten operators with
+the most GPU time. Run on the H200
+from the repository root:
+
+    python3 experiments/profile_backward.py qwen3.5-397b/ep64 [--backends cuda,triton]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import mok
+from mok.config import get_shape
+from mok.cuda.sanitize_check import make_inputs
+
+
+def forward(backend, inputs):
+    x, ids, w, wg, wu, wd = inputs
+    leaves = [t.detach().requires_grad_(True) for t in (x, w, wg, wu, wd)]
+    out = mok.moe(leaves[0], ids, *leaves[1:], backend=backend)
+    torch.cuda.synchronize()
+    return out
+
+
+def backward(out, grad):
+    """(seconds until backward() returned to the host, seconds until the GPU finished)"""
+    start = time.perf_counter()
+    out.backward(grad)
+    host = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return host, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("shape")
+    parser.add_argument("--backends", default="cuda,triton")
+    parser.add_argument("--python", action="store_true", help="also cProfile one backward (host time by function)")
+    args = parser.parse_args()
+    shape = get_shape(args.shape)
+    inputs = make_inputs(shape.tokens, shape.hidden, shape.intermediate, shape.num_experts, shape.top_k)
+    grad = torch.randn_like(inputs[0], dtype=torch.float32).to(torch.bfloat16)
+    for backend in args.backends.split(","):
+        for _ in range(3):
+            backward(forward(backend, inputs), grad)
+        unprofiled = backward(forward(backend, inputs), grad)
+        out = forward(backend, inputs)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            backward(out, grad)
+        events = prof.key_averages()
+        gpu_us = sum(e.self_device_time_total for e in events)
+        print(f"{shape.name} {backend}: backward wall {unprofiled[1] * 1e3:.3f} ms (backward() returned to the host "
+              f"after {unprofiled[0] * 1e3:.3f} ms); kernels of the profiled backward {gpu_us / 1e3:.3f} ms of GPU time")
+        print(events.table(sort_by="self_device_time_total", row_limit=10, max_name_column_width=60))
+        if args.python:
+            import cProfile
+            import pstats
+            out = forward(backend, inputs)
+            host = cProfile.Profile()
+            host.enable()
+            backward(out, grad)
+            host.disable()
+            pstats.Stats(host).sort_stats("cumulative").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
