@@ -34,7 +34,8 @@ accumulation.
 Using it: ``mok.moe(..., precision="mxfp8")``
 ---------------------------------------------
 Pass the usual bf16 ``x`` and bf16 weights (``w_gate, w_up`` ``[E, I, H]``, ``w_down`` ``[E, H, I]``) with
-``precision="mxfp8"`` (``backend="triton"``). Gradients flow to x, the router weights and the bf16 weights,
+``precision="mxfp8"`` (``backend="triton"``, or ``backend="cuda"``: the megakernel forward with the same contract,
+see :mod:`mok.cuda.backend`). Gradients flow to x, the router weights and the bf16 weights,
 as in BF16 mode. The weights are quantized **once per weight version** by the quantized-weight cache behind
 :meth:`MXFP8Weights.quantize`: an entry is keyed by the three tensors' identities (weak references) and is
 reused while each tensor's storage, layout and autograd ``_version`` are unchanged, so the first call after
