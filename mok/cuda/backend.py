@@ -53,6 +53,8 @@ Environment:
   reported one call late, see :mod:`mok.cuda.errors`), ``1`` / ``sync`` (read after every launch, which
   synchronises), ``0`` (never). Skipped while a CUDA graph is being captured.
   :func:`check_pending_errors` reads every deferred record now;
+* ``MOK_CUDA_SIGNAL_WARP`` (default on) and ``MOK_CUDA_GATHER_ROW_PREFETCH`` (default off): see
+  :func:`default_signal_warp` and :func:`default_gather_row_prefetch`;
 * ``MOK_CUDA_TIMEOUT_S`` (default 10): bound of every in-kernel wait;
 * ``MOK_CUDA_FUSE_TOP1`` (default 1): fuse the top-1 combine into the down epilogue.
 """
@@ -125,8 +127,9 @@ def resolve_dispatch(dispatch: str | None, intermediate: int) -> str:
 
 
 def default_gather_row_prefetch() -> bool:
-    """``MOK_CUDA_GATHER_ROW_PREFETCH`` (default off; EXPERIMENT, round 8 candidate): gather mode asks L2 for each
-    tile row whole (one bulk prefetch of H x 2 bytes per row) when the tile starts."""
+    """``MOK_CUDA_GATHER_ROW_PREFETCH`` (default off; EXPERIMENT): gather mode asks L2 for each tile row whole (one
+    bulk prefetch of H x 2 bytes per row) when the tile starts. Slower or equal on every shape measured (H200,
+    round 8: mok/cuda/README.md), so it stays off."""
     return _env_on("MOK_CUDA_GATHER_ROW_PREFETCH", "0")
 
 
