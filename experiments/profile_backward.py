@@ -57,7 +57,8 @@ def main() -> None:
         events = prof.key_averages()
         gpu_us = sum(e.self_device_time_total for e in events)
         print(f"{shape.name} {backend}: backward wall {unprofiled[1] * 1e3:.3f} ms (backward() returned to the host "
-              f"after {unprofiled[0] * 1e3:.3f} ms); kernels of the profiled backward {gpu_us / 1e3:.3f} ms of GPU time")
+              f"after {unprofiled[0] * 1e3:.3f} ms); kernels of the profiled backward {gpu_us / 1e3:.3f} ms "
+              "of GPU time")
         print(events.table(sort_by="self_device_time_total", row_limit=10, max_name_column_width=60))
         if args.python:
             import cProfile

@@ -62,8 +62,8 @@ for name in args or ["anchor-1", "anchor-2", "anchor-3", "anchor-4", "anchor-5",
                 samples[label].append(a.elapsed_time(b))
     backend.check_error(preps[0])
     med = {k: statistics.median(v) for k, v in samples.items()}
-    print(f"{name}: " + ", ".join(f"{k} {v:.3f} ms ({shape.forward_flops / v / 1e9:.0f} TFLOP/s)" for k, v in med.items())
-          + f"; {', '.join(exact)} bitwise equal: {same}", flush=True)
+    timings = ", ".join(f"{k} {v:.3f} ms ({shape.forward_flops / v / 1e9:.0f} TFLOP/s)" for k, v in med.items())
+    print(f"{name}: {timings}; {', '.join(exact)} bitwise equal: {same}", flush=True)
     del preps, p, outs
     release_workspaces()
     torch.cuda.empty_cache()

@@ -21,7 +21,8 @@ from mok.config import MoKConfig
 from mok.mxfp8 import MXFP8Weights, dequantize_torch, quantize_torch
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
-requires_hopper = pytest.mark.skipif(not HOPPER, reason="the SM90 megakernel needs a Hopper GPU (compute capability 9.x)")
+requires_hopper = pytest.mark.skipif(not HOPPER,
+                                     reason="the SM90 megakernel needs a Hopper GPU (compute capability 9.x)")
 
 
 def tiny_weights(experts=4, inter=64, hidden=96, seed=0, device="cpu"):

@@ -211,7 +211,8 @@ def _check_problem(x: torch.Tensor, w_gate: torch.Tensor, ep_size: int, config: 
         raise ValueError(f"backend 'cuda' needs MoKConfig.expert_padding == {BLOCK_M} (its tile height), "
                          f"got {config.expert_padding}")
     if x.dtype != torch.bfloat16:
-        raise TypeError(f"backend 'cuda' runs bf16 only, got x of dtype {x.dtype}")
+        raise TypeError(f"backend 'cuda' takes bf16 activations (precision 'bf16' or 'mxfp8'), got x of dtype "
+                        f"{x.dtype}")
     tokens, hidden = x.shape
     num_experts, intermediate, _ = w_gate.shape
     if tokens % ep_size or num_experts % ep_size:
