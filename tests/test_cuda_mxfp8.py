@@ -74,6 +74,34 @@ def test_weight_copies_leave_with_their_weights():
     assert mxfp8_weights.cached_copies() == 0
 
 
+def test_prepare_packs_the_tokens_and_takes_the_dequantized_weights():
+    """What an MXFP8 launch reads (CPU, no kernel): the token pointer table over packed MXFP8 rows (codes, scales,
+    pad) of each emulated rank, the row pitch the kernel steps by, and the cached bf16 copies of the MXFP8
+    weights; gather dispatch is refused before anything is launched."""
+    from mok.cuda import mxfp8_weights
+    from mok.cuda.backend import launch, prepare
+    from mok.triton_ref.mxfp8_rows import pack_rows, packed_width
+    gen = torch.Generator().manual_seed(5)
+    tokens, hidden, inter, experts, top_k, ep_size = 256, 320, 64, 4, 2, 2
+    x = torch.randn(tokens, hidden, generator=gen).to(torch.bfloat16)
+    weights, ids = mok.route(torch.randn(tokens, experts, generator=gen), top_k, check_inputs=False)
+    w_gate, w_up, w_down = tiny_weights(experts, inter, hidden, seed=5)
+    prep = prepare(x, ids, weights, w_gate, w_up, w_down, ep_size=ep_size, precision="mxfp8")
+    width = packed_width(hidden)
+    assert prep.mxfp8 and prep.x_row_bytes == width == 336
+    used = hidden + hidden // 32  # codes and scales; the pad bytes after them are never read
+    assert_bitwise_equal(prep.x[:, :used], pack_rows(x)[:, :used], "packed token rows")
+    step = tokens // ep_size * width
+    assert prep.x_ptrs.tolist() == [prep.x.data_ptr() + r * step for r in range(ep_size)]
+    copies = mxfp8_weights.forward_weights(w_gate, w_up, w_down, for_backward=False)
+    for got, want, name in zip((prep.w_gate, prep.w_up, prep.w_down), copies, ("w_gate", "w_up", "w_down")):
+        assert_bitwise_equal(got, want, name)
+    bf16 = prepare(x, ids, weights, w_gate, w_up, w_down, ep_size=ep_size)
+    assert not bf16.mxfp8 and bf16.x_row_bytes == 2 * hidden and bf16.w_gate.data_ptr() == w_gate.data_ptr()
+    with pytest.raises(ValueError, match="ring"):
+        launch(prep, dispatch="gather")
+
+
 def test_prepare_rejects_an_unknown_precision():
     from mok.cuda.backend import prepare
     w_gate, w_up, w_down = tiny_weights()
