@@ -3,14 +3,13 @@
 //
 // Memory-ordering rules used throughout (see README.md, "Memory ordering"):
 //  * A task's writes are published by: every writing thread `publish_writes()` (fence.proxy.async.global,
-//    because the next reader may be TMA), then a CTA barrier, then ONE thread `release_task_writes()`
-//    (fence.acq_rel.gpu) and `red.release.gpu` on the counter. The barrier orders the other threads' writes
-//    before that thread's fence, and a release is cumulative, so the gpu-scope fence is needed once, not in
-//    every writer (CUTLASS's GenericBarrier does the same: barrier, then one thread's fence.acq_rel.gpu and a
-//    relaxed red). Measured on the H200 (round 7): 0.2-3% of the kernel, because every writing warp used to
-//    stall on its own fence.acq_rel.gpu at the end of every task.
-//    The counter updates after that fence are relaxed reds (red.release would add a MEMBAR each: up to
-//    1 + 2 + R per down task).
+//    because the next reader may be TMA), then a CTA-scope synchronisation (a barrier of the consumer
+//    warpgroups, or each warp's __syncwarp and an mbarrier arrival that the signal warp waits on), then ONE
+//    thread `release_task_writes()` (fence.acq_rel.gpu) and relaxed reds on the task's counters. The
+//    synchronisation orders the other threads' writes before that thread's fence, and a release is cumulative,
+//    so the gpu-scope fence is needed once, not in every writer (CUTLASS's GenericBarrier does the same).
+//    Measured on the H200: a fence in every writer cost 0.2-3% of the kernel (round 7); a red.release per
+//    counter adds a MEMBAR each (round 8: within noise).
 //  * A dependency is consumed by: one thread `ld.acquire.gpu` until the count is reached, then
 //    fence.proxy.async.global (its TMA loads come next), then a CTA barrier or an mbarrier hand-off
 //    (release/acquire at CTA scope) to the threads that read the data.
