@@ -296,7 +296,7 @@ _NO_TENSOR = torch.empty(0)  # the binding's "no saved_gate_up" (never dereferen
 def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, timeout_s: float | None = None,
            ablate: int = 0, dispatch: str | None = None, gather_prefetch: int | None = None,
            saved_gate_up: torch.Tensor | None = None, gather_row_prefetch: bool | None = None,
-           signal_warp: bool | None = None) -> torch.Tensor:
+           signal_warp: bool | None = None, extension=None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -307,7 +307,9 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     ``saved_gate_up``: a bf16 ``[R * capacity, 2I]`` buffer (:func:`saved_gate_up_buffer`) that receives gate | up,
     rounded to bf16, of every schedule row the kernel computes (for the backward), or ``None``.
     ``gather_row_prefetch`` and ``signal_warp``: see :func:`default_gather_row_prefetch` and
-    :func:`default_signal_warp` (their defaults); neither changes a bit.
+    :func:`default_signal_warp` (their defaults); neither changes a bit. ``extension``: another build of the
+    kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to launch instead of the default one, for
+    A/B timing (experiments/ab_kernels.py).
     """
     variant = variant or default_variant()
     if variant not in VARIANTS:
@@ -324,7 +326,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         raise ValueError(f"ablate must be a bitmask of {ABLATE} and {PROBE}, got {ablate}")
     timeout_s = float(os.environ.get("MOK_CUDA_TIMEOUT_S", "10")) if timeout_s is None else timeout_s
     s, ws = prep.schedule, prep.workspace
-    load_extension().forward(
+    (extension or load_extension()).forward(
         s.src_rank, s.src_slot, s.tile_expert, s.segment_offsets,
         prep.x_ptrs, prep.weight_ptrs, prep.combine_ptrs, prep.out_ptrs,
         prep.w_gate, prep.w_up, prep.w_down, ws.ring_x, ws.ring_h, ws.counters, ws.error,

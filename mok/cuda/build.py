@@ -4,7 +4,10 @@ Two ways, one set of flags:
 
 * :func:`load_extension`: the torch extension for the GPU, JIT-built with ``torch.utils.cpp_extension.load``
   (ninja), cached under ``$MOK_CUDA_CACHE`` (default ``~/.cache/mok``). The cache key is a hash of every
-  source and header under ``mok/cuda`` plus the flags, so an edited header always rebuilds.
+  source and header under ``mok/cuda`` plus the flags, so an edited header always rebuilds. ``source_root``
+  builds another copy of ``include/`` and ``csrc/`` (e.g. with a candidate patch applied) as a second, separately
+  named extension in the same process, so two kernel versions can be timed against each other interleaved
+  (experiments/ab_kernels.py).
 * :func:`compile_object`: plain ``nvcc -c`` of ``csrc/sm90_moe_forward.cu`` (no torch), for CI on a machine
   without a GPU; :func:`resource_usage` adds ``-Xptxas -v`` and returns the register/spill/shared-memory
   report; :func:`disassemble` runs cuobjdump (the one shipped in the triton wheel, or on PATH).
@@ -39,7 +42,7 @@ BINDING_SOURCE = CSRC_DIR / "binding.cpp"
 ARCH_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a"]
 NVCC_FLAGS = [*ARCH_FLAGS, "-std=c++17", "--expt-relaxed-constexpr", "-O3"]
 
-_EXTENSION = None
+_EXTENSIONS: dict[str, object] = {}  # source root -> loaded extension module
 
 
 def _env_flag(name: str) -> bool:
@@ -57,8 +60,8 @@ def cutlass_include_dirs() -> list[str]:
     return [str(d) for d in dirs if d.is_dir()]
 
 
-def include_dirs() -> list[str]:
-    return [str(INCLUDE_DIR), *cutlass_include_dirs()]
+def include_dirs(source_root: Path = PACKAGE_DIR) -> list[str]:
+    return [str(Path(source_root) / "include"), *cutlass_include_dirs()]
 
 
 def cache_dir() -> Path:
@@ -77,40 +80,45 @@ def nvcc_flags(*, verbose: bool | None = None, lineinfo: bool | None = None) -> 
     return flags
 
 
-def source_fingerprint(flags: list[str]) -> str:
-    """Hash of every file under mok/cuda/include and mok/cuda/csrc, plus the flags."""
+def source_fingerprint(flags: list[str], source_root: Path = PACKAGE_DIR) -> str:
+    """Hash of every file under ``source_root``'s include/ and csrc/ (default mok/cuda), plus the flags."""
+    root = Path(source_root)
     digest = hashlib.sha256()
-    for path in sorted([*INCLUDE_DIR.rglob("*"), *CSRC_DIR.rglob("*")]):
+    for path in sorted([*(root / "include").rglob("*"), *(root / "csrc").rglob("*")]):
         if path.is_file():
-            digest.update(str(path.relative_to(PACKAGE_DIR)).encode())
+            digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
     digest.update(" ".join(flags).encode())
     return digest.hexdigest()[:16]
 
 
-def load_extension(verbose: bool | None = None):
+def load_extension(verbose: bool | None = None, source_root: Path | str | None = None):
     """The compiled torch extension (built on first use, then cached on disk and in this process).
 
     Exposes ``forward(...)``, ``schedule_tables(...)``, ``counter_ints(num_ranks, capacity, minibatch_rows)``,
-    ``error_words()`` and ``shared_memory_bytes()`` (see csrc/binding.cpp).
+    ``error_words()`` and ``shared_memory_bytes()`` (see csrc/binding.cpp). ``source_root``: a directory holding
+    another ``include/`` and ``csrc/`` to build instead of mok/cuda's (module docstring); its module name comes
+    from its own sources' hash, so it loads next to the default one.
     """
-    global _EXTENSION
-    if _EXTENSION is not None:
-        return _EXTENSION
+    root = Path(source_root).resolve() if source_root is not None else PACKAGE_DIR
+    loaded = _EXTENSIONS.get(str(root))
+    if loaded is not None:
+        return loaded
     from torch.utils.cpp_extension import load  # noqa: PLC0415
 
     verbose = _env_flag("MOK_CUDA_VERBOSE") if verbose is None else verbose
     flags = nvcc_flags(verbose=verbose)
-    name = f"mok_sm90_{source_fingerprint(flags)}"
+    name = f"mok_sm90_{source_fingerprint(flags, root)}"
     build_dir = cache_dir() / name
     build_dir.mkdir(parents=True, exist_ok=True)
+    csrc = root / "csrc"
     # NOTE: an explicit -gencode keeps torch from adding its own arch flags (a plain sm_90 pass would
     # reject wgmma and setmaxnreg), and -std in the nvcc flags keeps it from adding another.
-    _EXTENSION = load(name=name, sources=[str(KERNEL_SOURCE), str(SCHEDULE_SOURCE), str(BINDING_SOURCE)],
-                      extra_cuda_cflags=flags,
-                      extra_cflags=["-O3"], extra_include_paths=include_dirs(), build_directory=str(build_dir),
-                      verbose=verbose)
-    return _EXTENSION
+    sources = [csrc / KERNEL_SOURCE.name, csrc / SCHEDULE_SOURCE.name, csrc / BINDING_SOURCE.name]
+    loaded = load(name=name, sources=[str(s) for s in sources], extra_cuda_cflags=flags, extra_cflags=["-O3"],
+                  extra_include_paths=include_dirs(root), build_directory=str(build_dir), verbose=verbose)
+    _EXTENSIONS[str(root)] = loaded
+    return loaded
 
 
 # --------------------------------------------------------------------------------------------------------

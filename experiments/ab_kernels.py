@@ -1,0 +1,98 @@
+"""EXPERIMENT: two builds of the megakernel in one process, timed interleaved, and compared bit for bit.
+
+"A" is mok/cuda as it is; "B" is a copy of its ``include/`` and ``csrc/`` with a patch applied (``--patch``, e.g.
+a candidate from the results folder; only its ``mok/cuda/`` hunks are used) or another directory holding
+``include/`` and ``csrc/`` (``--tree``). Both are built as separately named torch extensions
+(:func:`mok.cuda.build.load_extension` with ``source_root``) and launched on the same prepared inputs in rounds
+whose order rotates (a fixed order favours whichever runs first after the slower one: round 8 measured up to 5% at
+the large anchors), median per build. Separate processes would add the machine's run-to-run drift (a few percent)
+to the comparison. Then the outputs are compared bit for bit (a candidate that must not change numerics has to
+give the same bits). Run on the H200 from the repository root::
+
+    python3 experiments/ab_kernels.py --patch experiments/results/h200_2026-11-29_round8/round9_candidates.patch \\
+        anchor-1 anchor-4 kimi-k2.7/ep64
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "experiments"))
+
+
+def patched_tree(patch: Path, workdir: Path) -> Path:
+    """A copy of mok/cuda's include/ and csrc/ under ``workdir`` with the patch's mok/cuda hunks applied; returns
+    the directory to pass as ``source_root``."""
+    root = workdir / "mok" / "cuda"
+    for part in ("include", "csrc"):
+        shutil.copytree(REPO / "mok" / "cuda" / part, root / part)
+    # git apply works outside a repository; --include keeps the hunks that touch the kernel sources.
+    subprocess.run(["git", "apply", "--include=mok/cuda/include/*", "--include=mok/cuda/csrc/*",
+                    str(patch.resolve())], cwd=workdir, check=True)
+    return root
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--patch", type=Path, help="a patch against this tree (its mok/cuda hunks make build B)")
+    source.add_argument("--tree", type=Path, help="a directory with include/ and csrc/ for build B")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--launches", type=int, default=3, help="launches per build and round")
+    parser.add_argument("--dispatch", default=None, help="ring, gather or auto (default: the backend's default)")
+    parser.add_argument("shapes", nargs="*", default=["anchor-1", "anchor-4", "kimi-k2.7/ep64"])
+    args = parser.parse_args(argv)
+
+    import torch  # noqa: PLC0415
+
+    from cuda_breakdown import SHAPES, Problem  # noqa: PLC0415
+    from mok.cuda import backend  # noqa: PLC0415
+    from mok.cuda.build import load_extension  # noqa: PLC0415
+    from mok.cuda.schedule_tables import build_kernel_schedule  # noqa: PLC0415
+    from mok.cuda.workspace import release_workspaces  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tree_b = patched_tree(args.patch, Path(tmp)) if args.patch else args.tree
+        builds = {"A": load_extension(), "B": load_extension(source_root=tree_b)}
+    print(f"A = {builds['A'].__name__} (this tree), B = {builds['B'].__name__} ({args.patch or args.tree})")
+
+    labels = list(builds)
+    for name in args.shapes:
+        shape = SHAPES[name]
+        problem = Problem(shape, n_sets=2)
+        preps = [backend.prepare(*problem.args(j), schedule=build_kernel_schedule(problem.routes[j][1],
+                                                                                 shape.num_experts))
+                 for j in range(2)]
+        outs = {}
+        for label, ext in builds.items():
+            outs[label] = backend.launch(preps[0], dispatch=args.dispatch, extension=ext).clone()
+            backend.check_error(preps[0])
+        same = torch.equal(outs["A"].view(torch.int16), outs["B"].view(torch.int16))
+        samples = {label: [] for label in labels}
+        for round_ in range(args.rounds):
+            for label in labels[round_ % 2:] + labels[:round_ % 2]:  # A B, then B A, ...
+                for j in range(args.launches):
+                    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    backend.launch(preps[j % 2], dispatch=args.dispatch, extension=builds[label])
+                    stop.record()
+                    stop.synchronize()
+                    samples[label].append(start.elapsed_time(stop))
+        backend.check_error(preps[0])
+        med = {label: statistics.median(v) for label, v in samples.items()}
+        print(f"{name}: A {med['A']:.3f} ms ({shape.forward_flops / med['A'] / 1e9:.0f} TFLOP/s), "
+              f"B {med['B']:.3f} ms ({shape.forward_flops / med['B'] / 1e9:.0f} TFLOP/s), "
+              f"B/A time {med['B'] / med['A']:.3f}; outputs bitwise equal: {same}", flush=True)
+        del preps, problem, outs
+        release_workspaces()
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

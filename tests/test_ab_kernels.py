@@ -1,0 +1,53 @@
+"""experiments/ab_kernels.py builds its second kernel from a patched copy of mok/cuda: checked without a GPU (the
+copy, the patch's kernel hunks, and that the copy builds under its own extension name)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mok.cuda import build
+
+ROOT = Path(__file__).resolve().parents[1]
+CANDIDATES = ROOT / "experiments" / "results" / "h200_2026-11-29_round8" / "round9_candidates.patch"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("ab_kernels", ROOT / "experiments" / "ab_kernels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git applies the patch")
+def test_patched_tree_applies_the_kernel_hunks_to_a_copy(tmp_path):
+    script = load_script()
+    tree = script.patched_tree(CANDIDATES, tmp_path)
+    assert (tree / "include" / "mok" / "sm90_moe_forward.cuh").is_file() and (tree / "csrc" / "binding.cpp").is_file()
+    staged = (tree / "include" / "mok" / "epilogue_staging.cuh").read_text()
+    assert "stmatrix.sync.aligned.m8n8.x4" in staged
+    assert "stmatrix" not in (build.PACKAGE_DIR / "include" / "mok" / "epilogue_staging.cuh").read_text(), \
+        "the patch must not touch this tree"
+    flags = build.nvcc_flags(verbose=False, lineinfo=False)
+    assert build.source_fingerprint(flags, tree) != build.source_fingerprint(flags)
+
+
+def test_an_unchanged_copy_has_the_same_fingerprint(tmp_path):
+    for part in ("include", "csrc"):
+        shutil.copytree(build.PACKAGE_DIR / part, tmp_path / part)
+    flags = build.nvcc_flags(verbose=False, lineinfo=False)
+    assert build.source_fingerprint(flags, tmp_path) == build.source_fingerprint(flags)
+
+
+@pytest.mark.skipif(build.find_nvcc() is None, reason="needs nvcc")
+def test_the_patched_kernel_compiles(tmp_path):
+    tree = load_script().patched_tree(CANDIDATES, tmp_path)
+    nvcc = build.find_nvcc()
+    cmd = [nvcc, *build.nvcc_flags(verbose=False, lineinfo=False), *[f"-I{d}" for d in build.include_dirs(tree)],
+           "-c", str(tree / "csrc" / build.KERNEL_SOURCE.name), "-o", str(tmp_path / "kernel.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
