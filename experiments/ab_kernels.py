@@ -20,6 +20,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,6 +40,31 @@ def patched_tree(patch: Path, workdir: Path) -> Path:
     return root
 
 
+def read_clock_log(path: Path) -> list[tuple[float, float, float]]:
+    """(unix time, SM clock MHz, power W) samples of an ``nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw
+    --format=csv,noheader,nounits`` log; unreadable lines are skipped."""
+    samples = []
+    for line in path.read_text().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3:
+            continue
+        try:
+            stamp = datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            samples.append((stamp, float(parts[1]), float(parts[2])))
+        except ValueError:
+            continue
+    return samples
+
+
+def clock_summary(samples: list[tuple[float, float, float]], start: float, stop: float) -> str:
+    """Median SM clock and power of the samples taken in [start, stop] (unix times)."""
+    inside = [(mhz, watts) for stamp, mhz, watts in samples if start <= stamp <= stop]
+    if not inside:
+        return "no clock samples"
+    return (f"SM clock median {statistics.median(m for m, _ in inside):.0f} MHz (min {min(m for m, _ in inside):.0f}), "
+            f"power median {statistics.median(w for _, w in inside):.0f} W, {len(inside)} samples")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
@@ -46,6 +73,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--launches", type=int, default=3, help="launches per build and round")
     parser.add_argument("--dispatch", default=None, help="ring, gather or auto (default: the backend's default)")
+    parser.add_argument("--clock-log", type=Path, default=None,
+                        help="sample SM clock and power with nvidia-smi every 50 ms into this file and print them per "
+                             "shape (does the GPU run at its power limit?)")
     parser.add_argument("shapes", nargs="*", default=["anchor-1", "anchor-4", "kimi-k2.7/ep64"])
     args = parser.parse_args(argv)
 
@@ -62,8 +92,14 @@ def main(argv: list[str] | None = None) -> None:
         builds = {"A": load_extension(), "B": load_extension(source_root=tree_b)}
     print(f"A = {builds['A'].__name__} (this tree), B = {builds['B'].__name__} ({args.patch or args.tree})")
 
+    sampler = None
+    if args.clock_log is not None:
+        sampler = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw",
+                                    "--format=csv,noheader,nounits", "-lms", "50", "-f", str(args.clock_log)])
+    windows = {}
     labels = list(builds)
     for name in args.shapes:
+        window_start = time.time()
         shape = SHAPES[name]
         problem = Problem(shape, n_sets=2)
         preps = [backend.prepare(*problem.args(j), schedule=build_kernel_schedule(problem.routes[j][1],
@@ -89,9 +125,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: A {med['A']:.3f} ms ({shape.forward_flops / med['A'] / 1e9:.0f} TFLOP/s), "
               f"B {med['B']:.3f} ms ({shape.forward_flops / med['B'] / 1e9:.0f} TFLOP/s), "
               f"B/A time {med['B'] / med['A']:.3f}; outputs bitwise equal: {same}", flush=True)
+        windows[name] = (window_start, time.time())
         del preps, problem, outs
         release_workspaces()
         torch.cuda.empty_cache()
+    if sampler is not None:
+        sampler.terminate()
+        sampler.wait()
+        samples = read_clock_log(args.clock_log)
+        for name, (start, stop) in windows.items():
+            print(f"{name}: {clock_summary(samples, start, stop)}")
 
 
 if __name__ == "__main__":

@@ -57,3 +57,18 @@ def test_the_patched_kernel_compiles(tmp_path):
            "-c", str(tree / "csrc" / build.KERNEL_SOURCE.name), "-o", str(tmp_path / "kernel.o")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_clock_log_is_read_per_time_window(tmp_path):
+    """The nvidia-smi samples (timestamp, SM MHz, W) are parsed and summarised inside a shape's time window."""
+    from datetime import datetime
+    script = load_script()
+    log = tmp_path / "clocks.csv"
+    log.write_text("2026/11/29 15:30:00.000, 1980, 650.5\n2026/11/29 15:30:00.050, 1755, 699.0\n"
+                   "2026/11/29 15:30:01.000, 1980, 120.0\nnot a sample\n")
+    samples = script.read_clock_log(log)
+    assert [m for _, m, _ in samples] == [1980.0, 1755.0, 1980.0]
+    start = datetime(2026, 11, 29, 15, 30, 0).timestamp()
+    summary = script.clock_summary(samples, start, start + 0.1)
+    assert "min 1755" in summary and "2 samples" in summary
+    assert script.clock_summary(samples, start + 5, start + 6) == "no clock samples"
