@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch  # noqa: PLC0415
 
     from cuda_breakdown import SHAPES, Problem  # noqa: PLC0415
+    from mok.bench.harness import time_interleaved  # noqa: PLC0415
     from mok.cuda import backend  # noqa: PLC0415
     from mok.cuda.build import load_extension  # noqa: PLC0415
     from mok.cuda.schedule_tables import build_kernel_schedule  # noqa: PLC0415
@@ -97,7 +98,6 @@ def main(argv: list[str] | None = None) -> None:
         sampler = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw",
                                     "--format=csv,noheader,nounits", "-lms", "50", "-f", str(args.clock_log)])
     windows = {}
-    labels = list(builds)
     for name in args.shapes:
         window_start = time.time()
         shape = SHAPES[name]
@@ -110,18 +110,12 @@ def main(argv: list[str] | None = None) -> None:
             outs[label] = backend.launch(preps[0], dispatch=args.dispatch, extension=ext).clone()
             backend.check_error(preps[0])
         same = torch.equal(outs["A"].view(torch.int16), outs["B"].view(torch.int16))
-        samples = {label: [] for label in labels}
-        for round_ in range(args.rounds):
-            for label in labels[round_ % 2:] + labels[:round_ % 2]:  # A B, then B A, ...
-                for j in range(args.launches):
-                    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    backend.launch(preps[j % 2], dispatch=args.dispatch, extension=builds[label])
-                    stop.record()
-                    stop.synchronize()
-                    samples[label].append(start.elapsed_time(stop))
+        launches = {label: (lambda j, ext=ext, preps=preps: backend.launch(preps[j], dispatch=args.dispatch,
+                                                                           extension=ext))
+                    for label, ext in builds.items()}
+        timings = time_interleaved(launches, device=preps[0].out.device, rounds=args.rounds, calls=args.launches)
         backend.check_error(preps[0])
-        med = {label: statistics.median(v) for label, v in samples.items()}
+        med = {label: t.median_ms for label, t in timings.items()}
         print(f"{name}: A {med['A']:.3f} ms ({shape.forward_flops / med['A'] / 1e9:.0f} TFLOP/s), "
               f"B {med['B']:.3f} ms ({shape.forward_flops / med['B'] / 1e9:.0f} TFLOP/s), "
               f"B/A time {med['B'] / med['A']:.3f}; outputs bitwise equal: {same}", flush=True)

@@ -7,7 +7,6 @@ which must not change a bit do not. ``--configs a,b`` picks configurations. Run 
 
     python3 -m mok.cuda.build --jit && python3 experiments/round8_probe.py [SHAPE ...]
 """
-import statistics
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from cuda_breakdown import SHAPES, Problem  # noqa: E402
+from mok.bench.harness import time_interleaved  # noqa: E402
 from mok.cuda import backend  # noqa: E402
 from mok.cuda.schedule_tables import build_kernel_schedule  # noqa: E402
 from mok.cuda.workspace import release_workspaces  # noqa: E402
@@ -46,24 +46,12 @@ for name in args or ["anchor-1", "anchor-2", "anchor-3", "anchor-4", "anchor-5",
     backend.check_error(preps[0])
     exact = [k for k, kw in CONFIGS.items() if not kw.get("ablate", 0) & ~backend.PROBE["release_reds"]]
     same = all(torch.equal(outs[k].view(torch.int16), outs["ring"].view(torch.int16)) for k in exact)
-    samples = {k: [] for k in CONFIGS}
-    labels = list(CONFIGS)
-    for round_ in range(8):
-        # Rotate the order every round: a configuration that follows a slow (cooler, lower-power) one runs at
-        # higher clocks, which biased the fixed order of the first probes by up to 5% (round 8).
-        for label in labels[round_ % len(labels):] + labels[:round_ % len(labels)]:
-            kw = CONFIGS[label]
-            for j in range(3):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                backend.launch(preps[j % 2], **kw)
-                b.record()
-                b.synchronize()
-                samples[label].append(a.elapsed_time(b))
+    launches = {label: (lambda j, kw=kw, preps=preps: backend.launch(preps[j], **kw))
+                for label, kw in CONFIGS.items()}
+    med = {k: t.median_ms for k, t in time_interleaved(launches, device=preps[0].out.device).items()}
     backend.check_error(preps[0])
-    med = {k: statistics.median(v) for k, v in samples.items()}
-    timings = ", ".join(f"{k} {v:.3f} ms ({shape.forward_flops / v / 1e9:.0f} TFLOP/s)" for k, v in med.items())
-    print(f"{name}: {timings}; {', '.join(exact)} bitwise equal: {same}", flush=True)
+    line = ", ".join(f"{k} {v:.3f} ms ({shape.forward_flops / v / 1e9:.0f} TFLOP/s)" for k, v in med.items())
+    print(f"{name}: {line}; {', '.join(exact)} bitwise equal: {same}", flush=True)
     del preps, p, outs
     release_workspaces()
     torch.cuda.empty_cache()

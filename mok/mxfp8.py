@@ -413,6 +413,7 @@ class _CacheEntry:
     refs: tuple            # weak references to (w_gate, w_up, w_down)
     stamp: tuple           # what must be unchanged for the entry to be valid
     weights: MXFP8Weights
+    dequantized: dict = field(default_factory=dict)  # dtype -> the forward weights as their GEMMs see them
 
 
 def _stamp(tensors: tuple[torch.Tensor, ...], backend: str | None) -> tuple:
@@ -442,24 +443,45 @@ class WeightCache:
 
     def get(self, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, for_backward: bool,
             backend: str | None) -> MXFP8Weights:
+        weights, _ = self._lookup(w_gate, w_up, w_down, for_backward=for_backward, backend=backend)
+        return weights
+
+    def dequantized(self, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, for_backward: bool,
+                    backend: str | None = None, dtype: torch.dtype = torch.bfloat16):
+        """``(w_gate, w_up, w_down)`` as the forward GEMMs see them (:meth:`MXFP8Weights.dequantized`,
+        contiguous), kept with the cached quantization: made once per weight version, and gone with it.
+        ``backend="cuda"`` multiplies these (exact in bf16) instead of dequantizing on chip. Memory: one more
+        copy of the weights in ``dtype`` while cached."""
+        weights, entry = self._lookup(w_gate, w_up, w_down, for_backward=for_backward, backend=backend)
+        copies = entry.dequantized.get(dtype) if entry is not None else None
+        if copies is None:
+            copies = tuple(t.contiguous() for t in weights.dequantized(dtype))
+            if entry is not None:
+                entry.dequantized[dtype] = copies
+        return copies
+
+    def _lookup(self, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, for_backward: bool,
+                backend: str | None) -> tuple[MXFP8Weights, _CacheEntry | None]:
+        """The quantized weights and their cache entry (None for weights that are never cached)."""
         tensors = (w_gate, w_up, w_down)
         if not all(isinstance(t, torch.Tensor) for t in tensors):
             raise TypeError("MXFP8Weights.quantize takes three tensors (w_gate, w_up, w_down)")
         if any(t.is_inference() for t in tensors):  # no version counter to watch: never cached
             self.quantizations += 1
-            return MXFP8Weights._quantize_now(w_gate, w_up, w_down, for_backward=for_backward, backend=backend)
+            return MXFP8Weights._quantize_now(w_gate, w_up, w_down, for_backward=for_backward, backend=backend), None
         key = tuple(id(t) for t in tensors)
         stamp = _stamp(tensors, backend)
         entry = self.entries.get(key)
         if (entry is not None and all(ref() is t for ref, t in zip(entry.refs, tensors)) and entry.stamp == stamp
                 and (entry.weights.has_backward or not for_backward)):
-            return entry.weights if for_backward or not entry.weights.has_backward else entry.weights.forward_only()
+            weights = entry.weights if for_backward or not entry.weights.has_backward else entry.weights.forward_only()
+            return weights, entry
         weights = MXFP8Weights._quantize_now(w_gate, w_up, w_down, for_backward=for_backward, backend=backend)
         self.quantizations += 1
         entry = _CacheEntry((), stamp, weights)
         entry.refs = tuple(weakref.ref(t, self._evictor(key, entry)) for t in tensors)
         self.entries[key] = entry
-        return weights
+        return weights, entry
 
     def _evictor(self, key: tuple, entry: _CacheEntry):
         def evict(_ref) -> None:

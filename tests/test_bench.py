@@ -58,6 +58,20 @@ def test_time_fn_rotates_input_sets():
     assert timing.iters == 5 and timing.method == "host-clock" and timing.median_ms >= 0
 
 
+def test_time_interleaved_rotates_the_order_every_round():
+    """Every version runs first in some round (a fixed order favours whoever follows the slowest), each call
+    rotates the input sets, and every version gets rounds x calls timings."""
+    order = []
+    fns = {label: (lambda j, label=label: order.append((label, j))) for label in ("A", "B", "C")}
+    timings = harness.time_interleaved(fns, device="cpu", n_sets=2, rounds=3, calls=2)
+    firsts = [order[6 * r][0] for r in range(3)]
+    assert firsts == ["A", "B", "C"]
+    assert order[:6] == [("A", 0), ("A", 1), ("B", 0), ("B", 1), ("C", 0), ("C", 1)]
+    assert order[6:12] == [("B", 0), ("B", 1), ("C", 0), ("C", 1), ("A", 0), ("A", 1)]
+    assert {label: t.iters for label, t in timings.items()} == {"A": 6, "B": 6, "C": 6}
+    assert all(t.method == "host-clock" for t in timings.values())
+
+
 def test_time_fn_sizes_the_series_from_the_last_warmup_call():
     """A slow first call (compilation) must not cut the series to ``min_iters``."""
     import time

@@ -1,6 +1,6 @@
 """``backend="cuda"`` with ``precision="mxfp8"``: packed MXFP8 token rows dequantized by the megakernel's dispatch,
 h rounded through MXFP8 in its gate/up epilogue, GEMMs on the exact bf16 copies of the MXFP8 weights
-(mok/cuda/include/mok/mxfp8.cuh, mok/cuda/mxfp8_weights.py).
+(mok/cuda/include/mok/mxfp8.cuh; the weight copies come from mok.mxfp8.WeightCache.dequantized).
 
 CPU: the weight copies (exact, cached per weight version) and the precision plumbing. GPU (Hopper): the forward
 against an fp64 oracle of the MXFP8 contract (with its rounding points) next to the Triton MXFP8 pipeline's own
@@ -40,45 +40,49 @@ def test_cuda_backend_offers_mxfp8():
     assert "mxfp8" in mok.get_backend("cuda").precisions
 
 
+def forward_weights(w_gate, w_up, w_down):
+    return mok.mxfp8.weight_cache().dequantized(w_gate, w_up, w_down, for_backward=False)
+
+
+def cached_copies() -> int:
+    """Weight sets whose bf16 copies the quantized-weight cache holds."""
+    return sum(bool(entry.dequantized) for entry in mok.mxfp8.weight_cache().entries.values())
+
+
 def test_weight_copies_are_the_dequantized_mxfp8_weights_cached_per_version():
-    from mok.cuda import mxfp8_weights
-    mxfp8_weights.clear()
+    mok.mxfp8.clear_weight_cache()
     w_gate, w_up, w_down = tiny_weights()
-    first = mxfp8_weights.forward_weights(w_gate, w_up, w_down, for_backward=False)
+    first = forward_weights(w_gate, w_up, w_down)
     expected = MXFP8Weights.quantize(w_gate, w_up, w_down, for_backward=False, cache=False).dequantized()
     for got, want, name in zip(first, expected, ("w_gate", "w_up", "w_down")):
         assert got.dtype == torch.bfloat16 and got.is_contiguous()
         assert_bitwise_equal(got, want, name)
     # The dequantized values are the weights rounded to E4M3 with a power-of-two scale: close, not equal.
     assert 0 < rel_err(first[0], w_gate) < 0.1
-    again = mxfp8_weights.forward_weights(w_gate, w_up, w_down, for_backward=False)
+    again = forward_weights(w_gate, w_up, w_down)
     assert all(a is b for a, b in zip(again, first)), "unchanged weights must reuse the cached copies"
     with torch.no_grad():
         w_up.mul_(2.0)  # an in-place update (an optimizer step) bumps the version: new copies
-    updated = mxfp8_weights.forward_weights(w_gate, w_up, w_down, for_backward=False)
+    updated = forward_weights(w_gate, w_up, w_down)
     assert updated[1] is not first[1]
     assert_bitwise_equal(updated[1], MXFP8Weights.quantize(w_gate, w_up, w_down, for_backward=False,
                                                            cache=False).dequantized()[1], "w_up after the update")
 
 
 def test_weight_copies_leave_with_their_weights():
-    from mok.cuda import mxfp8_weights
     mok.mxfp8.clear_weight_cache()
-    mxfp8_weights.clear()
     weights = tiny_weights(seed=3)
-    mxfp8_weights.forward_weights(*weights, for_backward=False)
-    assert mxfp8_weights.cached_copies() == 1
-    del weights
-    mok.mxfp8.clear_weight_cache()  # the quantized weights go, and with them the bf16 copies
+    forward_weights(*weights)
+    assert cached_copies() == 1
+    del weights  # the weights go, so does their cache entry, and with it the bf16 copies
     gc.collect()
-    assert mxfp8_weights.cached_copies() == 0
+    assert cached_copies() == 0
 
 
 def test_prepare_packs_the_tokens_and_takes_the_dequantized_weights():
     """What an MXFP8 launch reads (CPU, no kernel): the token pointer table over packed MXFP8 rows (codes, scales,
     pad) of each emulated rank, the row pitch the kernel steps by, and the cached bf16 copies of the MXFP8
     weights; gather dispatch is refused before anything is launched."""
-    from mok.cuda import mxfp8_weights
     from mok.cuda.backend import launch, prepare
     from mok.triton_ref.mxfp8_rows import pack_rows, packed_width
     gen = torch.Generator().manual_seed(5)
@@ -93,7 +97,7 @@ def test_prepare_packs_the_tokens_and_takes_the_dequantized_weights():
     assert_bitwise_equal(prep.x[:, :used], pack_rows(x)[:, :used], "packed token rows")
     step = tokens // ep_size * width
     assert prep.x_ptrs.tolist() == [prep.x.data_ptr() + r * step for r in range(ep_size)]
-    copies = mxfp8_weights.forward_weights(w_gate, w_up, w_down, for_backward=False)
+    copies = forward_weights(w_gate, w_up, w_down)
     for got, want, name in zip((prep.w_gate, prep.w_up, prep.w_down), copies, ("w_gate", "w_up", "w_down")):
         assert_bitwise_equal(got, want, name)
     bf16 = prepare(x, ids, weights, w_gate, w_up, w_down, ep_size=ep_size)

@@ -192,6 +192,39 @@ def time_fn(fn: Callable[[int], Any], *, device: torch.device | str, n_sets: int
     return summarize(times, "host-clock")
 
 
+def time_interleaved(fns: dict[str, Callable[[int], Any]], *, device: torch.device | str, n_sets: int = 2,
+                     rounds: int = 8, calls: int = 3) -> dict[str, Timing]:
+    """Time several versions of one computation against each other: ``rounds`` rounds, each running every
+    ``fns[label](set_index)`` ``calls`` times in a row, the order rotated by one label per round.
+
+    For A/B comparisons of a few percent. Separate series (``time_fn`` one after another) take in whatever
+    the machine drifts by between them; a fixed order inside each round favours whichever version runs
+    after the slowest one (on the H200, up to 5% at large layers, mok/cuda/README.md "Round 8"). No warm-up:
+    call each function once before. CUDA devices are timed with CUDA events per call, others with a host clock.
+    """
+    device = torch.device(device)
+    is_cuda = device.type == "cuda"
+    labels = list(fns)
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    for round_ in range(rounds):
+        shift = round_ % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            for call in range(calls):
+                if is_cuda:
+                    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    fns[label](call % n_sets)
+                    stop.record()
+                    stop.synchronize()
+                    times[label].append(start.elapsed_time(stop))
+                else:
+                    began = time.perf_counter()
+                    fns[label](call % n_sets)
+                    times[label].append((time.perf_counter() - began) * 1e3)
+    method = "cuda-events" if is_cuda else "host-clock"
+    return {label: summarize(values, method) for label, values in times.items()}
+
+
 def free_memory(device: torch.device) -> None:
     """Drop unreachable tensors and, on a GPU, return cached blocks, so the next problem starts from a clean pool."""
     gc.collect()

@@ -18,7 +18,7 @@ MXFP8 (``precision="mxfp8"``): the contract of :mod:`mok.mxfp8` (every GEMM = de
 with fp32 accumulation), with MXFP8 where bytes cross ranks: each source rank's x is quantized into packed rows
 (:func:`mok.triton_ref.mxfp8_rows.pack_rows`: H + H/32 bytes instead of 2H), ring dispatch pulls them and
 dequantizes on chip, and the gate/up epilogue rounds h through MXFP8 as the Triton MXFP8 pipeline does before
-its down GEMM. The weights are exact bf16 copies of the MXFP8 weights (:mod:`mok.cuda.mxfp8_weights`, once per
+its down GEMM. The weights are exact bf16 copies of the MXFP8 weights (:meth:`mok.mxfp8.WeightCache.dequantized`, once per
 weight version), so the GEMMs run at bf16 speed (include/mok/mxfp8.cuh says why not FP8 wgmma). Ring dispatch
 only. The backward is the Triton MXFP8 backward on the saved gate/up rows.
 
@@ -129,7 +129,7 @@ def resolve_dispatch(dispatch: str | None, intermediate: int) -> str:
 def default_gather_row_prefetch() -> bool:
     """``MOK_CUDA_GATHER_ROW_PREFETCH`` (default off; EXPERIMENT): gather mode asks L2 for each tile row whole (one
     bulk prefetch of H x 2 bytes per row) when the tile starts. Slower or equal on every shape measured (H200,
-    round 8: mok/cuda/README.md), so it stays off."""
+    round 8, a fixed-order probe: mok/cuda/README.md), so it stays off."""
     return _env_on("MOK_CUDA_GATHER_ROW_PREFETCH", "0")
 
 
@@ -271,8 +271,8 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
     mxfp8 = precision == "mxfp8"
     if mxfp8:
         from ..triton_ref.mxfp8_rows import pack_rows  # Triton: the cuda backend's backward needs it anyway
-        from .mxfp8_weights import forward_weights
-        w_gate, w_up, w_down = forward_weights(w_gate, w_up, w_down, for_backward=for_backward)
+        from ..mxfp8 import weight_cache
+        w_gate, w_up, w_down = weight_cache().dequantized(w_gate, w_up, w_down, for_backward=for_backward)
         x = pack_rows(x)  # uint8 [T, packed_width(H)]: codes, scales, pad
     weights = topk_weights.detach().to(torch.float32).contiguous().view(-1)
     out = torch.empty(tokens, hidden, dtype=torch.bfloat16, device=x.device)

@@ -41,51 +41,64 @@ __device__ __forceinline__ const char* dispatch_source(const Sm90MoeParams& p, c
   return reinterpret_cast<const char*>(p.x_ptrs[src_rank]) + static_cast<long long>(src_slot / p.top_k) * p.x_row_bytes;
 }
 
-// Dispatch one schedule tile (BLOCK_M rows) with `num_threads` threads (a multiple of 32); `thread` is
-// this thread's index among them. Each warp copies kRowsPerPass rows at a time, kChunksPerLane 16-byte chunks
-// of each per lane and pass (predicated at the row's end).
+// The row walk shared by both row formats: dispatch one schedule tile (BLOCK_M rows) with `num_threads` threads
+// (a multiple of 32); `thread` is this thread's index among them. Each warp takes kRowsPerPass rows at a time and
+// hands `copy_pass(src, dst, lane)` their sources (nullptr: padding, zero-fill) and ring destinations (nullptr:
+// past the tile); copy_pass moves the rows' chunks, several per lane in flight.
 // NOTE: a dispatch task is memory-latency bound on its SM (the other SMs run GEMMs), so its speed is the bytes
 // in flight: up to 2 x 8 loads of 16 bytes per lane, whatever H. (Copying whole rows in batches of 8 chunks
 // per lane, as before, left rows of fewer than 256 chunks, H < 2048, to a loop with one load in flight.)
-template <class Tiles>
-__device__ __forceinline__ void dispatch_tile(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
-                                              int thread, int num_threads) {
+constexpr int kDispatchRowsPerPass = 2;
+
+template <class Tiles, class CopyPass>
+__device__ __forceinline__ void dispatch_rows(const Sm90MoeParams& p, const ScheduleView& v, const Task& t, int thread,
+                                              int num_threads, CopyPass&& copy_pass) {
   if (p.ablate & kAblateDispatch) return;  // timing ablation: the ring keeps whatever it holds
-  constexpr int kRowsPerPass = 2;
-  constexpr int kChunksPerLane = 8;
   const int warp = thread >> 5;
   const int lane = thread & 31;
   const int num_warps = num_threads >> 5;
-  const int chunks = p.hidden / 8;
+  const int ring_chunks = p.hidden / 8;  // 16-byte chunks of a bf16 ring row
   const long long ring_row0 =
       static_cast<long long>(t.rank) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
   const long long table_row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
   uint4* ring_x = reinterpret_cast<uint4*>(p.ring_x);
-  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 
-  for (int r0 = warp; r0 < Tiles::kBlockM; r0 += kRowsPerPass * num_warps) {
-    const uint4* src[kRowsPerPass];
-    uint4* dst[kRowsPerPass];
+  for (int r0 = warp; r0 < Tiles::kBlockM; r0 += kDispatchRowsPerPass * num_warps) {
+    const char* src[kDispatchRowsPerPass];
+    uint4* dst[kDispatchRowsPerPass];
 #pragma unroll
-    for (int q = 0; q < kRowsPerPass; ++q) {
+    for (int q = 0; q < kDispatchRowsPerPass; ++q) {
       const int r = r0 + q * num_warps;
       const bool in_tile = r < Tiles::kBlockM;
-      src[q] = in_tile ? reinterpret_cast<const uint4*>(dispatch_source(p, t, table_row0, r, Tiles::kBlockM, lane))
-                       : nullptr;
-      dst[q] = in_tile ? ring_x + (ring_row0 + r) * chunks : nullptr;
+      src[q] = in_tile ? dispatch_source(p, t, table_row0, r, Tiles::kBlockM, lane) : nullptr;
+      dst[q] = in_tile ? ring_x + (ring_row0 + r) * ring_chunks : nullptr;
     }
+    copy_pass(src, dst, lane);
+  }
+}
+
+// bf16 token rows: kChunksPerLane 16-byte chunks of each row per lane and pass (predicated at the row's end).
+template <class Tiles>
+__device__ __forceinline__ void dispatch_tile(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
+                                              int thread, int num_threads) {
+  constexpr int kChunksPerLane = 8;
+  const int chunks = p.hidden / 8;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  dispatch_rows<Tiles>(p, v, t, thread, num_threads, [&](const char* const (&src)[kDispatchRowsPerPass],
+                                                         uint4* const (&dst)[kDispatchRowsPerPass], int lane) {
     for (int c = lane; c < chunks; c += 32 * kChunksPerLane) {
-      uint4 value[kRowsPerPass][kChunksPerLane];
+      uint4 value[kDispatchRowsPerPass][kChunksPerLane];
 #pragma unroll
-      for (int q = 0; q < kRowsPerPass; ++q) {
+      for (int q = 0; q < kDispatchRowsPerPass; ++q) {
 #pragma unroll
         for (int u = 0; u < kChunksPerLane; ++u) {
           const int cc = c + 32 * u;
-          value[q][u] = (src[q] != nullptr && cc < chunks) ? load_streaming(src[q] + cc) : zero;
+          value[q][u] = (src[q] != nullptr && cc < chunks) ? load_streaming(reinterpret_cast<const uint4*>(src[q]) + cc)
+                                                           : zero;
         }
       }
 #pragma unroll
-      for (int q = 0; q < kRowsPerPass; ++q) {
+      for (int q = 0; q < kDispatchRowsPerPass; ++q) {
 #pragma unroll
         for (int u = 0; u < kChunksPerLane; ++u) {
           const int cc = c + 32 * u;
@@ -93,44 +106,25 @@ __device__ __forceinline__ void dispatch_tile(const Sm90MoeParams& p, const Sche
         }
       }
     }
-  }
+  });
 }
 
-// dispatch_tile for packed MXFP8 token rows: per lane and pass, kChunksPerLane chunks of 16 codes and each
-// chunk's scale byte (chunks 2b and 2b + 1 share block b's), dequantized into two 16-byte chunks of bf16 each.
+// Packed MXFP8 token rows: per lane and pass, kChunksPerLane chunks of 16 codes and each chunk's scale byte
+// (chunks 2b and 2b + 1 share block b's), dequantized into two 16-byte chunks of bf16 each.
 template <class Tiles>
 __device__ __forceinline__ void dispatch_tile_mxfp8(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
                                                     int thread, int num_threads) {
-  if (p.ablate & kAblateDispatch) return;  // timing ablation: the ring keeps whatever it holds
-  constexpr int kRowsPerPass = 2;
   constexpr int kChunksPerLane = 4;
   constexpr int kCodesPerChunk = 16;
-  const int warp = thread >> 5;
-  const int lane = thread & 31;
-  const int num_warps = num_threads >> 5;
   const int code_chunks = p.hidden / kCodesPerChunk;
-  const int bf16_chunks = p.hidden / 8;
-  const long long ring_row0 =
-      static_cast<long long>(t.rank) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
-  const long long table_row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
-  uint4* ring_x = reinterpret_cast<uint4*>(p.ring_x);
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-
-  for (int r0 = warp; r0 < Tiles::kBlockM; r0 += kRowsPerPass * num_warps) {
-    const char* src[kRowsPerPass];
-    uint4* dst[kRowsPerPass];
-#pragma unroll
-    for (int q = 0; q < kRowsPerPass; ++q) {
-      const int r = r0 + q * num_warps;
-      const bool in_tile = r < Tiles::kBlockM;
-      src[q] = in_tile ? dispatch_source(p, t, table_row0, r, Tiles::kBlockM, lane) : nullptr;
-      dst[q] = in_tile ? ring_x + (ring_row0 + r) * bf16_chunks : nullptr;
-    }
+  dispatch_rows<Tiles>(p, v, t, thread, num_threads, [&](const char* const (&src)[kDispatchRowsPerPass],
+                                                         uint4* const (&dst)[kDispatchRowsPerPass], int lane) {
     for (int c = lane; c < code_chunks; c += 32 * kChunksPerLane) {
-      uint4 codes[kRowsPerPass][kChunksPerLane];
-      uint32_t scale_byte[kRowsPerPass][kChunksPerLane];
+      uint4 codes[kDispatchRowsPerPass][kChunksPerLane];
+      uint32_t scale_byte[kDispatchRowsPerPass][kChunksPerLane];
 #pragma unroll
-      for (int q = 0; q < kRowsPerPass; ++q) {
+      for (int q = 0; q < kDispatchRowsPerPass; ++q) {
 #pragma unroll
         for (int u = 0; u < kChunksPerLane; ++u) {
           const int cc = c + 32 * u;
@@ -142,7 +136,7 @@ __device__ __forceinline__ void dispatch_tile_mxfp8(const Sm90MoeParams& p, cons
         }
       }
 #pragma unroll
-      for (int q = 0; q < kRowsPerPass; ++q) {
+      for (int q = 0; q < kDispatchRowsPerPass; ++q) {
 #pragma unroll
         for (int u = 0; u < kChunksPerLane; ++u) {
           const int cc = c + 32 * u;
@@ -154,7 +148,7 @@ __device__ __forceinline__ void dispatch_tile_mxfp8(const Sm90MoeParams& p, cons
         }
       }
     }
-  }
+  });
 }
 
 }  // namespace mok::sm90
