@@ -164,13 +164,16 @@ def _validate(args: argparse.Namespace) -> int:
     runs: dict[str, tuple[str, list[torch.Tensor]]] = {}
     skipped: dict[str, str] = {}
     for backend in args.backend.split(","):
+        transports = [None]
         if backend != "nccl":
             try:
-                _rank_run_class(backend)
+                supported = _rank_run_class(backend).TRANSPORTS
             except (RuntimeError, ValueError) as err:  # same answer on every rank
                 skipped[backend] = str(err)
                 continue
-        transports = [None] if backend == "nccl" else args.transport.split(",")
+            transports = [t for t in args.transport.split(",") if t in supported]
+            for t in set(args.transport.split(",")) - set(supported):
+                skipped[f"{backend}/{t}"] = f"backend {backend!r} supports the transports {', '.join(supported)}"
         for transport in transports:
             name = backend if transport is None else f"{backend}/{transport}"
             runs[name] = (backend, run_distributed(problem, backend=backend, transport=transport, config=config,

@@ -247,6 +247,8 @@ class RankLayerRun(LayerRun):
     d_topk_weights [T_local, K] fp32, d_w_gate, d_w_up [E_local, I, H], d_w_down [E_local, H, I])``.
     """
 
+    TRANSPORTS = TRANSPORTS  # every transport
+
     def __init__(self, x_local, topk_ids, topk_weights_local, w_gate, w_up, w_down, *, rank: int, world: int,
                  num_experts: int, config: MoKConfig, transport: str, group=None,
                  peers: PeerGroup | None = None) -> None:

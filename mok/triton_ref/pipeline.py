@@ -597,11 +597,13 @@ class TritonRankRun(TritonRanksRun):
     d_w_gate, d_w_up, d_w_down)`` of this rank. Collective: every rank constructs, runs forward and backward.
     """
 
+    TRANSPORTS = ("peers", "peers-triton")  # the kernels read peer memory themselves: no collective transport
+
     def __init__(self, x_local: torch.Tensor, topk_ids: torch.Tensor, topk_weights_local: torch.Tensor,
                  w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, rank: int, world: int,
                  num_experts: int, config: MoKConfig, transport: str = "peers", group=None,
                  peers: PeerGroup | None = None, precision: str | None = None, backward: bool = True) -> None:
-        if transport not in ("peers", "peers-triton"):
+        if transport not in self.TRANSPORTS:
             raise ValueError(f"the triton backend moves rows through peer memory: transport must be 'peers', "
                              f"got {transport!r}")
         if peers is None:
