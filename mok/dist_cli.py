@@ -327,19 +327,20 @@ def _layer_case(spec, args, rank: int, world: int, device: torch.device, backend
     from .distributed import distributed_moe
 
     tokens, local_experts = args.tokens_per_gpu, spec.num_experts // world
-    gen = torch.Generator().manual_seed(1000 + rank)
+    # Drawn on the device: the host would take minutes for the 17 GB of kimi-k2.7 weights per GPU at EP 2.
+    gen = torch.Generator(device=device).manual_seed(1000 + rank)
     dtype = torch.bfloat16
-    x = torch.randn(tokens, spec.hidden, generator=gen).to(device, dtype).requires_grad_(True)
+    x = torch.randn(tokens, spec.hidden, generator=gen, device=device).to(dtype).requires_grad_(True)
     weights, ids = _routing(tokens, spec.num_experts, spec.top_k, args.routing, 2000 + rank, device)
     weights.requires_grad_(True)
 
     def param(*size, fan_in):
-        return (torch.randn(*size, generator=gen) * fan_in ** -0.5).to(device, dtype).requires_grad_(True)
+        return (torch.randn(*size, generator=gen, device=device) * fan_in ** -0.5).to(dtype).requires_grad_(True)
 
     wg = param(local_experts, spec.intermediate, spec.hidden, fan_in=spec.hidden)
     wu = param(local_experts, spec.intermediate, spec.hidden, fan_in=spec.hidden)
     wd = param(local_experts, spec.hidden, spec.intermediate, fan_in=spec.intermediate)
-    grad = torch.randn(tokens, spec.hidden, generator=gen).to(device, dtype)
+    grad = torch.randn(tokens, spec.hidden, generator=gen, device=device).to(dtype)
     config = MoKConfig(expert_padding=args.tile)
 
     def forward(_=None):
@@ -525,6 +526,7 @@ def _bench(args: argparse.Namespace) -> int:
                 torch.cuda.empty_cache()
             if rank == 0:
                 print(key, record["layers"][key], flush=True)
+                _write_bench(record, args, device, world)  # so far: a call cut short keeps what it measured
     if not args.skip_transfers:
         peers = default_peers(None, device)
         for spec in specs:
@@ -533,17 +535,23 @@ def _bench(args: argparse.Namespace) -> int:
                 record["transfers"][key] = _transfer_case(spec, args, rank, world, device, routing, peers)
                 if rank == 0:
                     print(key, record["transfers"][key], flush=True)
+                    _write_bench(record, args, device, world)
 
     if rank == 0:
-        table = bench_table(record)
-        print(table)
-        stem = args.out or str(DEFAULT_RESULTS / f"bench_{device.type}_{world}rank")
-        Path(stem).parent.mkdir(parents=True, exist_ok=True)
-        Path(stem + ".json").write_text(json.dumps(record, indent=2))
-        Path(stem + ".md").write_text(table + "\n")
+        print(bench_table(record))
+        stem = _write_bench(record, args, device, world)
         print(f"wrote {stem}.json and {stem}.md")
     dist.barrier()
     return 0
+
+
+def _write_bench(record: dict, args: argparse.Namespace, device: torch.device, world: int) -> str:
+    """Write the record as ``<stem>.json`` and its tables as ``<stem>.md``; returns the stem."""
+    stem = args.out or str(DEFAULT_RESULTS / f"bench_{device.type}_{world}rank")
+    Path(stem).parent.mkdir(parents=True, exist_ok=True)
+    Path(stem + ".json").write_text(json.dumps(record, indent=2))
+    Path(stem + ".md").write_text(bench_table(record) + "\n")
+    return stem
 
 
 def bench_table(record: dict) -> str:
@@ -600,7 +608,7 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--shape", default="64,64,32,8,2", help="preset (mok.config.PRESETS) or T,H,I,E,K (global)")
     val.add_argument("--tokens", type=int, help="override the shape's (global) token count")
     val.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16")
-    val.add_argument("--backend", default="reference,nccl", help="comma-separated: reference, nccl, triton")
+    val.add_argument("--backend", default="reference,nccl", help="comma-separated: reference, nccl, triton, cuda")
     val.add_argument("--transport", default="collective,peers,peers-triton",
                      help="comma-separated: collective (all_to_all), peers (torch over peer memory), peers-triton "
                           "(the Triton transfer kernels over peer memory)")
@@ -615,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     ben.add_argument("--models", default="kimi-k2.7,glm-5.2,qwen3.5-397b,deepseek-v4-pro",
                      help="comma-separated names from mok.config.MODELS, or one custom 'H,I,E,K'")
     ben.add_argument("--tokens-per-gpu", type=int, default=2048)
-    ben.add_argument("--backends", default="nccl,triton", help="comma-separated: nccl, reference, triton")
+    ben.add_argument("--backends", default="nccl,triton", help="comma-separated: nccl, reference, triton, cuda")
     ben.add_argument("--routing", choices=["uniform", "zipf"], default="uniform", help="routing of the layer runs")
     ben.add_argument("--tile", type=int, default=128)
     ben.add_argument("--iters", type=int, default=10)

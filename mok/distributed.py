@@ -39,7 +39,9 @@ transports only copy values, the output and every gradient are **bitwise identic
 ``mok.moe(..., backend="reference", ep_size=world)`` and to ``ep_size=1``, for any number of processes.
 
 Backends: ``"reference"`` (the above), ``"nccl"`` (the all-to-all + grouped-GEMM baseline of
-:mod:`mok.backends.nccl_baseline`), ``"triton"`` (:class:`mok.triton_ref.pipeline.TritonRankRun`, the Triton
+:mod:`mok.backends.nccl_baseline`), ``"cuda"`` (:class:`mok.cuda.rank_run.CudaRankRun`: the megakernel, one launch
+of this rank's expert tasks pulling and pushing over NVLink, a barrier, one of its combine), ``"triton"``
+(:class:`mok.triton_ref.pipeline.TritonRankRun`, the Triton
 backend's per-rank run over peer memory). The backward is collective: every rank must run it (as with any
 ``torch.distributed`` model).
 
@@ -63,7 +65,7 @@ from .comm.transport import PEER_TRANSPORTS, PeerTransport, Transport, TritonPee
 from .config import MoKConfig
 from .schedule import Schedule, build_schedule
 
-BACKENDS = ("reference", "nccl", "triton")
+BACKENDS = ("reference", "nccl", "triton", "cuda")
 TRANSPORTS = ("collective", "peers", "peers-triton")
 TRANSPORT_ENV = "MOK_DIST_TRANSPORT"  # default transport for callers that cannot pass one (MoELayer)
 
@@ -334,6 +336,15 @@ def _rank_run_class(backend: str):
         except ImportError as err:
             raise RuntimeError(f"backend 'triton' is unavailable: {err}") from err
         return TritonRankRun
+    if backend == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("backend 'cuda' needs a Hopper GPU")
+        try:
+            from .cuda.rank_run import CudaRankRun
+            from .triton_ref.pipeline import TritonRankRun  # noqa: F401 (its backward)
+        except ImportError as err:
+            raise RuntimeError(f"backend 'cuda' is unavailable: {err}") from err
+        return CudaRankRun
     raise ValueError(f"distributed backend must be one of {BACKENDS}, got {backend!r}")
 
 
@@ -352,7 +363,8 @@ def distributed_moe(x_local: torch.Tensor, topk_ids_local: torch.Tensor, topk_we
             ``[r*E_local, (r+1)*E_local)``, ``E_local = num_experts / world``.
         group: the ``torch.distributed`` process group (``None``: the default group).
         num_experts: E, the global expert count.
-        backend: ``"reference"``, ``"nccl"`` (all-to-all baseline) or ``"triton"``.
+        backend: ``"reference"``, ``"nccl"`` (all-to-all baseline), ``"triton"`` or ``"cuda"`` (the megakernel;
+            bf16, tile 128).
         precision: ``None`` (x's dtype), ``"bf16"`` or ``"fp32"``.
         config: :class:`MoKConfig`; every rank must pass the same.
         transport: ``"collective"`` (all_to_all_single; any process group), ``"peers"`` (torch pulls and pushes
@@ -381,7 +393,7 @@ def distributed_moe(x_local: torch.Tensor, topk_ids_local: torch.Tensor, topk_we
                         group=group, num_experts=num_experts)
     run_class = _rank_run_class(backend)
     if transport is None:
-        transport = os.environ.get(TRANSPORT_ENV) or ("peers" if backend == "triton" else "collective")
+        transport = os.environ.get(TRANSPORT_ENV) or ("peers" if backend in ("triton", "cuda") else "collective")
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     if transport.startswith("peers") and peers is None:

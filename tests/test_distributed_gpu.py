@@ -108,6 +108,31 @@ def test_triton_world1_bitwise(group, peers):
         assert_bitwise_equal(g, w, f"triton {name} vs mok.moe(backend='triton') ep_size=1")
 
 
+@pytest.mark.parametrize("top_k", [4, 1], ids=["top4", "top1-fused"])
+def test_cuda_world1_bitwise(group, peers, top_k):
+    """The megakernel as one real rank (expert launch, barrier, combine launch over symmetric memory) equals
+    ``mok.moe(backend="cuda")`` bit for bit: output and all five gradients."""
+    from mok.dist_cli import run_distributed
+    from mok.distributed import _rank_run_class
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the SM90 megakernel needs a Hopper GPU")
+    try:
+        _rank_run_class("cuda")
+    except RuntimeError as err:
+        pytest.skip(str(err))
+    shape = MoEShape("dist-gpu-cuda", 512, 256, 128, 16, top_k)
+    problem = random_problem(shape, torch.bfloat16, "cuda", seed=5, skew=1.0)
+    config = MoKConfig(expert_padding=128)
+    got = run_distributed(problem, backend="cuda", transport="peers", config=config, grad_seed=4)
+    want = run_layer("cuda", problem, config=config, grad_seed=4)
+    for name, g, w in zip(OUTPUT_NAMES, got, want):
+        assert_bitwise_equal(g, w, f"cuda {name} vs mok.moe(backend='cuda') ep_size=1")
+    oracle = run_layer("oracle", problem, grad_seed=4)
+    for name, g, o in zip(OUTPUT_NAMES, got, oracle):
+        assert rel_err(g, o) <= TOLERANCE["bf16"], f"cuda {name}: {rel_err(g, o):.2e} vs the fp64 oracle"
+
+
 def test_nccl_baseline_world1(group):
     from mok.dist_cli import run_distributed
 

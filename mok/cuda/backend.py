@@ -173,6 +173,8 @@ class Sm90Launch:
         workspace: the fixed buffers (ring, combine slots, counters, error record).
         x_row_bytes: bytes per token row in ``x`` (bf16: 2H; MXFP8: the packed width).
         mxfp8: ``x`` holds packed MXFP8 rows and the weights are the dequantized MXFP8 weights.
+        local_rank, phases: ``-1, 3``: every rank emulated in the launch; ``r, 1`` or ``r, 2``: the expert tasks
+            or the combine of real rank r (:mod:`mok.cuda.rank_run`; the weights are then rank r's only).
     """
 
     schedule: KernelSchedule
@@ -193,6 +195,8 @@ class Sm90Launch:
     workspace: Sm90Workspace
     x_row_bytes: int = 0
     mxfp8: bool = False
+    local_rank: int = -1
+    phases: int = 3
 
 
 def ring_rows_for(config: MoKConfig, capacity: int, minibatch_rows: int) -> int:
@@ -334,7 +338,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         prep.fuse_top1, ablate, dispatch == "gather", gather_prefetch,
         _NO_TENSOR if saved_gate_up is None else saved_gate_up,
         default_gather_row_prefetch() if gather_row_prefetch is None else bool(gather_row_prefetch),
-        default_signal_warp() if signal_warp is None else bool(signal_warp), prep.mxfp8, prep.x_row_bytes)
+        default_signal_warp() if signal_warp is None else bool(signal_warp), prep.mxfp8, prep.x_row_bytes,
+        prep.local_rank, prep.phases)
     return prep.out
 
 

@@ -10,6 +10,9 @@ buffer                    shape, dtype               what
 ``ring_h``                [R * ring_rows, I] bf16    SwiGLU output rows (gate/up epilogue -> down GEMM)
 ``combine``               [R, T_local * K, H] bf16   combine slots (down epilogue push -> weighted sum); absent
                                                      when the top-1 combine is fused (no slots needed)
+                                                     or when the launch is one real rank's (``one_rank``:
+                                                     the slots are in peer memory, and the rings hold one
+                                                     rank, ``[ring_rows, ...]``)
 ``counters``              [counter_ints] int32       dependency counters (zeroed in-stream by every launch)
 ``error``                 [8] int32                  error record (zeroed in-stream by every launch)
 ``combine_ptrs``          [R] int64                  peer pointer table of ``combine``
@@ -63,6 +66,7 @@ class WorkspaceKey:
     minibatch_rows: int
     ring_rows: int
     fuse_top1: bool
+    one_rank: bool = False  # one real rank per launch (mok.cuda.rank_run): its own ring only, slots in peer memory
 
 
 def current_stream_handle(device: torch.device) -> int:
@@ -77,15 +81,16 @@ class Sm90Workspace:
         device = torch.device(key.device)
         r = key.num_ranks
         self.device = device
-        self.ring_x = torch.empty(r * key.ring_rows, key.hidden, dtype=torch.bfloat16, device=device)
-        self.ring_h = torch.empty(r * key.ring_rows, key.intermediate, dtype=torch.bfloat16, device=device)
+        own = 1 if key.one_rank else r  # ranks whose ring this launch holds
+        self.ring_x = torch.empty(own * key.ring_rows, key.hidden, dtype=torch.bfloat16, device=device)
+        self.ring_h = torch.empty(own * key.ring_rows, key.intermediate, dtype=torch.bfloat16, device=device)
         self.counters = torch.zeros(counter_ints(r, key.capacity, key.minibatch_rows), dtype=torch.int32,
                                     device=device)
         self.error = torch.zeros(ERROR_WORDS, dtype=torch.int32, device=device)
         self._rank_offsets: dict[int, torch.Tensor] = {}
         self.combine = None
         self.combine_ptrs = None
-        if not key.fuse_top1:
+        if not key.fuse_top1 and not key.one_rank:
             self.combine = torch.empty(r, key.tokens_per_rank * key.top_k, key.hidden, dtype=torch.bfloat16,
                                        device=device)
             self.combine_ptrs = self.rank_pointer_table(self.combine)

@@ -602,7 +602,8 @@ class TritonRankRun(TritonRanksRun):
     def __init__(self, x_local: torch.Tensor, topk_ids: torch.Tensor, topk_weights_local: torch.Tensor,
                  w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, rank: int, world: int,
                  num_experts: int, config: MoKConfig, transport: str = "peers", group=None,
-                 peers: PeerGroup | None = None, precision: str | None = None, backward: bool = True) -> None:
+                 peers: PeerGroup | None = None, precision: str | None = None, backward: bool = True,
+                 schedule: Schedule | None = None) -> None:
         if transport not in self.TRANSPORTS:
             raise ValueError(f"the triton backend moves rows through peer memory: transport must be 'peers', "
                              f"got {transport!r}")
@@ -613,7 +614,7 @@ class TritonRankRun(TritonRanksRun):
             raise ValueError(f"peer group drives ranks {list(peers.local_ranks)}, expected [{rank}]")
         super().__init__(x_local, topk_ids, topk_weights_local, w_gate, w_up, w_down, peers=peers, world=world,
                          num_experts=num_experts, config=config, precision=resolve_precision(precision, x_local),
-                         backward=backward)
+                         backward=backward, schedule=schedule)
 
 
 # ========================================================================================================

@@ -42,6 +42,9 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //     rounded through MXFP8); x_row_bytes 0 means bf16 rows (2H)
 //   signal_warp: pipelined variant, ring mode: an idle producer warp signals finished tasks (the consumers
 //     never wait for the gpu-scope fence)
+//   local_rank, phases: -1, 3 for emulated ranks; r >= 0 for one real rank per GPU (launch.cuh): then w_* are
+//     that rank's experts ([E_local, ...], segment_offsets [R, E_local + 1]), ring_x/ring_h are [ring_rows, ...]
+//     and saved_gate_up is [C, 2I]; phases 1 runs its expert tasks, 2 the combine of its own tokens
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
@@ -49,7 +52,8 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
              const at::Tensor& counters, const at::Tensor& error, int64_t tokens_per_rank, int64_t top_k,
              int64_t minibatch_rows, int64_t variant, int64_t num_ctas, double timeout_s, bool fuse_top1,
              int64_t ablate, bool gather_x, int64_t gather_prefetch, const at::Tensor& saved_gate_up,
-             bool gather_row_prefetch, bool signal_warp, bool mxfp8, int64_t x_row_bytes) {
+             bool gather_row_prefetch, bool signal_warp, bool mxfp8, int64_t x_row_bytes, int64_t local_rank,
+             int64_t phases) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -75,21 +79,25 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   const int64_t R = src_rank.size(0), capacity = src_rank.size(1);
   TORCH_CHECK(w_gate.dim() == 3, "w_gate must be [E, I, H]");
   const int64_t E = w_gate.size(0), I = w_gate.size(1), H = w_gate.size(2);
-  TORCH_CHECK(R >= 1 && E % R == 0, "the expert count E=", E, " must be a multiple of the rank count R=", R);
+  TORCH_CHECK(local_rank >= -1 && local_rank < R, "local_rank must be -1 or in [0, R=", R, "), got ", local_rank);
+  const bool one_rank = local_rank >= 0;
+  const int64_t own_ranks = one_rank ? 1 : R;  // ranks whose experts, ring and saved rows this launch holds
+  TORCH_CHECK(R >= 1 && E % own_ranks == 0, "the expert count E=", E, " must be a multiple of the rank count R=", R);
+  const int64_t local_experts = E / own_ranks;
   TORCH_CHECK(capacity % 128 == 0, "schedule capacity must be a multiple of 128 (the tile height), got ", capacity);
   check_shape(src_slot, "src_slot", {R, capacity});
   check_shape(tile_expert, "tile_expert", {R, capacity / 128});
-  check_shape(segment_offsets, "segment_offsets", {R, E / R + 1});
+  check_shape(segment_offsets, "segment_offsets", {R, local_experts + 1});
   for (auto [t, name] : {std::pair{&x_ptrs, "x_ptrs"}, {&weight_ptrs, "weight_ptrs"},
                          {&combine_ptrs, "combine_ptrs"}, {&out_ptrs, "out_ptrs"}}) {
     check_shape(*t, name, {R});
   }
   check_shape(w_up, "w_up", {E, I, H});
   check_shape(w_down, "w_down", {E, H, I});
-  TORCH_CHECK(ring_x.dim() == 2 && ring_x.size(1) == H && ring_x.size(0) % R == 0,
-              "ring_x must be [R * ring_rows, H=", H, "], got ", ring_x.sizes());
-  const int64_t ring_rows = ring_x.size(0) / R;
-  check_shape(ring_h, "ring_h", {R * ring_rows, I});
+  TORCH_CHECK(ring_x.dim() == 2 && ring_x.size(1) == H && ring_x.size(0) % own_ranks == 0,
+              "ring_x must be [", own_ranks, " * ring_rows, H=", H, "], got ", ring_x.sizes());
+  const int64_t ring_rows = ring_x.size(0) / own_ranks;
+  check_shape(ring_h, "ring_h", {own_ranks * ring_rows, I});
   const int64_t needed = mok::sm90::sm90_moe_counter_ints(static_cast<int>(R), static_cast<int>(capacity),
                                                           static_cast<int>(minibatch_rows));
   TORCH_CHECK(counters.dim() == 1 && counters.numel() >= needed, "counters must hold ", needed, " int32");
@@ -99,7 +107,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   const bool save = saved_gate_up.numel() > 0;
   if (save) {
     check_tensor(saved_gate_up, "saved_gate_up", at::kBFloat16, device);
-    check_shape(saved_gate_up, "saved_gate_up", {R * capacity, 2 * I});
+    check_shape(saved_gate_up, "saved_gate_up", {own_ranks * capacity, 2 * I});
   }
 
   mok::sm90::Sm90MoeProblem q;
@@ -136,6 +144,8 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.signal_warp = signal_warp;
   q.mxfp8 = mxfp8;
   q.x_row_bytes = static_cast<int>(x_row_bytes);
+  q.local_rank = static_cast<int>(local_rank);
+  q.phases = static_cast<int>(phases);
   q.variant = variant == 1 ? mok::sm90::Sm90Variant::kPipelined : mok::sm90::Sm90Variant::kSimple;
   q.num_ctas = static_cast<int>(num_ctas);
   q.timeout_s = timeout_s;

@@ -88,9 +88,22 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   if (q.intermediate < Tiles::kBlockK || q.intermediate % Tiles::kBlockK != 0)
     return fail(message, message_len, "intermediate (I=%d) must be a positive multiple of %d (the down GEMM K block)",
                 q.intermediate, Tiles::kBlockK);
-  if (q.num_experts < q.num_ranks || q.num_experts % q.num_ranks != 0)
-    return fail(message, message_len, "num_experts (%d) must be a multiple of num_ranks (%d)", q.num_experts,
+  const bool one_rank = q.local_rank >= 0;  // one real rank per launch (launch.cuh)
+  if (q.local_rank >= q.num_ranks)
+    return fail(message, message_len, "local_rank (%d) must be -1 or in [0, num_ranks=%d)", q.local_rank,
                 q.num_ranks);
+  if (q.phases < 1 || q.phases > kPhasesAll)
+    return fail(message, message_len, "phases must be 1 (experts), 2 (combine) or 3 (both), got %d", q.phases);
+  // Expert tasks and the combine in one launch need every push to land in this launch's counters: all ranks
+  // emulated here, or a single rank.
+  if (one_rank && q.phases == kPhasesAll && q.num_ranks > 1)
+    return fail(message, message_len, "one real rank of %d runs its expert tasks and its combine in separate "
+                "launches (phases 1, a barrier across the GPUs, then phases 2)", q.num_ranks);
+  if (!one_rank && q.phases != kPhasesAll)
+    return fail(message, message_len, "emulated ranks run every phase in one launch (phases 3), got %d", q.phases);
+  if (one_rank ? q.num_experts < 1 : (q.num_experts < q.num_ranks || q.num_experts % q.num_ranks != 0))
+    return fail(message, message_len, "num_experts (%d) must be a multiple of num_ranks (%d), or >= 1 for one "
+                "real rank's experts", q.num_experts, q.num_ranks);
   if (q.capacity <= 0 || q.capacity % Tiles::kBlockM != 0)
     return fail(message, message_len, "capacity (%d) must be a positive multiple of %d (the tile height)", q.capacity,
                 Tiles::kBlockM);
@@ -119,13 +132,15 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
                 q.ablate);
 
   // ---- 32-bit index ranges (TMA coordinates and tickets are int32) ----
-  const long long ring_total = static_cast<long long>(q.num_ranks) * q.ring_rows;
+  const long long ring_total = static_cast<long long>(one_rank ? 1 : q.num_ranks) * q.ring_rows;
   const long long weight_rows = static_cast<long long>(q.num_experts) * (q.intermediate > q.hidden ? q.intermediate : q.hidden);
   const int tiles_per_rank = q.capacity / Tiles::kBlockM;
   const int gate_up_nblocks = ceil_div(q.intermediate, Tiles::kHalfN);
   const int down_nblocks = ceil_div(q.hidden, Tiles::kBlockN);
   // Fused top-1: the down epilogue writes the output itself, so the task order has no combine tasks.
-  const int combine_blocks = q.fuse_top1 ? 0 : ceil_div(q.tokens_per_rank, Tiles::kCombineTokens);
+  // An experts-only launch (one real rank) leaves the combine to a later launch.
+  const int combine_blocks =
+      (q.fuse_top1 || !(q.phases & kPhaseCombine)) ? 0 : ceil_div(q.tokens_per_rank, Tiles::kCombineTokens);
   const int dispatch_tasks = q.gather_x ? 0 : 1;  // per tile
   const long long tickets = static_cast<long long>(q.num_ranks) * tiles_per_rank * (dispatch_tasks + gate_up_nblocks + down_nblocks) +
                             static_cast<long long>(q.num_ranks) * combine_blocks;
@@ -149,7 +164,7 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.top_k = q.top_k;
   p.hidden = q.hidden;
   p.intermediate = q.intermediate;
-  p.num_local_experts = q.num_experts / q.num_ranks;
+  p.num_local_experts = one_rank ? q.num_experts : q.num_experts / q.num_ranks;
   p.capacity = q.capacity;
   p.tiles_per_rank = tiles_per_rank;
   p.minibatch_rows = q.minibatch_rows;
@@ -169,6 +184,8 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.mxfp8 = q.mxfp8 ? 1 : 0;
   p.x_row_bytes = x_row_bytes;
   p.signal_warp = (q.signal_warp && q.variant == Sm90Variant::kPipelined && !q.gather_x) ? 1 : 0;
+  p.local_rank = q.local_rank;
+  p.phases = q.phases;
   p.src_rank = q.src_rank;
   p.src_slot = q.src_slot;
   p.tile_expert = q.tile_expert;

@@ -23,7 +23,7 @@ struct Sm90MoeProblem {
   int top_k = 0;              // K
   int hidden = 0;             // H, multiple of 64
   int intermediate = 0;       // I, multiple of 64
-  int num_experts = 0;        // E, multiple of R
+  int num_experts = 0;        // E, multiple of R (one real rank per launch: that rank's experts)
   int capacity = 0;           // rows of each rank's schedule table, multiple of 128
   int minibatch_rows = 0;     // multiple of 128
   int ring_rows = 0;          // multiple of minibatch_rows
@@ -60,6 +60,13 @@ struct Sm90MoeProblem {
   int x_row_bytes = 0;           // 0: 2H (bf16 rows)
   bool signal_warp = true;       // pipelined variant, ring mode: a producer warp signals finished tasks (else a
                                  // consumer thread does, and its warpgroup waits for the fence)
+  // One real rank per launch (expert parallelism across GPUs; mok/cuda/rank_run.py). -1: all R ranks are emulated
+  // in this launch (the default). r >= 0: this launch is rank r of R, one per GPU: it runs rank r's expert tasks
+  // and/or the combine of rank r's own tokens (`phases`); the weights ([E_local, ...]: E is then the rank's own
+  // expert count), the ring ([ring_rows, ...]) and the saved rows ([capacity, 2I]) are rank r's alone, while the
+  // schedule tables and the pointer tables still cover all R ranks (x, weights, slots and out of peers).
+  int local_rank = -1;
+  int phases = 3;                // RankPhases (workspace.cuh): 1 expert tasks, 2 combine tasks, 3 both
 
   Sm90Variant variant = Sm90Variant::kSimple;
   int num_ctas = 0;              // persistent CTAs; 0 = one per SM

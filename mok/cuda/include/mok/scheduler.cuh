@@ -17,6 +17,10 @@
 //                   W(s)      down tiles of minibatch s (tile-major, then column block)
 //     after all steps: C      combine blocks, per source rank, kCombineTokens tokens each
 //
+// One real rank per launch (`local_rank` >= 0, expert parallelism across GPUs): the other ranks' groups are empty
+// (their used tiles count as 0) and C holds only this rank's own combine blocks (`combine_rank`); the expert
+// launch has no C at all and the combine launch nothing but C (sm90_moe_forward.cuh).
+//
 // Gather mode (`gather_x`; mok/cuda/backend.py picks it per shape): the gate/up producer gathers its A rows straight from
 // the token buffers (gemm_mainloop.cuh, gather_a_rows), so there are no D groups, no ring x, and G waits
 // only for the ring h rows it overwrites.
@@ -48,8 +52,10 @@ struct ScheduleView {
   int combine_blocks;       // per source rank
   int num_steps;            // max over ranks of ceil(rank_tiles / tiles_per_minibatch)
   const int* rank_tiles;    // [num_ranks] used tiles of each rank's table
-  int gather_x;             // 1: no dispatch tasks; gate/up gathers its A rows itself (last, so that
-                            //    aggregate initialisers without it mean the ring mode)
+  int gather_x;             // 1: no dispatch tasks; gate/up gathers its A rows itself (last but one, so
+                            //    that aggregate initialisers without it mean the ring mode)
+  int combine_rank = -1;    // -1: combine blocks for every source rank; r: rank r's only (one real rank per
+                            //    launch, whose other ranks' tiles are 0 in rank_tiles)
 
   __host__ __device__ int tiles_in_minibatch(int rank, int minibatch) const {
     const int left = rank_tiles[rank] - minibatch * tiles_per_minibatch;
@@ -125,9 +131,9 @@ struct TaskCursor {
           t.nblock = j % v.down_nblocks;
           break;
       }
-    } else if (j < v.num_ranks * v.combine_blocks) {
+    } else if (j < (v.combine_rank >= 0 ? 1 : v.num_ranks) * v.combine_blocks) {
       t.kind = kTaskCombine;
-      t.rank = j / v.combine_blocks;
+      t.rank = v.combine_rank >= 0 ? v.combine_rank : j / v.combine_blocks;
       t.tile = j % v.combine_blocks;
       t.minibatch = -1;
     } else {

@@ -60,9 +60,11 @@ __device__ __forceinline__ Task claim_task(const Sm90MoeParams& p, const Schedul
       t.kind = kTaskStop;
       return t;
     }
-    t.expert = t.rank * p.num_local_experts + local;
+    t.expert = own_slot(p, t.rank) * p.num_local_experts + local;
   }
-  const int pushed_expected = p.tokens_per_rank * p.top_k * p.down_nblocks;
+  // A combine-only launch (one real rank, after a barrier behind every GPU's expert launch) waits for nothing:
+  // the pushes came from other launches, on other GPUs, which this launch's counters never saw.
+  const int pushed_expected = (p.phases & kPhaseExperts) ? p.tokens_per_rank * p.top_k * p.down_nblocks : 0;
   Dependency deps[2];
   int n = task_dependencies(v, p.ctr, t, pushed_expected, deps);
   if (t.kind == kTaskCombine && (p.ablate & kAblateCombine)) n = 0;  // timing ablation: no wait, no work
@@ -115,7 +117,7 @@ __device__ __forceinline__ void signal_task_done(const Sm90MoeParams& p, const S
 template <class Tiles>
 __device__ __forceinline__ TileLoad tile_load(const Sm90MoeParams& p, const ScheduleView& v, const Task& t) {
   TileLoad load;
-  load.a_row = t.rank * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
+  load.a_row = own_slot(p, t.rank) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
   load.gather_row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
   if (t.kind == kTaskGateUp) {
     load.a_map = p.gather_x ? nullptr : &p.tmap_ring_x;
@@ -358,7 +360,9 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
   for (int r = threadIdx.x; r < Tiles::kMaxRanks; r += blockDim.x) {
     for (int q = 0; q < Tiles::kTaskQueue; ++q) s.push_count[q][r] = 0;
     int tiles = 0;
-    if (r < p.num_ranks) {
+    // A launch of one real rank runs that rank's expert tasks only, and a combine-only launch none.
+    const bool runs_experts = (p.phases & kPhaseExperts) && (p.local_rank < 0 || r == p.local_rank);
+    if (r < p.num_ranks && runs_experts) {
       const int rows = p.segment_offsets[r * (p.num_local_experts + 1) + p.num_local_experts];
       if (rows < 0 || rows > p.capacity || rows % Tiles::kBlockM != 0) {
         record_error(p, kErrBadSchedule, kCtrNone, r, -1, rows, p.capacity, -1);
@@ -390,6 +394,7 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
   v.num_steps = s.num_steps;
   v.rank_tiles = s.rank_tiles;
   v.gather_x = p.gather_x;
+  v.combine_rank = p.local_rank;
 
   // Roles. NOTE: setmaxnreg needs each warpgroup's role to be one branch of a single if/else.
   const int warpgroup = threadIdx.x / 128;

@@ -102,7 +102,8 @@ __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const S
   // Timing ablation kAblateStores: everything but the global stores (no column is valid).
   const int valid_cols = (p.ablate & kAblateStores) ? 0 : p.intermediate - col0;
   if (p.saved_gate_up != nullptr) {
-    const long long row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
+    const long long row0 =
+        static_cast<long long>(own_slot(p, t.rank)) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
     const long long row_chunks = p.intermediate / 4;  // 2I bf16 per saved row
     uint4* saved = static_cast<uint4*>(p.saved_gate_up);
 #pragma unroll
@@ -134,7 +135,7 @@ __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const S
     }
   }
   const long long ring_row0 =
-      static_cast<long long>(t.rank) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
+      static_cast<long long>(own_slot(p, t.rank)) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
   store_staged_rows<Tiles>(s, consumer_wg, reinterpret_cast<uint4*>(p.ring_h), ring_row0, p.intermediate / 8, col0,
                            valid_cols);
 }

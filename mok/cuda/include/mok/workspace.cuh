@@ -148,7 +148,7 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int top_k;                 // K
   int hidden;                // H (multiple of 64)
   int intermediate;          // I (multiple of 64)
-  int num_local_experts;     // E / R
+  int num_local_experts;     // E / R (one real rank per launch: E)
   int capacity;              // rows of each rank's schedule table (multiple of BLOCK_M)
   int tiles_per_rank;        // capacity / BLOCK_M
   int minibatch_rows;        // rows per ring minibatch (multiple of BLOCK_M)
@@ -167,6 +167,8 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int signal_warp;           // 1: warp 1 of the producer warpgroup signals finished tasks (pipelined, ring mode)
   int mxfp8;                 // 1: token rows are packed MXFP8 rows (mxfp8.cuh), h is MX-rounded (ring mode only)
   int x_row_bytes;           // bytes from one token row to the next in x_ptrs' buffers (bf16: 2H)
+  int local_rank;            // -1: every rank emulated here; r >= 0: this launch is real rank r (launch.cuh)
+  int phases;                // RankPhases bitmask: which of the expert tasks and the combine tasks run
 
   // Schedule tables (mok.schedule.Schedule), int32, row-major per rank.
   const int* src_rank;         // [R, capacity]   source rank of each row; -1 on padding
@@ -193,6 +195,14 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   CounterLayout ctr;
   unsigned long long timeout_ns;  // bound of every spin
 };
+
+// Which tasks a launch runs. Emulated ranks run both in one launch; a real rank runs the expert tasks, then
+// (after every GPU's pushes landed: a barrier between the launches) the combine of its own tokens.
+enum RankPhases : int { kPhaseExperts = 1, kPhaseCombine = 2, kPhasesAll = 3 };
+
+// The slot of rank `rank` in this launch's own buffers (ring, saved rows, weights): rank-strided when every rank
+// is emulated here, slot 0 when the launch is one real rank's.
+__host__ __device__ inline int own_slot(const Sm90MoeParams& p, int rank) { return p.local_rank >= 0 ? 0 : rank; }
 
 // ---------------------------------------------------------------------------------------------------------
 // One task, as claimed from the ticket counter (see scheduler.cuh for the order).
