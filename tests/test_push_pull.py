@@ -8,6 +8,7 @@ with two CPU processes over host-shared memory, each launching only its own rank
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 
@@ -108,8 +109,10 @@ def test_combine_push_and_pull_move_the_same_bytes_as_transfers(ranks, skew):
             assert torch.equal(bits(slots[r]), bits(want[r])), f"{direction} rank {r}: != mok.transfers.push_rows"
 
 
+@pytest.mark.parametrize("poll", ["atomic", "load"])
 @pytest.mark.parametrize("direction", ["pull", "push"])
-def test_signalling_counts_every_row_and_keeps_the_data(direction):
+def test_signalling_counts_every_row_and_keeps_the_data(direction, poll, monkeypatch):
+    monkeypatch.setenv("MOK_PUSH_PULL_POLL", poll)  # how the waits poll: acquire atomics or volatile loads
     ranks = 3
     schedule, plan, peers, x, y = make_case(ranks, skew=1.0, seed=2)
     hidden = x.shape[-1]
@@ -196,7 +199,7 @@ def test_rank_filter_one_launch_per_rank_moves_the_same_bytes():
 
 # Compiled (not interpreted) for sm_90 in a fresh process: the interpreter ignores memory scopes.
 _SM90_PTX_SCRIPT = r"""
-import json, re, sys
+import itertools, json, re, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -208,16 +211,15 @@ signature = {"own_ptrs": "*i64", "peer_ptrs": "*i64", "base_ptr": "*bf16", "base
              "expected_ptr": "*i64", "epoch": "i32", "N": "i32", "H": "i32", "own_stride": "i32",
              "peer_stride": "i32"}
 found = {}
-for pull in (True, False):
-    for scope in ("gpu", "sys"):
+for pull, scope, loads in itertools.product((True, False), ("gpu", "sys"), (False, True)):
         const = dict(R=8, R_POW2=8, OWN_DIV=1, PEER_DIV=8, PULL=pull, SIGNAL=True, MOVE_DATA=True, SCOPE=scope,
-                     BLOCK_ROWS=4, BLOCK_COLS=1024, MAX_SPINS=1 << 22)
+                     BLOCK_ROWS=4, BLOCK_COLS=1024, MAX_SPINS=1 << 22, POLL_LOADS=loads)
         sig = {**signature, **{k: "constexpr" for k in const}}
         names = list(sig)
         src = ASTSource(fn=kernel, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()})
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
-        found[f"{'pull' if pull else 'push'}/{scope}"] = sorted(set(re.findall(
-            r"(?:atom|red|ld)\.global\.(?:gpu|sys)\.(?:acquire|release)\.[\w.]+", ptx)))
+        found[f"{'pull' if pull else 'push'}/{scope}/{'load' if loads else 'atomic'}"] = sorted(set(re.findall(
+            r"(?:atom|red|ld)\.global\.(?:gpu|sys)\.(?:acquire|release)\.[\w.]+|ld\.volatile\.global", ptx)))
 print(json.dumps(found))
 """
 
@@ -236,16 +238,17 @@ def test_signal_atomics_compile_with_the_chosen_scope():
         pytest.skip(f"no ptxas for sm_90 here: {proc.stderr.strip().splitlines()[-1]}")
     assert proc.returncode == 0, proc.stderr
     found = json.loads(proc.stdout.strip().splitlines()[-1])
-    for scope in ("gpu", "sys"):
+    for scope, poll in itertools.product(("gpu", "sys"), ("atomic", "load")):
         other = "sys" if scope == "gpu" else "gpu"
-        pull, push = found[f"pull/{scope}"], found[f"push/{scope}"]
+        pull, push = found[f"pull/{scope}/{poll}"], found[f"push/{scope}/{poll}"]
         # pull: "ready" is a release exchange, its polls acquire; push: arrivals are release adds, the
-        # receiver's poll an acquire load.
+        # receiver's poll an acquire load. Polling with volatile loads still ends each wait with an acquire.
         assert any(f".{scope}.release.exch" in op for op in pull), pull
         assert any(f".{scope}.acquire" in op for op in pull), pull
         assert any(f".{scope}.release.add" in op for op in push), push
         assert any(f".{scope}.acquire" in op for op in push), push
         assert not any(f".{other}." in op for op in pull + push), (scope, pull, push)
+        assert ("ld.volatile.global" in pull + push) == (poll == "load"), (scope, poll, pull, push)
 
 
 # --------------------------------------------------------------------------------------------------------

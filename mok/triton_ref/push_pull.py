@@ -76,6 +76,7 @@ GPUs (``python -m mok.dist_cli bench`` under torchrun) the same kernel moves row
 
 from __future__ import annotations
 
+import os
 import functools
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -115,14 +116,27 @@ def _publish_ready(signal_ptrs, rank, epoch, SCOPE: tl.constexpr):
 
 
 @triton.jit
-def _wait_ready(signal_ptrs, rank, peer_rank, real, epoch, MAX_SPINS: tl.constexpr, SCOPE: tl.constexpr):
-    """Spin (acquire) until every rank named by ``peer_rank`` (where ``real``) has published ``epoch``."""
+def _poll(words, mask, SCOPE: tl.constexpr, POLL_LOADS: tl.constexpr):
+    """One poll of signal words: an acquire atomic (``POLL_LOADS`` False) or a volatile load, which reads L2
+    without taking the line from the peers' atomics (the caller ends a load-polled wait with one acquire)."""
+    if POLL_LOADS:
+        return tl.load(words, mask=mask, other=0, volatile=True)
+    return tl.atomic_add(words, 0, mask=mask, sem="acquire", scope=SCOPE)
+
+
+@triton.jit
+def _wait_ready(signal_ptrs, rank, peer_rank, real, epoch, MAX_SPINS: tl.constexpr, SCOPE: tl.constexpr,
+                POLL_LOADS: tl.constexpr):
+    """Spin until every rank named by ``peer_rank`` (where ``real``) has published ``epoch``; the last read is
+    an acquire."""
     flags = _signal_words(signal_ptrs, tl.maximum(peer_rank, 0)) + READY
     seen = tl.where(real, tl.atomic_add(flags, 0, mask=real, sem="acquire", scope=SCOPE), epoch)
     spins = 0
     while (tl.min(seen, axis=0) < epoch) & (spins < MAX_SPINS):
-        seen = tl.where(real, tl.atomic_add(flags, 0, mask=real, sem="acquire", scope=SCOPE), epoch)
+        seen = tl.where(real, _poll(flags, real, SCOPE, POLL_LOADS), epoch)
         spins += 1
+    if POLL_LOADS:  # the acquire that orders this program's reads of the rows after the publishers' release
+        seen = tl.where(real, tl.atomic_add(flags, 0, mask=real, sem="acquire", scope=SCOPE), epoch)
     if tl.min(seen, axis=0) < epoch:
         tl.atomic_add(_signal_words(signal_ptrs, rank) + TIMEOUTS, 1)
 
@@ -139,7 +153,8 @@ def _count_arrivals(signal_ptrs, peer_rank, real, R: tl.constexpr, R_POW2: tl.co
 
 
 @triton.jit
-def _wait_arrivals(signal_ptrs, expected_ptr, rank, MAX_SPINS: tl.constexpr, SCOPE: tl.constexpr):
+def _wait_arrivals(signal_ptrs, expected_ptr, rank, MAX_SPINS: tl.constexpr, SCOPE: tl.constexpr,
+                   POLL_LOADS: tl.constexpr):
     """The push receiver of ``rank``: raise its target by the rows this call delivers to it, then spin
     (acquire) until its arrival counter reaches the target."""
     words = _signal_words(signal_ptrs, rank)
@@ -154,8 +169,10 @@ def _wait_arrivals(signal_ptrs, expected_ptr, rank, MAX_SPINS: tl.constexpr, SCO
     seen = tl.atomic_add(words + ARRIVALS, 0, sem="acquire", scope=SCOPE)
     spins = 0
     while (seen < target) & (spins < MAX_SPINS):
-        seen = tl.atomic_add(words + ARRIVALS, 0, sem="acquire", scope=SCOPE)
+        seen = _poll(words + ARRIVALS, rank >= 0, SCOPE, POLL_LOADS)  # (a mask that is always true)
         spins += 1
+    if POLL_LOADS:  # the acquire that orders the rows after the senders' release
+        seen = tl.atomic_add(words + ARRIVALS, 0, sem="acquire", scope=SCOPE)
     if seen < target:
         tl.atomic_add(words + TIMEOUTS, 1)
 
@@ -214,7 +231,8 @@ def _transfer_rows_kernel(
         epoch, N, H, own_stride, peer_stride,
         R: tl.constexpr, R_POW2: tl.constexpr, OWN_DIV: tl.constexpr, PEER_DIV: tl.constexpr,
         PULL: tl.constexpr, SIGNAL: tl.constexpr, MOVE_DATA: tl.constexpr, SCOPE: tl.constexpr,
-        BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, MAX_SPINS: tl.constexpr):
+        BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, MAX_SPINS: tl.constexpr,
+        POLL_LOADS: tl.constexpr = False):
     pid = tl.program_id(0)
     n_data = n_ranks * tl.cdiv(N, BLOCK_ROWS)
     # ---- roles: [publishers (pull+signal)] [data programs] [receivers (push+signal)], per launched rank ----
@@ -224,7 +242,7 @@ def _transfer_rows_kernel(
         else:
             rank, rows, peer_rank, peer_row, real = _block_rows(pid - n_ranks, ranks_ptr, peer_rank_ptr,
                                                                 peer_row_ptr, N, BLOCK_ROWS)
-            _wait_ready(signal_ptrs, rank, peer_rank, real, epoch, MAX_SPINS, SCOPE)
+            _wait_ready(signal_ptrs, rank, peer_rank, real, epoch, MAX_SPINS, SCOPE, POLL_LOADS)
             if MOVE_DATA:
                 _move_rows(own_ptrs, peer_ptrs, base_ptr, base_addr, rank, rows, peer_rank, peer_row, real, H,
                            own_stride, peer_stride, OWN_DIV, PEER_DIV, PULL, BLOCK_COLS)
@@ -237,7 +255,8 @@ def _transfer_rows_kernel(
                            own_stride, peer_stride, OWN_DIV, PEER_DIV, PULL, BLOCK_COLS)
             _count_arrivals(signal_ptrs, peer_rank, real, R, R_POW2, SCOPE)
         else:
-            _wait_arrivals(signal_ptrs, expected_ptr, tl.load(ranks_ptr + pid - n_data), MAX_SPINS, SCOPE)
+            _wait_arrivals(signal_ptrs, expected_ptr, tl.load(ranks_ptr + pid - n_data), MAX_SPINS, SCOPE,
+                           POLL_LOADS)
     else:
         rank, rows, peer_rank, peer_row, real = _block_rows(pid, ranks_ptr, peer_rank_ptr, peer_row_ptr, N,
                                                             BLOCK_ROWS)
@@ -316,6 +335,14 @@ def _check_direction(direction: str) -> None:
         raise ValueError(f"direction must be 'pull' or 'push', got {direction!r}")
 
 
+POLLS = ("atomic", "load")
+
+
+def default_poll() -> str:
+    """``MOK_PUSH_PULL_POLL`` (default ``atomic``): how waits poll the signal words (:func:`transfer_rows`)."""
+    return os.environ.get("MOK_PUSH_PULL_POLL", "atomic")
+
+
 @functools.lru_cache(maxsize=None)
 def _rank_list(ranks: tuple[int, ...], device: str) -> torch.Tensor:
     """The launched ranks as an int32 tensor on the kernel's device, made once (no copy per timed call)."""
@@ -326,7 +353,7 @@ def transfer_rows(own: PeerBuffer, peer: PeerBuffer, peer_rank: torch.Tensor, pe
                   direction: str, own_div: int = 1, peer_div: int = 1, signal: SignalState | None = None,
                   expected: torch.Tensor | None = None, move_data: bool = True, block_rows: int = 4,
                   ranks: Sequence[int] | None = None, scope: str | None = None,
-                  max_spins: int | None = None) -> None:
+                  max_spins: int | None = None, poll: str | None = None) -> None:
     """Launch the row-transfer kernel once for the programs of ``ranks``.
 
     Args:
@@ -346,6 +373,8 @@ def transfer_rows(own: PeerBuffer, peer: PeerBuffer, peer_rank: torch.Tensor, pe
         scope: ``"gpu"`` or ``"sys"`` for the signal atomics; ``None``: ``"gpu"`` when the launch drives every
             rank, else ``"sys"`` (peers on other GPUs).
         max_spins: bound on each wait's polls (default: ``2**22`` compiled, ``2**15`` interpreted).
+        poll: how a wait polls the signal words: ``"atomic"`` (acquire atomics) or ``"load"`` (volatile loads,
+            then one acquire); default :func:`default_poll`.
     """
     _check_direction(direction)
     if own.dtype != peer.dtype:
@@ -375,6 +404,9 @@ def transfer_rows(own: PeerBuffer, peer: PeerBuffer, peer_rank: torch.Tensor, pe
     epoch = signal.next_epoch() if signal is not None else 0
     if max_spins is None:
         max_spins = 1 << 15 if INTERPRETING else 1 << 22
+    poll = poll or default_poll()
+    if poll not in POLLS:
+        raise ValueError(f"poll must be one of {POLLS}, got {poll!r}")
     base = own.views[ranks[0]]  # a launched rank's buffer: local memory on every kind of peer group
     dummy = own.ptr_table  # stands in for signalling pointers the data-only variant never touches
     blocks = len(ranks) * triton.cdiv(n_rows, block_rows)
@@ -387,7 +419,7 @@ def transfer_rows(own: PeerBuffer, peer: PeerBuffer, peer_rank: torch.Tensor, pe
         epoch, n_rows, hidden, own.views[0].stride(0), peer.views[0].stride(0),
         R=world, R_POW2=_next_pow2(world), OWN_DIV=own_div, PEER_DIV=peer_div, PULL=pull,
         SIGNAL=signal is not None, MOVE_DATA=move_data, SCOPE=scope, BLOCK_ROWS=block_rows,
-        BLOCK_COLS=min(1024, _next_pow2(hidden)), MAX_SPINS=max_spins, num_warps=4)
+        BLOCK_COLS=min(1024, _next_pow2(hidden)), MAX_SPINS=max_spins, POLL_LOADS=poll == "load", num_warps=4)
 
 
 @dataclass
