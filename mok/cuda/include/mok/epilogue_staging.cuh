@@ -3,9 +3,9 @@
 // the wgmma fragment layout gives each thread.
 //
 // Staging layout: 128 rows (the tile) x 128 bf16 (256 bytes), 16-byte chunk c of row r stored at chunk
-// c ^ (r & 7). Fragment writes (8 rows x 4 column pairs per warp instruction) then hit 32 different banks,
-// and row reads (8 consecutive chunks of one row per quarter warp) too. Consumer warpgroup w owns rows
-// 64w .. 64w+63 and synchronises only with itself.
+// c ^ (r & 7). The fragments go in with stmatrix (four 8 x 8 blocks per warp instruction, each block's 8 rows in 8
+// different bank groups), and row reads (8 consecutive chunks of one row per quarter warp) are conflict-free
+// too. Consumer warpgroup w owns rows 64w .. 64w+63 and synchronises only with itself.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,19 +21,28 @@ __device__ __forceinline__ uint32_t staging_offset(int row, int chunk) {
   return static_cast<uint32_t>(row * Tiles::kStagingPitch + ((chunk ^ (row & 7)) << 4));
 }
 
-// The fragment row of accumulator element d[4*j + 2*i + c] for this thread, within the 128-row tile.
-__device__ __forceinline__ int fragment_row(int consumer_wg, int i) {
-  const int t = threadIdx.x & 127;
-  return 64 * consumer_wg + 16 * (t >> 5) + ((t & 31) >> 2) + 8 * i;
+// Two fp32 values as a bf16 pair, each rounded to nearest even; `lo` in the low half (the lower address).
+__device__ __forceinline__ uint32_t pack_bf16_pair(float lo, float hi) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&pair);
 }
 
-// Write one bf16 pair (columns 8*j + 2*(lane%4) + {0,1} of the staged 128) for fragment row i.
+// This warp's four 8 x 8 bf16 blocks of column groups j and j + 1 (8 staged columns each), fragment rows i = 0 and
+// 1, written with one stmatrix.x4. pairs[g][i] is this thread's pair of column group j + g, fragment row i, exactly
+// as the wgmma fragment holds it: row lane / 4 of the block, columns 2 * (lane % 4) + {0, 1}, which is stmatrix's
+// register layout. Lane l gives the address of row l % 8 of block l / 8, blocks ordered (j, 0), (j, 1), (j + 1, 0),
+// (j + 1, 1). The 8 rows of a block fall in 8 different 16-byte bank groups (the chunk ^ row swizzle), so the
+// store is free of bank conflicts; one instruction instead of four 4-byte stores per thread.
 template <class Tiles>
-__device__ __forceinline__ void stage_pair(uint8_t* staging, int consumer_wg, int j, int i, float lo, float hi) {
-  const int row = fragment_row(consumer_wg, i);
-  const uint32_t offset = staging_offset<Tiles>(row, j) + ((threadIdx.x & 3) << 2);
-  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);  // .x (lo) at the lower address
-  *reinterpret_cast<__nv_bfloat162*>(staging + offset) = pair;
+__device__ __forceinline__ void stage_two_groups(uint8_t* staging, int consumer_wg, int j, const uint32_t (&pairs)[2][2]) {
+  const int lane = threadIdx.x & 31;
+  const int warp = (threadIdx.x & 127) >> 5;
+  const int block = lane >> 3;
+  const int row = 64 * consumer_wg + 16 * warp + 8 * (block & 1) + (lane & 7);
+  const uint32_t address = smem_addr(staging) + staging_offset<Tiles>(row, j + (block >> 1));
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+               ::"r"(address), "r"(pairs[0][0]), "r"(pairs[0][1]), "r"(pairs[1][0]), "r"(pairs[1][1])
+               : "memory");
 }
 
 template <class Tiles>

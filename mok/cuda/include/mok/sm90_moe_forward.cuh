@@ -41,6 +41,13 @@ __device__ __forceinline__ bool is_gemm_task(const Task& t) {
   return t.kind == kTaskGateUp || t.kind == kTaskDown;
 }
 
+// Whether a task's writes are read by TMA (the async proxy) later in the launch: ring x rows (dispatch) and ring h
+// rows (gate/up). Pushes, sums and saved rows are read with generic loads or after the launch, so they need no
+// proxy fence.
+__device__ __forceinline__ bool writes_feed_tma(const Task& t) {
+  return t.kind == kTaskDispatch || t.kind == kTaskGateUp;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Task admission (one thread): ticket -> task -> dependencies satisfied (or kTaskStop on error/end).
 // ---------------------------------------------------------------------------------------------------------
@@ -208,7 +215,7 @@ __device__ __forceinline__ void simple_consumer(const Sm90MoeParams& p, SharedSt
     const Task t = s.tasks[0];
     if (t.kind == kTaskStop) break;
     run_consumer_task<Tiles, false>(p, s, v, t, pipe, consumer_wg, consumer_thread, s.push_count[0]);
-    publish_writes();
+    if (writes_feed_tma(t)) publish_writes();
     named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task finished, writes published
   }
 }
@@ -306,7 +313,7 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
     // reaches the barrier at the end of the next task).
     int* push_count = s.push_count[task_slot];
     run_consumer_task<Tiles, true>(p, s, v, t, pipe, consumer_wg, consumer_thread, push_count);
-    publish_writes();
+    if (writes_feed_tma(t)) publish_writes();
     if (p.signal_warp) {
       __syncwarp();  // orders the warp's writes before lane 0's arrival (release at CTA scope)
       if (lane == 0) mbar_arrive(&s.task_done[task_slot]);

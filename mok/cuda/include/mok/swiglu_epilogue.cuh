@@ -65,6 +65,7 @@ __device__ __forceinline__ void stage_h_mx_rounded(SharedStorage<Tiles>& s, cons
   static_assert(kMxBlock == 32, "a block = 4 column groups of 8");
 #pragma unroll
   for (int b = 0; b < Tiles::kHalfN / kMxBlock; ++b) {
+    uint32_t pairs[4][2];  // [column group 4b + jj][fragment row i]
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float h[8];
@@ -82,8 +83,13 @@ __device__ __forceinline__ void stage_h_mx_rounded(SharedStorage<Tiles>& s, cons
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
         const float2 v = mx_round_trip(h[2 * jj], h[2 * jj + 1], e);
-        stage_pair<Tiles>(s.staging, consumer_wg, 4 * b + jj, i, v.x, v.y);
+        pairs[jj][i] = pack_bf16_pair(v.x, v.y);
       }
+    }
+#pragma unroll
+    for (int jj = 0; jj < 4; jj += 2) {
+      const uint32_t two[2][2] = {{pairs[jj][0], pairs[jj][1]}, {pairs[jj + 1][0], pairs[jj + 1][1]}};
+      stage_two_groups<Tiles>(s.staging, consumer_wg, 4 * b + jj, two);
     }
   }
 }
@@ -109,12 +115,17 @@ __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const S
 #pragma unroll
     for (int part = 0; part < 2; ++part) {  // 0: gate (accumulator columns 0..127), 1: up (128..255)
 #pragma unroll
-      for (int j = 0; j < Tiles::kHalfN / 8; ++j) {
+      for (int j = 0; j < Tiles::kHalfN / 8; j += 2) {
+        uint32_t pairs[2][2];
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int d = 64 * part + 4 * j + 2 * i;
-          stage_pair<Tiles>(s.staging, consumer_wg, j, i, acc[d], acc[d + 1]);
+        for (int g = 0; g < 2; ++g) {
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int d = 64 * part + 4 * (j + g) + 2 * i;
+            pairs[g][i] = pack_bf16_pair(acc[d], acc[d + 1]);
+          }
         }
+        stage_two_groups<Tiles>(s.staging, consumer_wg, j, pairs);
       }
       store_staged_rows<Tiles>(s, consumer_wg, saved, row0, row_chunks, part * p.intermediate + col0, valid_cols);
     }
@@ -124,14 +135,17 @@ __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const S
     stage_h_mx_rounded<Tiles>(s, acc, consumer_wg);
   } else {
 #pragma unroll
-    for (int j = 0; j < Tiles::kHalfN / 8; ++j) {
+    for (int j = 0; j < Tiles::kHalfN / 8; j += 2) {
+      uint32_t pairs[2][2];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int g = 4 * j + 2 * i;
-        const float h0 = swiglu(acc[g], acc[64 + g]);
-        const float h1 = swiglu(acc[g + 1], acc[64 + g + 1]);
-        stage_pair<Tiles>(s.staging, consumer_wg, j, i, h0, h1);
+      for (int gg = 0; gg < 2; ++gg) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int g = 4 * (j + gg) + 2 * i;
+          pairs[gg][i] = pack_bf16_pair(swiglu(acc[g], acc[64 + g]), swiglu(acc[g + 1], acc[64 + g + 1]));
+        }
       }
+      stage_two_groups<Tiles>(s.staging, consumer_wg, j, pairs);
     }
   }
   const long long ring_row0 =

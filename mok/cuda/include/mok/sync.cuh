@@ -2,14 +2,14 @@
 // named barriers, proxy fences, and bounded waits that record where they stopped instead of hanging.
 //
 // Memory-ordering rules used throughout (see README.md, "Memory ordering"):
-//  * A task's writes are published by: every writing thread `publish_writes()` (fence.proxy.async.global,
-//    because the next reader may be TMA), then a CTA-scope synchronisation (a barrier of the consumer
-//    warpgroups, or each warp's __syncwarp and an mbarrier arrival that the signal warp waits on), then ONE
-//    thread `release_task_writes()` (fence.acq_rel.gpu) and relaxed reds on the task's counters. The
-//    synchronisation orders the other threads' writes before that thread's fence, and a release is cumulative,
-//    so the gpu-scope fence is needed once, not in every writer (CUTLASS's GenericBarrier does the same).
-//    Measured on the H200: a fence in every writer cost 0.2-3% of the kernel (round 7); a red.release per
-//    counter adds a MEMBAR each (round 8: within noise).
+//  * A task's writes are published by: every thread that wrote data TMA reads later (ring x and ring h rows)
+//    `publish_writes()` (fence.proxy.async.global: generic stores -> async-proxy reads), then a CTA-scope
+//    synchronisation (a barrier of the consumer warpgroups, or each warp's __syncwarp and an mbarrier arrival
+//    that the signal warp waits on), then ONE thread `release_task_writes()` (fence.acq_rel.gpu) and relaxed
+//    reds on the task's counters. The synchronisation orders the other threads' writes before that thread's
+//    fence, and a release is cumulative, so the gpu-scope fence is needed once, not in every writer (CUTLASS's
+//    GenericBarrier does the same). Measured on the H200: a fence in every writer cost 0.2-3% of the kernel
+//    (round 7); a red.release per counter adds a MEMBAR each (round 8: within noise).
 //  * A dependency is consumed by: one thread `ld.acquire.gpu` until the count is reached, then
 //    fence.proxy.async.global (its TMA loads come next), then a CTA barrier or an mbarrier hand-off
 //    (release/acquire at CTA scope) to the threads that read the data.
@@ -70,8 +70,8 @@ __device__ __forceinline__ void fence_acq_rel_gpu() {
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
-// Called by every thread that wrote data another task will read, before the barrier that precedes the
-// single releasing thread.
+// Called by every thread that wrote data another task will read through TMA, before the synchronisation that
+// precedes the single releasing thread (data read with generic loads needs only the release itself).
 __device__ __forceinline__ void publish_writes() { fence_proxy_async_global(); }
 
 // Called by the single releasing thread after that barrier, before its red.release on the task's counters:
