@@ -219,7 +219,10 @@ def _move_rows(own_ptrs, peer_ptrs, base_ptr, base_addr, rank, rows, peer_rank, 
 # ----------------------------------------------------------------------------------------------------------
 # The kernel
 # ----------------------------------------------------------------------------------------------------------
-@triton.jit
+# NOTE: `epoch` grows by one every signalled call. Triton specialises integer arguments (== 1, divisible by 16) and
+# compiles a variant the first time a new specialisation appears, which for the epoch would be in the middle of a
+# timed run; so it is never specialised.
+@triton.jit(do_not_specialize=["epoch"])
 def _transfer_rows_kernel(
         own_ptrs, peer_ptrs,                # int64 [R]: base address of the own / peer buffer on each rank
         base_ptr, base_addr,                # the first launched rank's own buffer and its address: rows are
