@@ -15,6 +15,7 @@ give the same bits). Run on the H200 from the repository root::
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -38,6 +39,15 @@ def patched_tree(patch: Path, workdir: Path) -> Path:
     subprocess.run(["git", "apply", "--include=mok/cuda/include/*", "--include=mok/cuda/csrc/*",
                     str(patch.resolve())], cwd=workdir, check=True)
     return root
+
+
+def smi_index() -> str:
+    """nvidia-smi's index of the current CUDA device (through CUDA_VISIBLE_DEVICES when it is set)."""
+    import torch  # noqa: PLC0415 (as main(): the CPU tests import this file without a GPU)
+
+    current = torch.cuda.current_device()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    return visible.split(",")[current].strip() if visible else str(current)
 
 
 def read_clock_log(path: Path) -> list[tuple[float, float, float]]:
@@ -95,7 +105,9 @@ def main(argv: list[str] | None = None) -> None:
 
     sampler = None
     if args.clock_log is not None:
-        sampler = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw",
+        # Only the GPU the kernels run on: on a machine with several, nvidia-smi would list each per sample (round
+        # 9's first log on two H200s mixed the idle one's 345 MHz and ~78 W into the medians).
+        sampler = subprocess.Popen(["nvidia-smi", "-i", smi_index(), "--query-gpu=timestamp,clocks.sm,power.draw",
                                     "--format=csv,noheader,nounits", "-lms", "50", "-f", str(args.clock_log)])
     windows = {}
     for name in args.shapes:
