@@ -371,7 +371,7 @@ def distributed_moe(x_local: torch.Tensor, topk_ids_local: torch.Tensor, topk_we
             through symmetric peer memory: :func:`default_peers` unless ``peers`` is given) or
             ``"peers-triton"`` (the Triton transfer kernels through the same memory). ``None``: the
             ``MOK_DIST_TRANSPORT`` environment variable, else ``"collective"`` (``"peers"`` for backend
-            ``"triton"``).
+            ``"triton"`` and ``"cuda"``).
         check_inputs: validate the gathered routing (reads it back to the host: synchronises).
 
     Returns ``[T_local, H]`` in x's dtype, differentiable with respect to x, the router weights and the local

@@ -1,0 +1,40 @@
+"""CPU checks of the megakernel's one-rank-per-GPU path (mok/cuda/rank_run.py): clear errors on bad use, and the
+distributed entry points offering it only where it can run. The launches themselves are GPU tests
+(test_cuda_rank_run_gpu.py, test_distributed_gpu.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mok.config import MoKConfig
+from mok.cuda.rank_run import CudaRankRun
+
+
+def _args(device="cpu"):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 64, generator=gen).to(device, torch.bfloat16)
+    ids = torch.stack([torch.randperm(4, generator=gen)[:2] for _ in range(16)]).to(device, torch.int32)
+    weights = torch.rand(8, 2, generator=gen).to(device)
+    w_gate = torch.randn(2, 64, 64, generator=gen).to(device, torch.bfloat16)
+    return x, ids, weights, w_gate, w_gate.clone(), w_gate.clone()
+
+
+def test_the_kernel_reads_peer_memory_itself_so_only_the_peers_transport_is_accepted():
+    with pytest.raises(ValueError, match="transport must be 'peers'"):
+        CudaRankRun(*_args(), rank=0, world=2, num_experts=4, config=MoKConfig(), transport="collective")
+    assert CudaRankRun.TRANSPORTS == ("peers",)
+
+
+def test_cpu_tensors_get_a_clear_error():
+    with pytest.raises(ValueError, match="needs CUDA tensors"):
+        CudaRankRun(*_args(), rank=0, world=2, num_experts=4, config=MoKConfig())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only answer")
+def test_distributed_backend_cuda_is_refused_without_a_gpu():
+    from mok.distributed import BACKENDS, _rank_run_class
+
+    assert "cuda" in BACKENDS
+    with pytest.raises(RuntimeError, match="Hopper GPU"):
+        _rank_run_class("cuda")
