@@ -174,16 +174,22 @@ for stage in $STAGES; do
            | tee "$OUT/results/ncu_gemm_gap.md"' ;;
     mvalidate)
       # Issue #6 command 1 on every GPU count this machine has: correctness and bitwise determinism across real
-      # GPUs (torchrun, one process per GPU, PyTorch symmetric memory for peers). $MOK_MVALIDATE_BACKENDS adds
-      # backends to the large shape (default reference,nccl,triton).
+      # GPUs (torchrun, one process per GPU, PyTorch symmetric memory for peers). $MOK_MVALIDATE_BACKENDS sets
+      # the large shape's backends (default reference,nccl,triton; add cuda for the megakernel).
       run_stage mvalidate "${MOK_TIMEOUT_MVALIDATE:-240}" bash -c '
         ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
         R="python3 -m torch.distributed.run --standalone"; rc=0
         for n in $(seq 1 $ngpu); do
-          timeout 120 $R --nproc-per-node $n -m mok.dist_cli validate --shape 512,256,128,32,4 --dtype bf16             --skew 1 --backend reference,nccl --transport collective,peers,peers-triton             --out $OUT/results/validate_bf16_${n}gpu.json || { echo "validate n=$n FAILED"; rc=1; }
+          timeout 120 $R --nproc-per-node $n -m mok.dist_cli validate --shape 512,256,128,32,4 --dtype bf16 \
+            --skew 1 --backend reference,nccl --transport collective,peers,peers-triton \
+            --out $OUT/results/validate_bf16_${n}gpu.json || { echo "validate n=$n FAILED"; rc=1; }
         done
-        timeout 120 $R --nproc-per-node $ngpu -m mok.dist_cli validate --shape 512,256,128,32,4 --dtype fp32           --minibatch 32 --ring 64 --tile 16 --out $OUT/results/validate_fp32_ring_${ngpu}gpu.json           || { echo "fp32 ring FAILED"; rc=1; }
-        timeout 150 $R --nproc-per-node $ngpu -m mok.dist_cli validate --shape 2048,1024,512,64,8 --dtype bf16           --tile 128 --backend ${MOK_MVALIDATE_BACKENDS:-reference,nccl,triton}           --out $OUT/results/validate_bf16_large_${ngpu}gpu.json || { echo "large FAILED"; rc=1; }
+        timeout 120 $R --nproc-per-node $ngpu -m mok.dist_cli validate --shape 512,256,128,32,4 --dtype fp32 \
+          --minibatch 32 --ring 64 --tile 16 --out $OUT/results/validate_fp32_ring_${ngpu}gpu.json \
+          || { echo "fp32 ring FAILED"; rc=1; }
+        timeout 150 $R --nproc-per-node $ngpu -m mok.dist_cli validate --shape 2048,1024,512,64,8 --dtype bf16 \
+          --tile 128 --backend ${MOK_MVALIDATE_BACKENDS:-reference,nccl,triton} \
+          --out $OUT/results/validate_bf16_large_${ngpu}gpu.json || { echo "large FAILED"; rc=1; }
         python3 -c "
 import glob, json
 for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
@@ -194,7 +200,10 @@ for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
       # Issue #6 command 2: layer time vs the NCCL baseline, push vs pull bandwidth and signalling, on all GPUs.
       run_stage mbench "${MOK_TIMEOUT_MBENCH:-480}" bash -c '
         ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
-        python3 -m torch.distributed.run --standalone --nproc-per-node $ngpu -m mok.dist_cli bench           --tokens-per-gpu 2048 ${MOK_MBENCH_ARGS:---backends nccl,triton --iters 10 --warmup 3}           --out $OUT/results/bench_x${ngpu}_${MOK_MBENCH_TAG:-uniform}         && cat $OUT/results/bench_x${ngpu}_${MOK_MBENCH_TAG:-uniform}.md' ;;
+        python3 -m torch.distributed.run --standalone --nproc-per-node $ngpu -m mok.dist_cli bench \
+          --tokens-per-gpu 2048 ${MOK_MBENCH_ARGS:---backends nccl,triton --iters 10 --warmup 3} \
+          --out $OUT/results/bench_x${ngpu}_${MOK_MBENCH_TAG:-uniform} \
+        && cat $OUT/results/bench_x${ngpu}_${MOK_MBENCH_TAG:-uniform}.md' ;;
     ab)
       # experiments/ab_kernels.py: two builds of the megakernel timed interleaved and compared bit for bit.
       run_stage ab "${MOK_TIMEOUT_AB:-240}" python3 experiments/ab_kernels.py ${MOK_AB_ARGS:?set MOK_AB_ARGS} \

@@ -145,9 +145,34 @@ def fingerprint(tensors: list[torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+def planned_runs(backends: str, transports: str) -> tuple[list[tuple[str, str | None]], dict[str, str]]:
+    """The ``(backend, transport)`` runs of ``validate --backend backends --transport transports`` (comma-separated;
+    transport ``None`` for ``nccl``, which has its own), and why each other pair or backend is skipped (a backend
+    unavailable here, a transport it does not take). The same answer on every rank, in the order given."""
+    from .distributed import _rank_run_class
+
+    planned: list[tuple[str, str | None]] = []
+    skipped: dict[str, str] = {}
+    for backend in backends.split(","):
+        if backend == "nccl":
+            planned.append((backend, None))
+            continue
+        try:
+            supported = _rank_run_class(backend).TRANSPORTS
+        except (RuntimeError, ValueError) as err:
+            skipped[backend] = str(err)
+            continue
+        for transport in transports.split(","):
+            if transport in supported:
+                planned.append((backend, transport))
+            else:
+                skipped[f"{backend}/{transport}"] = (f"backend {backend!r} supports the transports "
+                                                     f"{', '.join(supported)}")
+    return planned, skipped
+
+
 def _validate(args: argparse.Namespace) -> int:
     from .config import MoKConfig, get_shape
-    from .distributed import _rank_run_class
     from .validate import (DTYPES, OUTPUTS, TOLERANCE, bitwise_equal, default_tile, forward_backward,
                            random_problem, relative_error)
 
@@ -162,22 +187,11 @@ def _validate(args: argparse.Namespace) -> int:
     problem = random_problem(shape, DTYPES[args.dtype], device, seed=args.seed, skew=args.skew)
 
     runs: dict[str, tuple[str, list[torch.Tensor]]] = {}
-    skipped: dict[str, str] = {}
-    for backend in args.backend.split(","):
-        transports = [None]
-        if backend != "nccl":
-            try:
-                supported = _rank_run_class(backend).TRANSPORTS
-            except (RuntimeError, ValueError) as err:  # same answer on every rank
-                skipped[backend] = str(err)
-                continue
-            transports = [t for t in args.transport.split(",") if t in supported]
-            for t in set(args.transport.split(",")) - set(supported):
-                skipped[f"{backend}/{t}"] = f"backend {backend!r} supports the transports {', '.join(supported)}"
-        for transport in transports:
-            name = backend if transport is None else f"{backend}/{transport}"
-            runs[name] = (backend, run_distributed(problem, backend=backend, transport=transport, config=config,
-                                                   grad_seed=args.seed + 1))
+    planned, skipped = planned_runs(args.backend, args.transport)
+    for backend, transport in planned:
+        name = backend if transport is None else f"{backend}/{transport}"
+        runs[name] = (backend, run_distributed(problem, backend=backend, transport=transport, config=config,
+                                               grad_seed=args.seed + 1))
 
     failed = 0
     if rank == 0:

@@ -39,11 +39,10 @@ transports only copy values, the output and every gradient are **bitwise identic
 ``mok.moe(..., backend="reference", ep_size=world)`` and to ``ep_size=1``, for any number of processes.
 
 Backends: ``"reference"`` (the above), ``"nccl"`` (the all-to-all + grouped-GEMM baseline of
-:mod:`mok.backends.nccl_baseline`), ``"cuda"`` (:class:`mok.cuda.rank_run.CudaRankRun`: the megakernel, one launch
-of this rank's expert tasks pulling and pushing over NVLink, a barrier, one of its combine), ``"triton"``
-(:class:`mok.triton_ref.pipeline.TritonRankRun`, the Triton
-backend's per-rank run over peer memory). The backward is collective: every rank must run it (as with any
-``torch.distributed`` model).
+:mod:`mok.backends.nccl_baseline`), ``"triton"`` (:class:`mok.triton_ref.pipeline.TritonRankRun`, the Triton
+backend's per-rank run over peer memory) and ``"cuda"`` (:class:`mok.cuda.rank_run.CudaRankRun`: the megakernel,
+one launch of this rank's expert tasks pulling and pushing over NVLink, a barrier, one of its combine). The
+backward is collective: every rank must run it (as with any ``torch.distributed`` model).
 
 NVLink multicast is kept off (importing :mod:`mok.comm.symm_mem` sets the environment; see there).
 """
@@ -326,7 +325,9 @@ def _rank_run_class(backend: str):
     :class:`RankLayerRun`); RuntimeError if its module cannot be imported here.
 
     ``"triton"``: :class:`mok.triton_ref.pipeline.TritonRankRun`, whose kernels read the peer group's
-    ``ptr_table`` (pull-dispatch, push-combine, pull reverse-combine, push reverse-dispatch).
+    ``ptr_table`` (pull-dispatch, push-combine, pull reverse-combine, push reverse-dispatch). ``"cuda"``:
+    :class:`mok.cuda.rank_run.CudaRankRun` (the megakernel's forward, the Triton backward). Each class lists the
+    transports it takes in ``TRANSPORTS``.
     """
     if backend == "reference":
         return RankLayerRun
@@ -393,7 +394,9 @@ def distributed_moe(x_local: torch.Tensor, topk_ids_local: torch.Tensor, topk_we
                         group=group, num_experts=num_experts)
     run_class = _rank_run_class(backend)
     if transport is None:
-        transport = os.environ.get(TRANSPORT_ENV) or ("peers" if backend in ("triton", "cuda") else "collective")
+        # "collective" where the backend takes it, else its own first ("peers": kernels that read peer memory)
+        supported = run_class.TRANSPORTS
+        transport = os.environ.get(TRANSPORT_ENV) or ("collective" if "collective" in supported else supported[0])
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     if transport.startswith("peers") and peers is None:

@@ -4,7 +4,9 @@
 * its SASS uses wgmma (HGMMA) and no local memory (LDL/STL);
 * its static task order (scheduler.cuh, compiled for the host) cannot deadlock and never overwrites ring rows
   a reader still needs, replayed on real schedule tables from mok.build_schedule, with and without the fused
-  top-1 combine (no combine tasks);
+  top-1 combine (no combine tasks), for all ranks in one launch and for one real rank per launch (every rank's
+  expert launch, then every rank's combine launch);
+* its launch function refuses inconsistent (R, E, local_rank, phases) combinations;
 * its wgmma shared-memory descriptor has the bit layout CuTe builds for the same K-major SW128 tile;
 * the counter block size computed in Python equals CounterLayout::make's;
 * the device schedule-table logic (schedule_tables.cuh, replayed on the host) equals mok.build_schedule's, bit
@@ -315,6 +317,70 @@ def test_task_order_cannot_deadlock(schedule_simulator, case, dispatch, launches
     stdin = _simulator_input(*case, dispatch == "gather", one_rank=launches == "one-rank")
     proc = subprocess.run([str(schedule_simulator)], input=stdin, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------------------------------------------------
+# The launch function's checks of (R, E, local_rank, phases), on the host: they run before any CUDA call
+# ------------------------------------------------------------------------------------------------------
+
+LAUNCH_CHECK_SOURCE = r"""
+// Calls sm90_moe_forward with valid sizes, null pointers and the (R, E, local_rank, phases) of each input line;
+// prints its return code and message. A combination the checks accept stops at the null-pointer check.
+#include <cstdio>
+#include "mok/launch.cuh"
+int main() {
+  int ranks, experts, local_rank, phases;
+  while (scanf("%d %d %d %d", &ranks, &experts, &local_rank, &phases) == 4) {
+    mok::sm90::Sm90MoeProblem q;
+    q.num_ranks = ranks;
+    q.tokens_per_rank = 128;
+    q.top_k = 2;
+    q.hidden = q.intermediate = 128;
+    q.num_experts = experts;
+    q.capacity = 256;
+    q.minibatch_rows = q.ring_rows = 128;
+    q.local_rank = local_rank;
+    q.phases = phases;
+    char message[512] = "";
+    const int rc = mok::sm90::sm90_moe_forward(q, nullptr, message, sizeof(message));
+    printf("%d %s\n", rc, message);
+  }
+  return 0;
+}
+"""
+
+ACCEPTED = "a required device pointer is null"  # every check of the combination passed
+# (R, E, local_rank, phases) -> the message the launch function stops with
+LAUNCH_CHECK_CASES = {
+    (2, 8, -1, 3): ACCEPTED,                  # emulated ranks: every phase in one launch
+    (2, 4, 0, 1): ACCEPTED,                   # real rank 0 of 2: its expert launch (E = its own 4 experts)
+    (2, 4, 1, 2): ACCEPTED,                   # real rank 1 of 2: its combine launch
+    (1, 4, 0, 3): ACCEPTED,                   # a single real rank may run both phases (all pushes are its own)
+    (2, 8, -1, 1): "emulated ranks run every phase in one launch",
+    (2, 8, -1, 2): "emulated ranks run every phase in one launch",
+    (2, 4, 0, 3): "separate launches",        # its combine would wait for pushes from the other GPU
+    (2, 4, 2, 1): "local_rank (2) must be -1 or in [0, num_ranks=2)",
+    (2, 8, -2, 3): "local_rank (-2) must be -1 or in [0, num_ranks=2)",
+    (2, 4, 0, 0): "phases must be 1",
+    (2, 4, 0, 4): "phases must be 1",
+    (2, 7, -1, 3): "must be a multiple of num_ranks",
+    (2, 0, 0, 1): "must be a multiple of num_ranks",
+}
+
+
+@needs_nvcc
+def test_launch_checks_refuse_inconsistent_rank_launches(kernel_object, tmp_path):
+    obj, _ = kernel_object
+    exe = compile_host_program(LAUNCH_CHECK_SOURCE, tmp_path, "launch_checks", str(obj))
+    cases = list(LAUNCH_CHECK_CASES.items())
+    run = subprocess.run([str(exe)], input="".join("{} {} {} {}\n".format(*case) for case, _ in cases),
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == len(cases), run.stdout
+    for (case, want), line in zip(cases, lines):
+        rc, message = line.split(" ", 1)
+        assert rc == "1" and want in message, f"{case}: {line}"
 
 
 # ------------------------------------------------------------------------------------------------------

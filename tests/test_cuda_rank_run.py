@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from mok.config import MoKConfig
+from mok.cuda.backend import saved_gate_up_buffer
 from mok.cuda.rank_run import CudaRankRun
 
 
@@ -38,3 +39,18 @@ def test_distributed_backend_cuda_is_refused_without_a_gpu():
     assert "cuda" in BACKENDS
     with pytest.raises(RuntimeError, match="Hopper GPU"):
         _rank_run_class("cuda")
+
+
+def test_a_one_rank_launch_saves_its_own_table_rows_only():
+    """The binding wants saved gate/up rows ``[own_ranks * capacity, 2I]``: every rank's when emulated, one
+    rank's table when the launch is one real rank's (what TritonRankRun.backward_without_forward reads)."""
+    from types import SimpleNamespace
+
+    ranks, capacity, intermediate = 4, 256, 64
+    schedule = SimpleNamespace(src_rank=torch.zeros(ranks, capacity, dtype=torch.int32))
+    launch = SimpleNamespace(schedule=schedule, w_gate=torch.empty(2, intermediate, 8), out=torch.empty(1),
+                             local_rank=-1)
+    assert saved_gate_up_buffer(launch).shape == (ranks * capacity, 2 * intermediate)
+    rows = saved_gate_up_buffer(SimpleNamespace(**{**vars(launch), "local_rank": 2}), poison=True)
+    assert rows.shape == (capacity, 2 * intermediate) and rows.dtype == torch.bfloat16
+    assert bool(torch.isnan(rows.float()).all())

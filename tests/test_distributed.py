@@ -290,3 +290,15 @@ def test_dist_cli_validate_and_bench():
             assert transfer[name]["ms"] > 0
     table = (tmp_path / "bench.md").read_text()
     assert "fwd vs nccl" in table and "Completion signalling alone" in table and "WRONG" not in table
+
+
+def test_validate_runs_each_backend_only_with_the_transports_it_takes():
+    """``validate``'s plan: every backend with each requested transport it lists in ``TRANSPORTS`` (in the order
+    given, the same on every rank), nccl once with its own all-to-all, the rest recorded with the reason."""
+    from mok.dist_cli import planned_runs
+
+    runs, skipped = planned_runs("reference,nccl,triton,nonsense", "collective,peers")
+    assert runs == [("reference", "collective"), ("reference", "peers"), ("nccl", None), ("triton", "peers")]
+    assert list(skipped) == ["triton/collective", "nonsense"]
+    assert "supports the transports peers, peers-triton" in skipped["triton/collective"]
+    assert "must be one of" in skipped["nonsense"]

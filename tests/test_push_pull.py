@@ -168,6 +168,11 @@ def test_transfer_rows_rejects_bad_arguments():
     with pytest.raises(ValueError, match="expected"):
         push_pull.transfer_rows(x, recv, plan.source_rank_table, plan.source_row_table, direction="push",
                                 own_div=2, signal=push_pull.SignalState.create(2, DEVICE))
+    signal = push_pull.SignalState.create(2, DEVICE)
+    with pytest.raises(ValueError, match="poll must be one of"):
+        push_pull.transfer_rows(x, recv, plan.expert_rank_table, plan.expert_row_table, direction="pull",
+                                signal=signal, poll="spin")
+    assert signal.epoch == 0, "a refused call must not advance the epoch every rank counts"
 
 
 def test_rank_filter_one_launch_per_rank_moves_the_same_bytes():

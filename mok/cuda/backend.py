@@ -140,6 +140,12 @@ def default_signal_warp() -> bool:
     return _env_on("MOK_CUDA_SIGNAL_WARP", "1")
 
 
+def default_fuse_top1(top_k: int) -> bool:
+    """``MOK_CUDA_FUSE_TOP1`` (default on) for a top-1 layer: its down epilogue writes the weighted rows into the
+    output itself (no combine slots). Same bits either way."""
+    return top_k == 1 and _env_on("MOK_CUDA_FUSE_TOP1", "1")
+
+
 def default_gather_prefetch() -> int:
     return int(os.environ.get("MOK_CUDA_GATHER_PREFETCH", str(DEFAULT_GATHER_PREFETCH)))
 
@@ -210,6 +216,22 @@ def ring_rows_for(config: MoKConfig, capacity: int, minibatch_rows: int) -> int:
     return min(minibatches, DEFAULT_RING_MINIBATCHES) * minibatch_rows
 
 
+def workspace_for(config: MoKConfig, device: torch.device, *, num_ranks: int, tokens_per_rank: int, top_k: int,
+                  hidden: int, intermediate: int, local_experts: int, capacity: int, fuse_top1: bool,
+                  reuse: bool, one_rank: bool = False) -> Sm90Workspace:
+    """The fixed buffers of a launch on the current stream, sized by the minibatch heuristic
+    (:func:`mok.heuristics.rank_minibatch_rows`, at most ``capacity``) and :func:`ring_rows_for`; the minibatch
+    size is ``.key.minibatch_rows``. ``reuse``: from the per-size cache (layer calls), else private (tests, CUDA
+    graphs). ``one_rank``: one real rank per launch (:mod:`mok.cuda.rank_run`)."""
+    minibatch_rows = rank_minibatch_rows(tokens_per_rank, hidden, intermediate, local_experts, top_k, device, config)
+    # A minibatch larger than the table would only size the ring (and the counters) past what is ever used.
+    minibatch_rows = min(minibatch_rows, capacity)
+    ring_rows = ring_rows_for(config, capacity, minibatch_rows)
+    key = WorkspaceKey(str(device), current_stream_handle(device), num_ranks, tokens_per_rank, top_k, hidden,
+                       intermediate, capacity, minibatch_rows, ring_rows, bool(fuse_top1), one_rank)
+    return get_workspace(key) if reuse else Sm90Workspace(key)
+
+
 def _check_problem(x: torch.Tensor, w_gate: torch.Tensor, ep_size: int, config: MoKConfig) -> None:
     if config.expert_padding != BLOCK_M:
         raise ValueError(f"backend 'cuda' needs MoKConfig.expert_padding == {BLOCK_M} (its tile height), "
@@ -255,21 +277,16 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
     top_k = topk_ids.shape[1]
     tokens_per_rank = tokens // ep_size
     if fuse_top1 is None:
-        fuse_top1 = top_k == 1 and _env_on("MOK_CUDA_FUSE_TOP1", "1")
+        fuse_top1 = default_fuse_top1(top_k)
     elif fuse_top1 and top_k != 1:
         raise ValueError(f"fuse_top1 needs top_k == 1 (one slot per token), got top_k = {top_k}")
 
     if schedule is None:
         schedule = build_kernel_schedule(topk_ids, num_experts, ep_size, BLOCK_M, config.capacity_rows)
-    minibatch_rows = rank_minibatch_rows(tokens_per_rank, hidden, intermediate, num_experts // ep_size, top_k,
-                                         x.device, config)
-    # A minibatch larger than the table would only size the ring (and the counters) past what is ever used.
-    minibatch_rows = min(minibatch_rows, schedule.capacity)
-    ring_rows = ring_rows_for(config, schedule.capacity, minibatch_rows)
-
-    key = WorkspaceKey(str(x.device), current_stream_handle(x.device), ep_size, tokens_per_rank, top_k, hidden,
-                       intermediate, schedule.capacity, minibatch_rows, ring_rows, bool(fuse_top1))
-    workspace = get_workspace(key) if reuse_workspace else Sm90Workspace(key)
+    workspace = workspace_for(config, x.device, num_ranks=ep_size, tokens_per_rank=tokens_per_rank, top_k=top_k,
+                              hidden=hidden, intermediate=intermediate, local_experts=num_experts // ep_size,
+                              capacity=schedule.capacity, fuse_top1=fuse_top1, reuse=reuse_workspace)
+    minibatch_rows = workspace.key.minibatch_rows
 
     x = x.detach().contiguous()
     mxfp8 = precision == "mxfp8"
@@ -345,11 +362,34 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
 
 def saved_gate_up_buffer(prep: Sm90Launch, poison: bool = False) -> torch.Tensor:
     """A bf16 ``[R * capacity, 2I]`` buffer for :func:`launch`'s ``saved_gate_up``: row ``r * capacity + i`` is
-    schedule row i of rank r, columns gate then up. Rows past a rank's rows in use are never written (the Triton
-    backward never reads them); ``poison`` NaN-fills it first (tests)."""
+    schedule row i of rank r, columns gate then up (one real rank's launch, ``prep.local_rank >= 0``: that rank's
+    rows only, ``[capacity, 2I]``). Rows past a rank's rows in use are never written (the Triton backward never
+    reads them); ``poison`` NaN-fills it first (tests)."""
     ranks, capacity = prep.schedule.src_rank.shape
+    if prep.local_rank >= 0:
+        ranks = 1
     rows = torch.empty(ranks * capacity, 2 * prep.w_gate.shape[1], dtype=torch.bfloat16, device=prep.out.device)
     return rows.fill_(float("nan")) if poison else rows
+
+
+def start_error_checks(check: bool | str | None = None) -> str:
+    """The error-check mode of launches about to be queued: ``check`` as :func:`sm90_forward` takes it (default
+    ``MOK_CUDA_CHECK``), ``"off"`` while a CUDA graph is being captured. Unless off, first reports an earlier
+    launch's error that the deferred check has read back meanwhile (no waiting)."""
+    mode = check_mode() if check is None else ("sync" if check is True else "off" if check is False else check)
+    if mode == "off" or _capturing():
+        return "off"
+    check_pending_errors(wait=False)  # report an earlier launch's error before queueing more work
+    return mode
+
+
+def finish_error_check(prep: Sm90Launch, mode: str) -> None:
+    """After ``prep``'s launch: read its error record now (``"sync"``; raises, synchronises), queue the read
+    (``"deferred"``) or nothing (``"off"``); ``mode`` from :func:`start_error_checks`."""
+    if mode == "sync":
+        check_error(prep)
+    elif mode == "deferred":
+        defer_error_check(prep)
 
 
 def check_error(prep: Sm90Launch) -> None:
@@ -396,20 +436,13 @@ def _forward(x, topk_ids, topk_weights, w_gate, w_up, w_down, *, ep_size, config
              poison=False, fuse_top1=None, reuse_workspace=True, dispatch=None, save_gate_up=False,
              precision="bf16") -> tuple[Sm90Launch, torch.Tensor | None]:
     """:func:`sm90_forward`, returning the launch (its output, schedule tables, ...) and the saved rows."""
-    mode = check_mode() if check is None else ("sync" if check is True else "off" if check is False else check)
-    if mode == "off" or _capturing():
-        mode = "off"
-    else:
-        check_pending_errors(wait=False)  # report an earlier launch's error before queueing more work
+    mode = start_error_checks(check)
     prep = prepare(x, topk_ids, topk_weights, w_gate, w_up, w_down, ep_size=ep_size, config=config, poison=poison,
                    reuse_workspace=reuse_workspace, fuse_top1=fuse_top1, precision=precision,
                    for_backward=save_gate_up)
     saved = saved_gate_up_buffer(prep, poison=poison) if save_gate_up else None
     launch(prep, variant=variant, num_ctas=num_ctas, dispatch=dispatch, saved_gate_up=saved)
-    if mode == "sync":
-        check_error(prep)
-    elif mode == "deferred":
-        defer_error_check(prep)
+    finish_error_check(prep, mode)
     return prep, saved
 
 

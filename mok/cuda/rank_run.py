@@ -35,11 +35,10 @@ import torch
 from ..checks import resolve_precision
 from ..comm.peers import PeerGroup
 from ..config import MoKConfig
-from ..heuristics import rank_minibatch_rows
-from .backend import (Sm90Launch, _check_problem, _env_on, check_error, check_mode, check_pending_errors,
-                      defer_error_check, launch, ring_rows_for)
+from .backend import (Sm90Launch, _check_problem, default_fuse_top1, finish_error_check, launch,
+                      saved_gate_up_buffer, start_error_checks, workspace_for)
 from .schedule_tables import KernelSchedule, build_kernel_schedule
-from .workspace import BLOCK_M, Sm90Workspace, WorkspaceKey, current_stream_handle, get_workspace
+from .workspace import BLOCK_M
 
 PHASE_EXPERTS = 1  # RankPhases in include/mok/workspace.cuh
 PHASE_COMBINE = 2
@@ -61,18 +60,14 @@ def rank_launches(schedule: KernelSchedule, rank: int, *, x: torch.Tensor, weigh
         w_gate, w_up ``[E_local, I, H]``, w_down ``[E_local, H, I]``: this rank's experts.
         fuse_top1: top-1 layer whose down epilogue writes the sources' outputs (no combine launch work).
     """
-    ranks = schedule.src_rank.shape[0]
     tokens, hidden = x.shape
     top_k = schedule.top_k
     local_experts, intermediate, _ = w_gate.shape
-    minibatch_rows = min(rank_minibatch_rows(tokens, hidden, intermediate, local_experts, top_k, x.device, config),
-                         schedule.capacity)
-    ring_rows = ring_rows_for(config, schedule.capacity, minibatch_rows)
-    key = WorkspaceKey(str(x.device), current_stream_handle(x.device), ranks, tokens, top_k, hidden, intermediate,
-                       schedule.capacity, minibatch_rows, ring_rows, bool(fuse_top1), one_rank=True)
-    workspace = get_workspace(key) if reuse_workspace else Sm90Workspace(key)
+    workspace = workspace_for(config, x.device, num_ranks=schedule.src_rank.shape[0], tokens_per_rank=tokens,
+                              top_k=top_k, hidden=hidden, intermediate=intermediate, local_experts=local_experts,
+                              capacity=schedule.capacity, fuse_top1=fuse_top1, reuse=reuse_workspace, one_rank=True)
     experts = Sm90Launch(
-        schedule=schedule, tokens_per_rank=tokens, top_k=top_k, minibatch_rows=minibatch_rows,
+        schedule=schedule, tokens_per_rank=tokens, top_k=top_k, minibatch_rows=workspace.key.minibatch_rows,
         fuse_top1=bool(fuse_top1), x=x, weights=weights, out=out, x_ptrs=x_ptrs, weight_ptrs=weight_ptrs,
         combine_ptrs=combine_ptrs, out_ptrs=out_ptrs, w_gate=w_gate.detach().contiguous(),
         w_up=w_up.detach().contiguous(), w_down=w_down.detach().contiguous(), workspace=workspace,
@@ -81,9 +76,9 @@ def rank_launches(schedule: KernelSchedule, rank: int, *, x: torch.Tensor, weigh
 
 
 def saved_rows_buffer(launch_: Sm90Launch) -> torch.Tensor:
-    """bf16 ``[capacity, 2I]``: gate | up of every row of this rank's table (the expert launch writes them)."""
-    return torch.empty(launch_.schedule.capacity, 2 * launch_.w_gate.shape[1], dtype=torch.bfloat16,
-                       device=launch_.out.device)
+    """bf16 ``[capacity, 2I]``: gate | up of every row of this rank's table (the expert launch writes them):
+    :func:`mok.cuda.backend.saved_gate_up_buffer` of a one-rank launch."""
+    return saved_gate_up_buffer(launch_)
 
 
 class CudaRankRun:
@@ -129,11 +124,10 @@ class CudaRankRun:
         peers, rank, world = self.peers, self.rank, self.world
         x_buf = peers.buffer("cuda_x", (tokens, hidden), torch.bfloat16)
         weight_buf = peers.buffer("cuda_topk_weights", (tokens * top_k,), torch.float32)
-        fuse_top1 = top_k == 1 and _env_on("MOK_CUDA_FUSE_TOP1", "1")
+        fuse_top1 = default_fuse_top1(top_k)
         if fuse_top1:  # the down epilogue writes the weighted rows into the sources' outputs
             out_buf = peers.buffer("cuda_out", (tokens, hidden), torch.bfloat16)
-            out, combine_ptrs = out_buf[rank], out_buf.ptr_table
-            out_ptrs = out_buf.ptr_table
+            out, combine_ptrs, out_ptrs = out_buf[rank], out_buf.ptr_table, out_buf.ptr_table
         else:
             slots = peers.buffer("cuda_slots", (tokens * top_k, hidden), torch.bfloat16)
             out, combine_ptrs = torch.empty(tokens, hidden, dtype=torch.bfloat16, device=self.x.device), slots.ptr_table
@@ -144,17 +138,12 @@ class CudaRankRun:
             self.schedule, rank, x=x_buf[rank], weights=weight_buf[rank], out=out, x_ptrs=x_buf.ptr_table,
             weight_ptrs=weight_buf.ptr_table, combine_ptrs=combine_ptrs, out_ptrs=out_ptrs, w_gate=self.w_gate,
             w_up=self.w_up, w_down=self.w_down, config=self.config, fuse_top1=fuse_top1)
-        self.saved_gate_up = saved_rows_buffer(experts) if self.wants_backward else None
-        mode = check_mode()
-        if mode != "off":
-            check_pending_errors(wait=False)
+        self.saved_gate_up = saved_gate_up_buffer(experts) if self.wants_backward else None
+        mode = start_error_checks()
 
         def run(prep: Sm90Launch, **kwargs) -> None:
             launch(prep, dispatch="ring", **kwargs)  # MoK's pull dispatch into the ring (no gather across GPUs)
-            if mode == "sync":
-                check_error(prep)
-            elif mode == "deferred":
-                defer_error_check(prep)
+            finish_error_check(prep, mode)
 
         peers.barrier()  # every rank's rows are published; every rank is done with its last call's slots
         run(experts, saved_gate_up=self.saved_gate_up)

@@ -10,9 +10,6 @@ buffer                    shape, dtype               what
 ``ring_h``                [R * ring_rows, I] bf16    SwiGLU output rows (gate/up epilogue -> down GEMM)
 ``combine``               [R, T_local * K, H] bf16   combine slots (down epilogue push -> weighted sum); absent
                                                      when the top-1 combine is fused (no slots needed)
-                                                     or when the launch is one real rank's (``one_rank``:
-                                                     the slots are in peer memory, and the rings hold one
-                                                     rank, ``[ring_rows, ...]``)
 ``counters``              [counter_ints] int32       dependency counters (zeroed in-stream by every launch)
 ``error``                 [8] int32                  error record (zeroed in-stream by every launch)
 ``combine_ptrs``          [R] int64                  peer pointer table of ``combine``
@@ -20,6 +17,10 @@ buffer                    shape, dtype               what
 
 and, per byte stride, ``r * stride`` offsets from which the per-call pointer tables (tokens, router weights,
 output: their addresses change every call) are made with a single add.
+
+A launch of one real rank (``WorkspaceKey.one_rank``, :mod:`mok.cuda.rank_run`) holds that rank's rings only
+(``[ring_rows, H]`` and ``[ring_rows, I]``) and no ``combine``: its slots are symmetric peer memory. The counters
+keep the all-rank layout.
 
 Workspaces are cached by :class:`WorkspaceKey` (device, stream, sizes). Reuse on one stream is safe because
 the stream orders the launches; the stream is part of the key so that two streams never share buffers. A CUDA

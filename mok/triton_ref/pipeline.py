@@ -593,8 +593,10 @@ class TritonRankRun(TritonRanksRun):
     (``[E_local, I, H]``, ``[E_local, H, I]``). ``transport`` must be ``"peers"`` (or ``"peers-triton"``: the
     same thing here); ``peers`` is the group whose buffers the kernels read and write (default:
     :func:`mok.distributed.default_peers` of ``group``). ``precision``: ``None`` (x's dtype), ``"bf16"``,
-    ``"fp32"`` or ``"mxfp8"``. ``forward()`` -> ``[T_local, H]``; ``backward(grad)`` -> ``(dx, d_topk_weights,
-    d_w_gate, d_w_up, d_w_down)`` of this rank. Collective: every rank constructs, runs forward and backward.
+    ``"fp32"`` or ``"mxfp8"``. ``schedule``: the routing's :class:`mok.schedule.Schedule` if the caller has it
+    (``backend="cuda"``: completed from the megakernel's tables), else built here. ``forward()`` -> ``[T_local,
+    H]``; ``backward(grad)`` -> ``(dx, d_topk_weights, d_w_gate, d_w_up, d_w_down)`` of this rank. Collective:
+    every rank constructs, runs forward and backward.
     """
 
     TRANSPORTS = ("peers", "peers-triton")  # the kernels read peer memory themselves: no collective transport
@@ -605,8 +607,8 @@ class TritonRankRun(TritonRanksRun):
                  peers: PeerGroup | None = None, precision: str | None = None, backward: bool = True,
                  schedule: Schedule | None = None) -> None:
         if transport not in self.TRANSPORTS:
-            raise ValueError(f"the triton backend moves rows through peer memory: transport must be 'peers', "
-                             f"got {transport!r}")
+            raise ValueError(f"the triton backend moves rows through peer memory: transport must be 'peers' or "
+                             f"'peers-triton', got {transport!r}")
         if peers is None:
             from ..distributed import default_peers
             peers = default_peers(group, x_local.device)

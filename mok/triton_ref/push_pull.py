@@ -76,8 +76,8 @@ GPUs (``python -m mok.dist_cli bench`` under torchrun) the same kernel moves row
 
 from __future__ import annotations
 
-import os
 import functools
+import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -404,12 +404,12 @@ def transfer_rows(own: PeerBuffer, peer: PeerBuffer, peer_rank: torch.Tensor, pe
     pull = direction == "pull"
     if signal is not None and not pull and expected is None:
         raise ValueError("push with signalling needs `expected` (rows each rank receives)")
-    epoch = signal.next_epoch() if signal is not None else 0
-    if max_spins is None:
-        max_spins = 1 << 15 if INTERPRETING else 1 << 22
     poll = poll or default_poll()
     if poll not in POLLS:
         raise ValueError(f"poll must be one of {POLLS}, got {poll!r}")
+    epoch = signal.next_epoch() if signal is not None else 0  # (after every check: no epoch without a launch)
+    if max_spins is None:
+        max_spins = 1 << 15 if INTERPRETING else 1 << 22
     base = own.views[ranks[0]]  # a launched rank's buffer: local memory on every kind of peer group
     dummy = own.ptr_table  # stands in for signalling pointers the data-only variant never touches
     blocks = len(ranks) * triton.cdiv(n_rows, block_rows)

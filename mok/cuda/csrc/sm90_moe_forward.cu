@@ -89,7 +89,8 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
     return fail(message, message_len, "intermediate (I=%d) must be a positive multiple of %d (the down GEMM K block)",
                 q.intermediate, Tiles::kBlockK);
   const bool one_rank = q.local_rank >= 0;  // one real rank per launch (launch.cuh)
-  if (q.local_rank >= q.num_ranks)
+  const int own_ranks = one_rank ? 1 : q.num_ranks;  // ranks whose experts, ring and saved rows this launch holds
+  if (q.local_rank < -1 || q.local_rank >= q.num_ranks)
     return fail(message, message_len, "local_rank (%d) must be -1 or in [0, num_ranks=%d)", q.local_rank,
                 q.num_ranks);
   if (q.phases < 1 || q.phases > kPhasesAll)
@@ -101,7 +102,7 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
                 "launches (phases 1, a barrier across the GPUs, then phases 2)", q.num_ranks);
   if (!one_rank && q.phases != kPhasesAll)
     return fail(message, message_len, "emulated ranks run every phase in one launch (phases 3), got %d", q.phases);
-  if (one_rank ? q.num_experts < 1 : (q.num_experts < q.num_ranks || q.num_experts % q.num_ranks != 0))
+  if (q.num_experts < own_ranks || q.num_experts % own_ranks != 0)
     return fail(message, message_len, "num_experts (%d) must be a multiple of num_ranks (%d), or >= 1 for one "
                 "real rank's experts", q.num_experts, q.num_ranks);
   if (q.capacity <= 0 || q.capacity % Tiles::kBlockM != 0)
@@ -132,7 +133,7 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
                 q.ablate);
 
   // ---- 32-bit index ranges (TMA coordinates and tickets are int32) ----
-  const long long ring_total = static_cast<long long>(one_rank ? 1 : q.num_ranks) * q.ring_rows;
+  const long long ring_total = static_cast<long long>(own_ranks) * q.ring_rows;
   const long long weight_rows = static_cast<long long>(q.num_experts) * (q.intermediate > q.hidden ? q.intermediate : q.hidden);
   const int tiles_per_rank = q.capacity / Tiles::kBlockM;
   const int gate_up_nblocks = ceil_div(q.intermediate, Tiles::kHalfN);
@@ -164,7 +165,7 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.top_k = q.top_k;
   p.hidden = q.hidden;
   p.intermediate = q.intermediate;
-  p.num_local_experts = one_rank ? q.num_experts : q.num_experts / q.num_ranks;
+  p.num_local_experts = q.num_experts / own_ranks;
   p.capacity = q.capacity;
   p.tiles_per_rank = tiles_per_rank;
   p.minibatch_rows = q.minibatch_rows;

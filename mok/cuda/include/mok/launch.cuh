@@ -16,7 +16,9 @@ enum class Sm90Variant : int {
 };
 
 // Everything one forward launch needs, as raw device pointers and sizes. Shapes and dtypes are stated per
-// field; "R" is the number of (emulated) ranks, T_local = tokens per rank, K = top-k, E = all experts.
+// field; "R" is the number of (emulated) ranks, T_local = tokens per rank, K = top-k, E = the experts whose
+// weights this launch holds (all of the layer's; one real rank per launch: that rank's own), E_local = experts per
+// rank (E / R; one real rank: E), R' = ranks whose ring and saved rows this launch holds (R; one real rank: 1).
 struct Sm90MoeProblem {
   int num_ranks = 0;          // R, 1..64
   int tokens_per_rank = 0;    // T_local
@@ -31,7 +33,7 @@ struct Sm90MoeProblem {
   const int32_t* src_rank = nullptr;         // [R, capacity]
   const int32_t* src_slot = nullptr;         // [R, capacity]
   const int32_t* tile_expert = nullptr;      // [R, capacity / 128]
-  const int32_t* segment_offsets = nullptr;  // [R, E/R + 1]
+  const int32_t* segment_offsets = nullptr;  // [R, E_local + 1]
 
   const int64_t* x_ptrs = nullptr;        // [R] -> bf16 [T_local, H]
   const int64_t* weight_ptrs = nullptr;   // [R] -> fp32 [T_local * K]
@@ -41,9 +43,9 @@ struct Sm90MoeProblem {
   const void* w_gate = nullptr;  // bf16 [E, I, H]
   const void* w_up = nullptr;    // bf16 [E, I, H]
   const void* w_down = nullptr;  // bf16 [E, H, I]
-  void* ring_x = nullptr;        // bf16 [R * ring_rows, H]
-  void* ring_h = nullptr;        // bf16 [R * ring_rows, I]
-  void* saved_gate_up = nullptr; // optional bf16 [R * capacity, 2I]: gate | up per schedule row (for the backward)
+  void* ring_x = nullptr;        // bf16 [R' * ring_rows, H]
+  void* ring_h = nullptr;        // bf16 [R' * ring_rows, I]
+  void* saved_gate_up = nullptr; // optional bf16 [R' * capacity, 2I]: gate | up per schedule row (for the backward)
 
   int32_t* counters = nullptr;   // sm90_moe_counter_ints(...) int32 (any contents: reset in-stream)
   int32_t* error = nullptr;      // sm90_moe_error_words() int32 (reset in-stream)

@@ -31,7 +31,9 @@
 //                                                                     in gather mode)
 //                and every W(i - ring_slots) task finished           (ring h rows are free again)
 //     W(i, m)    waits until every G(tile m, *) finished             (all of h for the tile is written)
-//     C(s, b)    waits until every row of source s was pushed        (T_local * K rows x down column blocks)
+//     C(s, b)    waits until every row of source s was pushed        (T_local * K rows x down column blocks;
+//                                                                     a combine-only launch waits for nothing:
+//                                                                     the barrier before it did)
 #pragma once
 
 #include "workspace.cuh"

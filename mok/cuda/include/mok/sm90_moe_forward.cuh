@@ -1,5 +1,6 @@
 // The SM90 MoE forward megakernel: one persistent CTA per SM runs dispatch, the gate/up GEMM with SwiGLU,
-// the down GEMM with push-combine, and the weighted sum, for every emulated rank, in one launch.
+// the down GEMM with push-combine, and the weighted sum, for every emulated rank, in one launch (or, with
+// `local_rank` >= 0, one real rank's expert tasks or its combine: workspace.cuh, RankPhases).
 //
 // CTA = 3 warpgroups (384 threads):
 //   warpgroup 0 (producer, 56 registers): thread 0 takes tickets, decodes tasks (scheduler.cuh), waits for
@@ -226,9 +227,10 @@ __device__ __forceinline__ void simple_consumer(const Sm90MoeParams& p, SharedSt
 constexpr int kSignalThread = 32;  // lane 0 of the producer warpgroup's warp 1 (signal warp)
 
 // The signal warp (one thread): for every task in queue order, once all eight consumer warps arrived on the
-// slot's `task_done` (each after its writes and its proxy fence: release at CTA scope), run the gpu-scope fence
-// and bump the task's counters, which is the same release pattern as a CTA barrier followed by one thread's
-// fence (sync.cuh). Then free the slot (its push counts are zero again) for the producer.
+// slot's `task_done` (each after its writes and, for dispatch and gate/up, its proxy fence: release at CTA
+// scope), run the gpu-scope fence and bump the task's counters, which is the same release pattern as a CTA
+// barrier followed by one thread's fence (sync.cuh). Then free the slot (its push counts are zero again) for
+// the producer.
 template <class Tiles>
 __device__ __forceinline__ void signal_finished_tasks(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
                                                       const ScheduleView& v) {

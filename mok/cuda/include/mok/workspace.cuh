@@ -136,8 +136,8 @@ enum ErrorWord : int {
 // ---------------------------------------------------------------------------------------------------------
 struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   // TMA descriptors, 128-byte swizzle, box inner side 64 bf16.
-  CUtensorMap tmap_ring_x;  // ring x  [R*ring_rows, H],  box {64, 128}: gate/up A
-  CUtensorMap tmap_ring_h;  // ring h  [R*ring_rows, I],  box {64, 128}: down A
+  CUtensorMap tmap_ring_x;  // ring x  [R'*ring_rows, H], box {64, 128}: gate/up A (R': see ring_x below)
+  CUtensorMap tmap_ring_h;  // ring h  [R'*ring_rows, I], box {64, 128}: down A
   CUtensorMap tmap_w_gate;  // w_gate  [E*I, H],          box {64, 128}: gate/up B rows 0..127
   CUtensorMap tmap_w_up;    // w_up    [E*I, H],          box {64, 128}: gate/up B rows 128..255
   CUtensorMap tmap_w_down;  // w_down  [E*H, I],          box {64, 256}: down B
@@ -183,10 +183,11 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   const long long* combine_ptrs;  // -> bf16  [T_local * K, H]  combine slots (down epilogue pushes here)
   const long long* out_ptrs;      // -> bf16  [T_local, H]      layer output
 
-  // Ring buffers owned by this launch (all ranks stacked): written with generic stores, read by TMA.
-  void* ring_x;  // bf16 [R * ring_rows, H]
-  void* ring_h;  // bf16 [R * ring_rows, I]
-  // Optional (training): bf16 [R * capacity, 2I], row = the schedule row, columns gate | up, rounded to bf16
+  // Ring buffers owned by this launch, R' ranks stacked (R' = R, or 1 for one real rank: own_slot() below):
+  // written with generic stores, read by TMA.
+  void* ring_x;  // bf16 [R' * ring_rows, H]
+  void* ring_h;  // bf16 [R' * ring_rows, I]
+  // Optional (training): bf16 [R' * capacity, 2I], row = the schedule row, columns gate | up, rounded to bf16
   // (what the Triton backward reads instead of recomputing the gate/up GEMM). nullptr = not written.
   void* saved_gate_up;
 
