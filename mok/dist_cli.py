@@ -93,10 +93,15 @@ def all_gather_rows(t: torch.Tensor, group=None) -> torch.Tensor:
 
 
 def machine_description(world: int, device: torch.device) -> dict:
-    """What the results ran on: machine kind (``MOK_MACHINE_KIND`` if set), GPU name and count, versions."""
+    """What the results ran on: machine kind (``MOK_MACHINE_KIND`` if set), GPU name and count, versions, and the
+    code (commit: ``MOK_GIT_COMMIT`` on a machine without the history; digest of the package's sources)."""
+    from .bench.harness import collect_metadata
+
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    code = collect_metadata("cpu")  # only the code fields are kept (the device is described here)
     return {"machine_kind": os.environ.get("MOK_MACHINE_KIND", f"{name} x{world}"), "gpu_count": world,
-            "device": name, "torch": torch.__version__,
+            "device": name, "torch": torch.__version__, "triton": code.get("triton"),
+            "git_commit": code.get("git_commit"), "source_digest": code.get("source_digest"),
             "multicast_env": {k: os.environ.get(k) for k in MULTICAST_OFF},
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 

@@ -270,6 +270,7 @@ def test_dist_cli_validate_and_bench():
     tmp_path = Path(_spawn(2)[1])
     record = json.loads((tmp_path / "validate.json").read_text())
     assert record["gpu_count"] == 2
+    assert record["source_digest"] and "git_commit" in record  # which code ran (the commit: where git is)
     assert set(record["runs"]) == {"reference/collective", "reference/peers", "reference/peers-triton", "nccl"}
     assert all(run["passed"] for run in record["runs"].values())
     ref_fingerprints = {record["runs"][name]["fingerprint"]
