@@ -175,7 +175,7 @@ for stage in $STAGES; do
     mvalidate)
       # Issue #6 command 1 on every GPU count this machine has: correctness and bitwise determinism across real
       # GPUs (torchrun, one process per GPU, PyTorch symmetric memory for peers). $MOK_MVALIDATE_BACKENDS sets
-      # the large shape's backends (default reference,nccl,triton; add cuda for the megakernel).
+      # the large shape's backends (default reference,nccl,triton,cuda; cuda needs Hopper).
       run_stage mvalidate "${MOK_TIMEOUT_MVALIDATE:-240}" bash -c '
         ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
         R="python3 -m torch.distributed.run --standalone"; rc=0
@@ -188,7 +188,7 @@ for stage in $STAGES; do
           --minibatch 32 --ring 64 --tile 16 --out $OUT/results/validate_fp32_ring_${ngpu}gpu.json \
           || { echo "fp32 ring FAILED"; rc=1; }
         timeout 150 $R --nproc-per-node $ngpu -m mok.dist_cli validate --shape 2048,1024,512,64,8 --dtype bf16 \
-          --tile 128 --backend ${MOK_MVALIDATE_BACKENDS:-reference,nccl,triton} \
+          --tile 128 --backend ${MOK_MVALIDATE_BACKENDS:-reference,nccl,triton,cuda} \
           --out $OUT/results/validate_bf16_large_${ngpu}gpu.json || { echo "large FAILED"; rc=1; }
         python3 -c "
 import glob, json
@@ -201,7 +201,7 @@ for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
       run_stage mbench "${MOK_TIMEOUT_MBENCH:-480}" bash -c '
         ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
         python3 -m torch.distributed.run --standalone --nproc-per-node $ngpu -m mok.dist_cli bench \
-          --tokens-per-gpu 2048 ${MOK_MBENCH_ARGS:---backends nccl,triton --iters 10 --warmup 3} \
+          --tokens-per-gpu 2048 ${MOK_MBENCH_ARGS:---backends nccl,triton,cuda --iters 10 --warmup 3} \
           --out $OUT/results/bench_x${ngpu}_${MOK_MBENCH_TAG:-uniform} \
         && cat $OUT/results/bench_x${ngpu}_${MOK_MBENCH_TAG:-uniform}.md' ;;
     ab)

@@ -642,7 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
     ben.add_argument("--models", default="kimi-k2.7,glm-5.2,qwen3.5-397b,deepseek-v4-pro",
                      help="comma-separated names from mok.config.MODELS, or one custom 'H,I,E,K'")
     ben.add_argument("--tokens-per-gpu", type=int, default=2048)
-    ben.add_argument("--backends", default="nccl,triton", help="comma-separated: nccl, reference, triton, cuda")
+    ben.add_argument("--backends", default="nccl,triton,cuda",
+                     help="comma-separated: nccl, reference, triton, cuda (those unavailable here are skipped)")
     ben.add_argument("--routing", choices=["uniform", "zipf"], default="uniform", help="routing of the layer runs")
     ben.add_argument("--tile", type=int, default=128)
     ben.add_argument("--iters", type=int, default=10)

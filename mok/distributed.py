@@ -338,8 +338,8 @@ def _rank_run_class(backend: str):
             raise RuntimeError(f"backend 'triton' is unavailable: {err}") from err
         return TritonRankRun
     if backend == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError("backend 'cuda' needs a Hopper GPU")
+        if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+            raise RuntimeError("backend 'cuda' needs a Hopper GPU (compute capability 9.x)")
         try:
             from .cuda.rank_run import CudaRankRun
             from .triton_ref.pipeline import TritonRankRun  # noqa: F401 (its backward)

@@ -29,8 +29,8 @@ def _table(stacked: torch.Tensor) -> torch.Tensor:
 
 def _rank_by_rank(problem, ranks: int, variant: str):
     """Every rank's expert launch, then every rank's combine launch; returns (out [T, H], saved rows per rank)."""
-    from mok.cuda.backend import check_error, launch
-    from mok.cuda.rank_run import rank_launches, saved_rows_buffer
+    from mok.cuda.backend import check_error, launch, saved_gate_up_buffer
+    from mok.cuda.rank_run import rank_launches
     from mok.cuda.schedule_tables import build_kernel_schedule
 
     x, ids, weights, w_gate, w_up, w_down = problem
@@ -50,7 +50,7 @@ def _rank_by_rank(problem, ranks: int, variant: str):
             schedule, r, x=xs[r], weights=ws[r], out=out[r], x_ptrs=_table(xs), weight_ptrs=_table(ws),
             combine_ptrs=_table(out if fuse else slots), out_ptrs=_table(out), w_gate=w_gate[own], w_up=w_up[own],
             w_down=w_down[own], config=MoKConfig(), fuse_top1=fuse, reuse_workspace=False))
-    saved = [saved_rows_buffer(experts_launch).fill_(float("nan")) for experts_launch, _ in launches]
+    saved = [saved_gate_up_buffer(experts_launch, poison=True) for experts_launch, _ in launches]
     for (experts_launch, _), rows in zip(launches, saved):
         experts_launch.workspace.poison()
         launch(experts_launch, variant=variant, dispatch="ring", saved_gate_up=rows)

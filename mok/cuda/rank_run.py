@@ -75,12 +75,6 @@ def rank_launches(schedule: KernelSchedule, rank: int, *, x: torch.Tensor, weigh
     return experts, dataclasses.replace(experts, phases=PHASE_COMBINE)
 
 
-def saved_rows_buffer(launch_: Sm90Launch) -> torch.Tensor:
-    """bf16 ``[capacity, 2I]``: gate | up of every row of this rank's table (the expert launch writes them):
-    :func:`mok.cuda.backend.saved_gate_up_buffer` of a one-rank launch."""
-    return saved_gate_up_buffer(launch_)
-
-
 class CudaRankRun:
     """One real rank of ``distributed_moe(..., backend="cuda")`` (see the module docstring).
 
