@@ -108,19 +108,7 @@ __device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     // 1. y = bf16(acc) for columns [128*half, 128*half + 128) of the tile into the staging rows.
-#pragma unroll
-    for (int j = 0; j < Tiles::kHalfN / 8; j += 2) {
-      uint32_t pairs[2][2];
-#pragma unroll
-      for (int g = 0; g < 2; ++g) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int d = 4 * (j + g + half * (Tiles::kHalfN / 8)) + 2 * i;
-          pairs[g][i] = pack_bf16_pair(acc[d], acc[d + 1]);
-        }
-      }
-      stage_two_groups<Tiles>(s.staging, consumer_wg, j, pairs);
-    }
+    stage_accumulator_half<Tiles>(s.staging, consumer_wg, acc, half);
     named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
 
     // 2. Push: each row's 256 contiguous bytes into its (token, k) slot on the source rank (fused: into the

@@ -114,19 +114,7 @@ __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const S
     uint4* saved = static_cast<uint4*>(p.saved_gate_up);
 #pragma unroll
     for (int part = 0; part < 2; ++part) {  // 0: gate (accumulator columns 0..127), 1: up (128..255)
-#pragma unroll
-      for (int j = 0; j < Tiles::kHalfN / 8; j += 2) {
-        uint32_t pairs[2][2];
-#pragma unroll
-        for (int g = 0; g < 2; ++g) {
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const int d = 64 * part + 4 * (j + g) + 2 * i;
-            pairs[g][i] = pack_bf16_pair(acc[d], acc[d + 1]);
-          }
-        }
-        stage_two_groups<Tiles>(s.staging, consumer_wg, j, pairs);
-      }
+      stage_accumulator_half<Tiles>(s.staging, consumer_wg, acc, part);
       store_staged_rows<Tiles>(s, consumer_wg, saved, row0, row_chunks, part * p.intermediate + col0, valid_cols);
     }
   }
