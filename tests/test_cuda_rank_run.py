@@ -54,3 +54,16 @@ def test_a_one_rank_launch_saves_its_own_table_rows_only():
     rows = saved_gate_up_buffer(SimpleNamespace(**{**vars(launch), "local_rank": 2}), poison=True)
     assert rows.shape == (capacity, 2 * intermediate) and rows.dtype == torch.bfloat16
     assert bool(torch.isnan(rows.float()).all())
+
+
+def test_phase_constants_mirror_the_kernels_enum():
+    """rank_run's phase numbers are the kernel's RankPhases (include/mok/workspace.cuh)."""
+    import re
+    from pathlib import Path
+
+    from mok.cuda import rank_run
+
+    header = (Path(rank_run.__file__).parent / "include/mok/workspace.cuh").read_text()
+    enum = dict(re.findall(r"(kPhase\w+) = (\d+)", header.split("enum RankPhases", 1)[1].split("};", 1)[0]))
+    assert int(enum["kPhaseExperts"]) == rank_run.PHASE_EXPERTS
+    assert int(enum["kPhaseCombine"]) == rank_run.PHASE_COMBINE

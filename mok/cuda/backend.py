@@ -232,7 +232,9 @@ def workspace_for(config: MoKConfig, device: torch.device, *, num_ranks: int, to
     return get_workspace(key) if reuse else Sm90Workspace(key)
 
 
-def _check_problem(x: torch.Tensor, w_gate: torch.Tensor, ep_size: int, config: MoKConfig) -> None:
+def check_problem(x: torch.Tensor, w_gate: torch.Tensor, ep_size: int, config: MoKConfig) -> None:
+    """What the megakernel needs of a layer (tile 128, bf16 activations, H and I multiples of 64, tokens and
+    experts divisible by ``ep_size``); raises ValueError or TypeError naming the first that fails."""
     if config.expert_padding != BLOCK_M:
         raise ValueError(f"backend 'cuda' needs MoKConfig.expert_padding == {BLOCK_M} (its tile height), "
                          f"got {config.expert_padding}")
@@ -271,7 +273,7 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
     config = config or MoKConfig()
     if precision not in PRECISIONS:
         raise ValueError(f"backend 'cuda' supports precision in {PRECISIONS}, got {precision!r}")
-    _check_problem(x, w_gate, ep_size, config)
+    check_problem(x, w_gate, ep_size, config)
     tokens, hidden = x.shape
     num_experts, intermediate, _ = w_gate.shape
     top_k = topk_ids.shape[1]

@@ -35,7 +35,7 @@ import torch
 from ..checks import resolve_precision
 from ..comm.peers import PeerGroup
 from ..config import MoKConfig
-from .backend import (Sm90Launch, _check_problem, default_fuse_top1, finish_error_check, launch,
+from .backend import (Sm90Launch, check_problem, default_fuse_top1, finish_error_check, launch,
                       saved_gate_up_buffer, start_error_checks, workspace_for)
 from .schedule_tables import KernelSchedule, build_kernel_schedule
 from .workspace import BLOCK_M
@@ -99,7 +99,7 @@ class CudaRankRun:
         precision = resolve_precision(precision, x_local)
         if precision != "bf16":
             raise ValueError(f"backend 'cuda' across processes supports precision 'bf16', got {precision!r}")
-        _check_problem(x_local, w_gate, 1, config)
+        check_problem(x_local, w_gate, 1, config)
         if peers is None:
             from ..distributed import default_peers
             peers = default_peers(group, x_local.device)

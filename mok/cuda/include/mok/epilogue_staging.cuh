@@ -45,25 +45,31 @@ __device__ __forceinline__ void stage_two_groups(uint8_t* staging, int consumer_
                : "memory");
 }
 
-// Accumulator columns [128 * half, 128 * half + 128) of this thread's 64 x 256 fragment (acc[64 * half ..
-// 64 * half + 63]), rounded to bf16 as they are, into the staging rows: the down tile's two halves, or the gate
-// (half 0) and up (half 1) columns of a gate/up tile.
-template <class Tiles>
-__device__ __forceinline__ void stage_accumulator_half(uint8_t* staging, int consumer_wg, const float (&acc)[128],
-                                                       int half) {
+// A 128-column slice of this thread's fragment into the staging rows, as bf16 pairs: pair_of(d) gives the pair
+// of slice columns d and d + 1 for d = 4 * column group + 2 * fragment row (the fragment's own order).
+template <class Tiles, class PairOf>
+__device__ __forceinline__ void stage_fragment_pairs(uint8_t* staging, int consumer_wg, PairOf&& pair_of) {
 #pragma unroll
   for (int j = 0; j < Tiles::kHalfN / 8; j += 2) {
     uint32_t pairs[2][2];
 #pragma unroll
     for (int g = 0; g < 2; ++g) {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int d = 64 * half + 4 * (j + g) + 2 * i;
-        pairs[g][i] = pack_bf16_pair(acc[d], acc[d + 1]);
-      }
+      for (int i = 0; i < 2; ++i) pairs[g][i] = pair_of(4 * (j + g) + 2 * i);
     }
     stage_two_groups<Tiles>(staging, consumer_wg, j, pairs);
   }
+}
+
+// Accumulator columns [128 * half, 128 * half + 128) of this thread's 64 x 256 fragment (acc[64 * half ..
+// 64 * half + 63]), rounded to bf16 as they are, into the staging rows: the down tile's two halves, or the gate
+// (half 0) and up (half 1) columns of a gate/up tile.
+template <class Tiles>
+__device__ __forceinline__ void stage_accumulator_half(uint8_t* staging, int consumer_wg, const float (&acc)[128],
+                                                       int half) {
+  stage_fragment_pairs<Tiles>(staging, consumer_wg, [&](int d) {
+    return pack_bf16_pair(acc[64 * half + d], acc[64 * half + d + 1]);
+  });
 }
 
 template <class Tiles>

@@ -121,20 +121,10 @@ __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const S
   // SwiGLU in registers, bf16 pairs into the staging tile, rows out to the ring.
   if (p.mxfp8) {
     stage_h_mx_rounded<Tiles>(s, acc, consumer_wg);
-  } else {
-#pragma unroll
-    for (int j = 0; j < Tiles::kHalfN / 8; j += 2) {
-      uint32_t pairs[2][2];
-#pragma unroll
-      for (int gg = 0; gg < 2; ++gg) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int g = 4 * (j + gg) + 2 * i;
-          pairs[gg][i] = pack_bf16_pair(swiglu(acc[g], acc[64 + g]), swiglu(acc[g + 1], acc[64 + g + 1]));
-        }
-      }
-      stage_two_groups<Tiles>(s.staging, consumer_wg, j, pairs);
-    }
+  } else {  // gate column g is acc[g], its up column acc[64 + g]
+    stage_fragment_pairs<Tiles>(s.staging, consumer_wg, [&](int g) {
+      return pack_bf16_pair(swiglu(acc[g], acc[64 + g]), swiglu(acc[g + 1], acc[64 + g + 1]));
+    });
   }
   const long long ring_row0 =
       static_cast<long long>(own_slot(p, t.rank)) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
