@@ -18,6 +18,7 @@
 #   mvalidate  issue #6: torchrun validate on 1..N GPUs of this machine (bitwise across GPU counts)
 #   mbench     issue #6: torchrun bench on all GPUs ($MOK_MBENCH_ARGS, $MOK_MBENCH_TAG)
 #   ab         experiments/ab_kernels.py $MOK_AB_ARGS (two megakernel builds, interleaved, bitwise compared)
+#   profile    experiments/profile_backward.py --sync-debug at $MOK_PROFILE_SHAPES: host vs kernel time of a backward
 #   pushpull   experiments/push_pull.py (push vs pull kernels; the notebook stage measures this too)
 #   notebooks  notebooks/*.ipynb in full mode (re-measured: MOK_NOTEBOOK_REFRESH=1), executed copies in $OUT/notebooks
 #   train      experiments/train_tiny_moe.py (tokens/s per backend; bitwise loss curves, EP 1 vs EP 4)
@@ -208,6 +209,13 @@ for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
       # experiments/ab_kernels.py: two builds of the megakernel timed interleaved and compared bit for bit.
       run_stage ab "${MOK_TIMEOUT_AB:-240}" python3 experiments/ab_kernels.py ${MOK_AB_ARGS:?set MOK_AB_ARGS} \
         --clock-log "$OUT/results/ab_clocks.csv" ;;
+    profile)
+      # experiments/profile_backward.py: host vs kernel time of one training backward per backend, and where the
+      # backward synchronises with the host, at $MOK_PROFILE_SHAPES (default: the qwen slice, the host-bound one).
+      run_stage profile "${MOK_TIMEOUT_PROFILE:-150}" bash -c '
+        for shape in ${MOK_PROFILE_SHAPES:-qwen3.5-397b/ep64}; do
+          python3 experiments/profile_backward.py "$shape" --sync-debug || exit 1
+        done' ;;
     pushpull)
       run_stage pushpull "${MOK_TIMEOUT_PUSHPULL:-120}" python3 experiments/push_pull.py ;;
     notebooks)
@@ -217,7 +225,7 @@ for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
     train)
       run_stage train "${MOK_TIMEOUT_TRAIN:-180}" python3 experiments/train_tiny_moe.py ;;
     *)
-      echo "=== unknown stage '$stage' (tests, bench, cuda, sanitize, breakdown, ncu, tune, mvalidate, mbench, ab, pushpull, notebooks, train)"
+      echo "=== unknown stage '$stage' (tests, bench, cuda, sanitize, breakdown, ncu, tune, mvalidate, mbench, ab, profile, pushpull, notebooks, train)"
       SUMMARY+=("$(printf '%-10s %-8s %6s  %s' "$stage" unknown - "")") ;;
   esac
 done

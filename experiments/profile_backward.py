@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import time
+import traceback
+import warnings
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -38,11 +40,42 @@ def backward(out, grad):
     return host, time.perf_counter() - start
 
 
+def report_syncs(backend: str, out: torch.Tensor, grad: torch.Tensor) -> None:
+    """One backward with synchronising CUDA calls reported: each one's message and the mok frames of its stack."""
+    seen = []
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        frames = [f for f in traceback.extract_stack()[:-1] if "/mok/" in f.filename]
+        seen.append((str(message).splitlines()[0], frames[-4:]))
+
+    previous = warnings.showwarning
+    warnings.showwarning = record
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = record
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                out.backward(grad)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        torch.cuda.synchronize()
+    finally:
+        warnings.showwarning = previous
+    print(f"{backend}: {len(seen)} synchronising CUDA call(s) in one backward")
+    for message, frames in seen:
+        print(f"  {message}")
+        for f in frames:
+            print(f"    {f.filename.split('/mok/', 1)[-1]}:{f.lineno} {f.name}: {f.line}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("shape")
     parser.add_argument("--backends", default="cuda,triton")
     parser.add_argument("--python", action="store_true", help="also cProfile one backward (host time by function)")
+    parser.add_argument("--sync-debug", action="store_true",
+                        help="also list the host synchronisations of one backward, with where they came from")
     args = parser.parse_args()
     shape = get_shape(args.shape)
     inputs = make_inputs(shape.tokens, shape.hidden, shape.intermediate, shape.num_experts, shape.top_k)
@@ -60,6 +93,9 @@ def main() -> None:
               f"after {unprofiled[0] * 1e3:.3f} ms); kernels of the profiled backward {gpu_us / 1e3:.3f} ms "
               "of GPU time")
         print(events.table(sort_by="self_device_time_total", row_limit=10, max_name_column_width=60))
+        print(events.table(sort_by="self_cpu_time_total", row_limit=10, max_name_column_width=60))
+        if args.sync_debug:
+            report_syncs(backend, forward(backend, inputs), grad)
         if args.python:
             import cProfile
             import pstats
