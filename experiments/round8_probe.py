@@ -1,9 +1,10 @@
 """EXPERIMENT (round 8): the megakernel alone, interleaved in rounds (median), in these configurations:
-ring mode (signal warp, the default); ring mode with consumer thread 0 signalling (MOK_CUDA_SIGNAL_WARP=0, round 7's
-hand-off); ring mode with round 7's red.release counter updates (probe bit "release_reds"); ring mode without the
-epilogues' global stores (probe bit "stores") and without the epilogues at all (ablation "epilogue"); gather mode;
-gather mode with the whole-row L2 bulk prefetch (MOK_CUDA_GATHER_ROW_PREFETCH). Checks that the configurations
-which must not change a bit do not. ``--configs a,b`` picks configurations. Run on the H200 from the repository root:
+ring mode (signal warp and store warps, the default); ring mode with consumer thread 0 signalling
+(MOK_CUDA_SIGNAL_WARP=0, round 7's hand-off); ring mode with the consumers storing the down rows themselves
+(MOK_CUDA_STORE_WARPS=0, before round 10); ring mode with round 7's red.release counter updates (probe bit
+"release_reds"); ring mode without the epilogues' global stores (probe bit "stores") and without the epilogues at
+all (ablation "epilogue"); gather mode; gather mode with the whole-row L2 bulk prefetch
+(MOK_CUDA_GATHER_ROW_PREFETCH). Checks that the configurations which must not change a bit do not. ``--configs a,b`` picks configurations. Run on the H200 from the repository root:
 
     python3 -m mok.cuda.build --jit && python3 experiments/round8_probe.py [SHAPE ...]
 """
@@ -22,6 +23,7 @@ from mok.cuda.workspace import release_workspaces  # noqa: E402
 CONFIGS = {
     "ring": dict(dispatch="ring"),
     "ring/consumer-signals": dict(dispatch="ring", signal_warp=False),
+    "ring/consumer-stores": dict(dispatch="ring", store_warps=False),
     "ring+release_reds": dict(dispatch="ring", ablate=backend.PROBE["release_reds"]),
     "ring-stores": dict(dispatch="ring", ablate=backend.PROBE["stores"]),
     "ring-epilogue": dict(dispatch="ring", ablate=backend.ABLATE["epilogue"]),

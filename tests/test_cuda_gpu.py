@@ -386,6 +386,35 @@ def test_signal_warp_equals_consumer_signalling_bitwise(name):
     check_accuracy(outs["1"], problem, with_oracle=False)
 
 
+@pytest.mark.parametrize("name", ["basic", "tiny-hidden", "ragged-tokens", "h-not-256", "one-hot-expert", "wide"])
+def test_store_warps_equal_consumer_stores_bitwise(name):
+    """The down tiles' rows stored by two producer warps (MOK_CUDA_STORE_WARPS=1, the default) or by the consumer
+    warpgroups themselves: the same rows to the same slots, so the same bits, output and saved gate/up rows alike,
+    whatever the EP degree (push counts per source rank), ring size, CTA count (1 CTA: every hand-off between the
+    consumers, the store warps and the signal warp on one SM), fused top-1 or not, bf16 or MXFP8."""
+    from mok.cuda.backend import sm90_forward
+    t, h, i, e, k, skew = SMALL_SHAPES[name]
+    problem = make_inputs(t, h, i, e, k, skew=skew, seed=300 + list(SMALL_SHAPES).index(name))
+    small_ring = MoKConfig(minibatch_rows=128, ring_rows=128)
+    precisions = ("bf16",) if name == "tiny-hidden" else ("bf16", "mxfp8")  # MXFP8 shapes as test_cuda_mxfp8's
+    for precision in precisions:
+        for ep_size, config, num_ctas in ((1, None, 0), (2, small_ring, 0), (4, None, 3), (8, small_ring, 1)):
+            if t % ep_size or e % ep_size:
+                continue  # emulated ranks need T and E divisible by the EP degree
+            runs = {}
+            for store_warps in ("0", "1"):
+                with pytest.MonkeyPatch.context() as env:
+                    env.setenv("MOK_CUDA_STORE_WARPS", store_warps)
+                    runs[store_warps] = sm90_forward(*problem, ep_size=ep_size, config=config, variant="pipelined",
+                                                     num_ctas=num_ctas, check=True, poison=True, dispatch="ring",
+                                                     save_gate_up=True, precision=precision)
+            what = f"store warps {precision} ep={ep_size} ring={config} ctas={num_ctas}"
+            assert_bitwise_equal(runs["1"][0], runs["0"][0], what + " (output)")
+            assert_bitwise_equal(runs["1"][1], runs["0"][1], what + " (saved gate/up rows)")
+        if precision == "bf16":
+            check_accuracy(runs["1"][0], problem, with_oracle=False)
+
+
 def test_timing_probes_run_to_completion():
     """The probe bits outside ABLATE_ALL ("stores", "release_reds") run without an error record, and
     "release_reds" changes no bit."""

@@ -140,6 +140,13 @@ def default_signal_warp() -> bool:
     return _env_on("MOK_CUDA_SIGNAL_WARP", "1")
 
 
+def default_store_warps() -> bool:
+    """``MOK_CUDA_STORE_WARPS`` (default on): with the signal warp, two more idle producer warps store the down
+    tiles' staged rows, so the consumer warpgroups start their next mainloop while the rows go out
+    (include/mok/store_warps.cuh, mok/cuda/README.md round 10). Changes no bit."""
+    return _env_on("MOK_CUDA_STORE_WARPS", "1")
+
+
 def default_fuse_top1(top_k: int) -> bool:
     """``MOK_CUDA_FUSE_TOP1`` (default on) for a top-1 layer: its down epilogue writes the weighted rows into the
     output itself (no combine slots). Same bits either way."""
@@ -319,7 +326,7 @@ _NO_TENSOR = torch.empty(0)  # the binding's "no saved_gate_up" (never dereferen
 def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, timeout_s: float | None = None,
            ablate: int = 0, dispatch: str | None = None, gather_prefetch: int | None = None,
            saved_gate_up: torch.Tensor | None = None, gather_row_prefetch: bool | None = None,
-           signal_warp: bool | None = None, extension=None) -> torch.Tensor:
+           signal_warp: bool | None = None, store_warps: bool | None = None, extension=None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -329,8 +336,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     of L2 prefetch ahead in gather mode (default ``MOK_CUDA_GATHER_PREFETCH``). Neither changes a bit.
     ``saved_gate_up``: a bf16 ``[R * capacity, 2I]`` buffer (:func:`saved_gate_up_buffer`) that receives gate | up,
     rounded to bf16, of every schedule row the kernel computes (for the backward), or ``None``.
-    ``gather_row_prefetch`` and ``signal_warp``: see :func:`default_gather_row_prefetch` and
-    :func:`default_signal_warp` (their defaults); neither changes a bit. ``extension``: another build of the
+    ``gather_row_prefetch``, ``signal_warp`` and ``store_warps``: see :func:`default_gather_row_prefetch`,
+    :func:`default_signal_warp` and :func:`default_store_warps` (their defaults); none changes a bit. ``extension``: another build of the
     kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to launch instead of the default one, for
     A/B timing (experiments/ab_kernels.py).
     """
@@ -358,7 +365,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         _NO_TENSOR if saved_gate_up is None else saved_gate_up,
         default_gather_row_prefetch() if gather_row_prefetch is None else bool(gather_row_prefetch),
         default_signal_warp() if signal_warp is None else bool(signal_warp), prep.mxfp8, prep.x_row_bytes,
-        prep.local_rank, prep.phases)
+        prep.local_rank, prep.phases, default_store_warps() if store_warps is None else bool(store_warps))
     return prep.out
 
 

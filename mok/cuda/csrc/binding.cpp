@@ -42,6 +42,7 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //     rounded through MXFP8); x_row_bytes 0 means bf16 rows (2H)
 //   signal_warp: pipelined variant, ring mode: an idle producer warp signals finished tasks (the consumers
 //     never wait for the gpu-scope fence)
+//   store_warps: with the signal warp, two idle producer warps store the down tiles' staged rows
 //   local_rank, phases: -1, 3 for emulated ranks; r >= 0 for one real rank per GPU (launch.cuh): then w_* are
 //     that rank's experts ([E_local, ...], segment_offsets [R, E_local + 1]), ring_x/ring_h are [ring_rows, ...]
 //     and saved_gate_up is [C, 2I]; phases 1 runs its expert tasks, 2 the combine of its own tokens
@@ -53,7 +54,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
              int64_t minibatch_rows, int64_t variant, int64_t num_ctas, double timeout_s, bool fuse_top1,
              int64_t ablate, bool gather_x, int64_t gather_prefetch, const at::Tensor& saved_gate_up,
              bool gather_row_prefetch, bool signal_warp, bool mxfp8, int64_t x_row_bytes, int64_t local_rank,
-             int64_t phases) {
+             int64_t phases, bool store_warps) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -142,6 +143,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.gather_prefetch = static_cast<int>(gather_prefetch);
   q.gather_row_prefetch = gather_row_prefetch;
   q.signal_warp = signal_warp;
+  q.store_warps = store_warps;
   q.mxfp8 = mxfp8;
   q.x_row_bytes = static_cast<int>(x_row_bytes);
   q.local_rank = static_cast<int>(local_rank);

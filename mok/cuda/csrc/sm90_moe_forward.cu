@@ -185,6 +185,9 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.mxfp8 = q.mxfp8 ? 1 : 0;
   p.x_row_bytes = x_row_bytes;
   p.signal_warp = (q.signal_warp && q.variant == Sm90Variant::kPipelined && !q.gather_x) ? 1 : 0;
+  // The store warps are idle producer warps too, and hand-offs with the signal warp; the timing ablations skip
+  // epilogue work the hand-off expects, so they run without them.
+  p.store_warps = (q.store_warps && p.signal_warp && q.ablate == 0) ? 1 : 0;
   p.local_rank = q.local_rank;
   p.phases = q.phases;
   p.src_rank = q.src_rank;

@@ -62,6 +62,8 @@ struct Sm90MoeProblem {
   int x_row_bytes = 0;           // 0: 2H (bf16 rows)
   bool signal_warp = true;       // pipelined variant, ring mode: a producer warp signals finished tasks (else a
                                  // consumer thread does, and its warpgroup waits for the fence)
+  bool store_warps = true;       // with the signal warp: two producer warps store the down tiles' rows, so the
+                                 // consumers start the next mainloop at once (store_warps.cuh); not with ablate
   // One real rank per launch (expert parallelism across GPUs; mok/cuda/rank_run.py). -1: all R ranks are emulated
   // in this launch (the default). r >= 0: this launch is rank r of R, one per GPU: it runs rank r's expert tasks
   // and/or the combine of rank r's own tokens (`phases`); the weights ([E_local, ...]: E is then the rank's own

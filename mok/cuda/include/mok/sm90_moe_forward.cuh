@@ -31,6 +31,7 @@
 #include "dispatch.cuh"
 #include "gemm_mainloop.cuh"
 #include "scheduler.cuh"
+#include "store_warps.cuh"
 #include "swiglu_epilogue.cuh"
 #include "sync.cuh"
 #include "tma.cuh"
@@ -150,7 +151,8 @@ __device__ __forceinline__ TileLoad tile_load(const Sm90MoeParams& p, const Sche
 template <class Tiles, bool kOverlap>
 __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
                                                   const ScheduleView& v, const Task& t, PipeState<Tiles>& pipe,
-                                                  int consumer_wg, int consumer_thread, int* push_count) {
+                                                  int consumer_wg, int consumer_thread, int* push_count,
+                                                  StagingHandoff& handoff) {
   constexpr int kConsumerThreads = 128 * Tiles::kNumConsumerWG;
   switch (t.kind) {
     case kTaskDispatch:
@@ -166,13 +168,18 @@ __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, Shared
     case kTaskGateUp: {
       float acc[128];
       consume_tile<Tiles, kOverlap>(p, s, pipe, p.hidden / Tiles::kBlockK, consumer_wg, p.gather_x != 0, acc);
+      wait_staging_free<Tiles>(p, s, consumer_wg, handoff);  // the store warp has read the last down rows
       gate_up_epilogue<Tiles>(p, v, t, s, acc, consumer_wg);
       break;
     }
     case kTaskDown: {
       float acc[128];
       consume_tile<Tiles, kOverlap>(p, s, pipe, p.intermediate / Tiles::kBlockK, consumer_wg, false, acc);
-      down_epilogue_push<Tiles>(p, t, s, acc, consumer_wg, push_count);
+      if (p.store_warps) {
+        down_epilogue_staged<Tiles>(p, s, acc, consumer_wg, handoff);  // the store warps push the rows
+      } else {
+        down_epilogue_push<Tiles>(p, t, s, acc, consumer_wg, push_count);
+      }
       break;
     }
     default:
@@ -211,11 +218,12 @@ __device__ __forceinline__ void simple_consumer(const Sm90MoeParams& p, SharedSt
                                                 int consumer_wg) {
   const int consumer_thread = static_cast<int>(threadIdx.x) - 128;
   PipeState<Tiles> pipe;
+  StagingHandoff handoff;  // unused: no store warps in this variant
   while (true) {
     named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task published
     const Task t = s.tasks[0];
     if (t.kind == kTaskStop) break;
-    run_consumer_task<Tiles, false>(p, s, v, t, pipe, consumer_wg, consumer_thread, s.push_count[0]);
+    run_consumer_task<Tiles, false>(p, s, v, t, pipe, consumer_wg, consumer_thread, s.push_count[0], handoff);
     if (writes_feed_tma(t)) publish_writes();
     named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task finished, writes published
   }
@@ -235,11 +243,18 @@ template <class Tiles>
 __device__ __forceinline__ void signal_finished_tasks(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
                                                       const ScheduleView& v) {
   uint32_t slot = 0, parity = 0;
+  uint32_t stores_parity = 0;  // bit i: parity of the next phase of stores_done[i] (one phase per down task)
   while (true) {
     // A failed wait means an error was recorded: every other wait fails fast from now on, so just stop.
     if (!mbar_wait(p, &s.task_done[slot], parity, kCtrMbarTaskDone, static_cast<int>(slot))) break;
     const Task t = s.tasks[slot];
     if (t.kind == kTaskStop) break;
+    if (p.store_warps && t.kind == kTaskDown) {  // its rows leave through the store warps (store_warps.cuh)
+      if (!mbar_wait(p, &s.stores_done[slot], (stores_parity >> slot) & 1u, kCtrMbarStoresDone, static_cast<int>(slot))) {
+        break;
+      }
+      stores_parity ^= 1u << slot;
+    }
     release_task_writes();
     signal_task_done<Tiles>(p, v, t, s.push_count[slot]);
     mbar_arrive(&s.task_empty[slot]);  // release: the push counts were cleared before the producer reuses the slot
@@ -256,7 +271,11 @@ template <class Tiles>
 __device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const ScheduleView& v) {
   const bool leader = threadIdx.x == 0;
   if (!leader && !p.gather_x) {  // ring mode: one thread drives the whole role; one more may signal
+    const int warp = threadIdx.x / 32;
     if (p.signal_warp && threadIdx.x == kSignalThread) signal_finished_tasks<Tiles>(p, s, v);
+    if (p.store_warps && warp >= kFirstStoreWarp && warp < kFirstStoreWarp + Tiles::kNumConsumerWG) {
+      run_store_warp<Tiles>(p, s, warp - kFirstStoreWarp);
+    }
     return;
   }
   TaskCursor cursor;
@@ -295,6 +314,7 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
   const int consumer_thread = static_cast<int>(threadIdx.x) - 128;
   const int lane = threadIdx.x & 31;
   PipeState<Tiles> pipe;
+  StagingHandoff handoff;
   uint32_t slot = 0, parity = 0;
   while (true) {
     mbar_wait(p, &s.task_full[slot], parity, kCtrMbarTaskFull, static_cast<int>(slot));
@@ -314,7 +334,7 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
     // slot can carry a new task (the signal warp frees the slot itself; consumer thread 0 signals before it
     // reaches the barrier at the end of the next task).
     int* push_count = s.push_count[task_slot];
-    run_consumer_task<Tiles, true>(p, s, v, t, pipe, consumer_wg, consumer_thread, push_count);
+    run_consumer_task<Tiles, true>(p, s, v, t, pipe, consumer_wg, consumer_thread, push_count, handoff);
     if (writes_feed_tma(t)) publish_writes();
     if (p.signal_warp) {
       __syncwarp();  // orders the warp's writes before lane 0's arrival (release at CTA scope)
@@ -356,8 +376,14 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
       mbar_init(&s.task_full[i], 1);
       // Consumer warps arrive on `task_empty` once they have read the task; with the signal warp, the slot is
       // free only once that warp has signalled the task too.
-      mbar_init(&s.task_empty[i], 4 * Tiles::kNumConsumerWG + (p.signal_warp ? 1 : 0));
+      mbar_init(&s.task_empty[i],
+                4 * Tiles::kNumConsumerWG + (p.signal_warp ? 1 : 0) + (p.store_warps ? Tiles::kNumConsumerWG : 0));
       mbar_init(&s.task_done[i], 4 * Tiles::kNumConsumerWG);
+      mbar_init(&s.stores_done[i], Tiles::kNumConsumerWG);  // one arrival per store warp
+    }
+    for (int w = 0; w < Tiles::kNumConsumerWG; ++w) {
+      mbar_init(&s.staged[w], 4);   // the warpgroup's four warps, each after its own stmatrix
+      mbar_init(&s.drained[w], 1);  // the store warp's lane 0
     }
     fence_mbarrier_init();
     tma_prefetch_descriptor(&p.tmap_ring_x);

@@ -94,6 +94,9 @@ enum CounterId : int {
   kCtrMbarTaskFull = 8,   // pipelined: producer -> consumer task queue
   kCtrMbarTaskEmpty = 9,  // pipelined: consumer -> producer task queue
   kCtrMbarTaskDone = 10,  // pipelined, signal warp: consumers -> signalling warp (task finished)
+  kCtrMbarStaged = 11,    // store warps: a consumer warpgroup's staged rows are ready to store
+  kCtrMbarDrained = 12,   // store warps: the staged rows were read, the staging is free again
+  kCtrMbarStoresDone = 13,  // store warps: a down task's rows are all stored (the signal warp waits)
 };
 
 // Timing ablations (Sm90MoeParams::ablate, a bitmask; experiments/cuda_breakdown.py). Each one removes a piece
@@ -165,6 +168,8 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int gather_prefetch;       // gather mode: K blocks ahead the producer asks L2 for the token rows (0 = never)
   int gather_row_prefetch;   // gather mode: at each gate/up tile's start, one bulk L2 prefetch per whole token row
   int signal_warp;           // 1: warp 1 of the producer warpgroup signals finished tasks (pipelined, ring mode)
+  int store_warps;           // 1: warps 2-3 of the producer warpgroup store the down tiles' staged rows
+                             //    (store_warps.cuh; needs signal_warp, and ablate == 0)
   int mxfp8;                 // 1: token rows are packed MXFP8 rows (mxfp8.cuh), h is MX-rounded (ring mode only)
   int x_row_bytes;           // bytes from one token row to the next in x_ptrs' buffers (bf16: 2H)
   int local_rank;            // -1: every rank emulated here; r >= 0: this launch is real rank r (launch.cuh)
@@ -236,6 +241,9 @@ struct alignas(1024) SharedStorage {
   uint64_t task_full[Tiles::kTaskQueue];
   uint64_t task_empty[Tiles::kTaskQueue];
   uint64_t task_done[Tiles::kTaskQueue];  // signal warp: every consumer warp finished the slot's task
+  uint64_t staged[Tiles::kNumConsumerWG];   // store warps: consumer warpgroup w's rows are in the staging tile
+  uint64_t drained[Tiles::kNumConsumerWG];  // store warps: ... and have been read out of it
+  uint64_t stores_done[Tiles::kTaskQueue];  // store warps: both stored the down task in this queue slot
   Task tasks[Tiles::kTaskQueue];
   int rank_tiles[Tiles::kMaxRanks];       // used tiles (rows_used / BLOCK_M) of every rank
   // Rows pushed to each source rank by the down task in task-queue slot i (the simple variant uses entry 0).

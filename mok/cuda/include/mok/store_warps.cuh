@@ -1,0 +1,156 @@
+// Store warps: the down tiles' rows leave the staging tile through two otherwise idle producer warps, so the
+// consumer warpgroups go on to their next mainloop as soon as their rows are staged.
+//
+// Why: both consumer warpgroups finish a tile together (one 128 x 256 tile, 64 rows each), so while they copy
+// the staged rows out to the combine slots no wgmma runs. A down tile writes 64 KB (128 rows x 256 bf16): at
+// I = 256 (four K blocks) that copy is a large share of the task. Warps 2 and 3 of the producer warpgroup
+// (idle in ring mode: thread 0 drives TMA, warp 1 signals) take the copy over; the store of the second half
+// then overlaps the next tile's mainloop, and the consumers no longer run the row loads, pointer arithmetic and
+// stores at all.
+//
+// Hand-off, per consumer warpgroup w and store warp 2 + w (the staging rows 64w .. 64w + 63 are w's alone):
+//
+//     consumers of w                           store warp 2 + w                      signal warp
+//     wait drained[w] (previous use read)
+//     stmatrix half 0 -> staging
+//     arrive staged[w]  (4 warps)  ----------> wait staged[w]
+//     wait drained[w]                          rows -> combine slots
+//               <----------------------------  arrive drained[w]
+//     stmatrix half 1, arrive staged[w] -----> rows -> combine slots, arrive drained[w]
+//     next task's mainloop                     arrive stores_done[slot] ------------> wait stores_done[slot]
+//                                                                                     fence, counters
+//
+// Every staging use (the gate/up epilogues too) first waits for drained[w], so the tile is never rewritten
+// before the store warp read it. The store warps walk the task queue like the consumers (they count in the
+// slot's `task_empty`), so they see every task; only down tasks involve them. The signal warp waits for the
+// task slot's `stores_done` before it signals a down task, so the combine never reads a slot the store warp has
+// not written, and the push counts (`push_count`, added by the store warps) are complete when it reads them.
+// NOTE: one `stores_done` per queue slot, not one in all: the store warps may finish two down tasks before the
+// signal warp looks at the first, and one barrier would then have moved two phases on (parity cannot tell). A
+// slot is refilled only after the signal warp has handled its task, so a slot's barrier is never two phases on.
+//
+// Arithmetic and destinations are down_epilogue_push's (combine.cuh), so the bits do not change.
+#pragma once
+
+#include <cstdint>
+
+#include "combine.cuh"
+#include "epilogue_staging.cuh"
+#include "sync.cuh"
+#include "workspace.cuh"
+
+namespace mok::sm90 {
+
+constexpr int kFirstStoreWarp = 2;  // warps 2 .. 2 + kNumConsumerWG - 1 of the producer warpgroup
+
+// Consumer side. `uses` counts this warpgroup's staging uses handed to its store warp (one per half of a down
+// tile), the phase of `drained` the next use must see completed.
+struct StagingHandoff {
+  uint32_t uses = 0;
+};
+
+// Before this warpgroup writes the staging rows: its store warp has read the last rows handed to it. A no-op
+// without store warps (the consumers' own barriers order every use then).
+template <class Tiles>
+__device__ __forceinline__ void wait_staging_free(const Sm90MoeParams& p, SharedStorage<Tiles>& s, int consumer_wg,
+                                                  const StagingHandoff& handoff) {
+  if (!p.store_warps || handoff.uses == 0) return;
+  mbar_wait(p, &s.drained[consumer_wg], (handoff.uses - 1) & 1u, kCtrMbarDrained, consumer_wg);
+}
+
+// The warpgroup's staged rows go to its store warp (each warp after its own stmatrix: release at CTA scope).
+template <class Tiles>
+__device__ __forceinline__ void hand_staging_to_store_warp(SharedStorage<Tiles>& s, int consumer_wg,
+                                                           StagingHandoff& handoff) {
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) mbar_arrive(&s.staged[consumer_wg]);
+  ++handoff.uses;
+}
+
+// Down epilogue with store warps: y = bf16(acc), both halves staged and handed over; nothing is stored here.
+template <class Tiles>
+__device__ __forceinline__ void down_epilogue_staged(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
+                                                     const float (&acc)[128], int consumer_wg,
+                                                     StagingHandoff& handoff) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    wait_staging_free<Tiles>(p, s, consumer_wg, handoff);
+    stage_accumulator_half<Tiles>(s.staging, consumer_wg, acc, half);
+    hand_staging_to_store_warp<Tiles>(s, consumer_wg, handoff);
+  }
+}
+
+// Store warp side: where row `row` of the down tile goes (nullptr: padding), and, fused top-1, its router
+// weight. Counts the row for its source rank once per tile (`count`) and records an inconsistent schedule.
+template <class Tiles>
+__device__ __forceinline__ uint4* push_destination(const Sm90MoeParams& p, const Task& t, long long table_row0,
+                                                   int row, bool count, int* push_count, float& weight) {
+  const int src_rank = __ldg(p.src_rank + table_row0 + row);
+  const int src_slot = __ldg(p.src_slot + table_row0 + row);
+  const int slots_per_rank = p.tokens_per_rank * p.top_k;
+  const long long row_chunks = p.hidden / 8;
+  if (src_rank < 0 || src_rank >= p.num_ranks || src_slot < 0 || src_slot >= slots_per_rank) {
+    if (src_rank >= 0 && count) {
+      record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * Tiles::kBlockM + row, src_rank, src_slot, t.ticket);
+    }
+    return nullptr;
+  }
+  if (p.fuse_top1) {
+    weight = __ldg(reinterpret_cast<const float*>(p.weight_ptrs[src_rank]) + src_slot);
+    return reinterpret_cast<uint4*>(p.out_ptrs[src_rank]) + src_slot * row_chunks;
+  }
+  if (count) atomicAdd(push_count + src_rank, 1);
+  return reinterpret_cast<uint4*>(p.combine_ptrs[src_rank]) + src_slot * row_chunks;
+}
+
+// One store warp (32 lanes) for consumer warpgroup `consumer_wg`, until the stop task. Lane l copies chunk l % 16
+// (8 bf16) of rows l / 16, l / 16 + 2, ...: a warp instruction writes two whole 256-byte row pieces.
+template <class Tiles>
+__device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedStorage<Tiles>& s, int consumer_wg) {
+  const int lane = threadIdx.x & 31;
+  const int chunk = lane & 15;
+  uint32_t slot = 0, parity = 0, uses = 0;
+  while (true) {
+    // A failed wait means an error was recorded: every other wait fails fast from now on, so just stop.
+    if (!mbar_wait(p, &s.task_full[slot], parity, kCtrMbarTaskFull, static_cast<int>(slot))) return;
+    const Task t = s.tasks[slot];
+    const uint32_t task_slot = slot;
+    __syncwarp();
+    // Read. A down task's slot stays ours anyway: the signal warp frees it only after our stores_done arrival.
+    if (lane == 0) mbar_arrive(&s.task_empty[slot]);
+    if (++slot == Tiles::kTaskQueue) {
+      slot = 0;
+      parity ^= 1u;
+    }
+    if (t.kind == kTaskStop) return;
+    if (t.kind != kTaskDown) continue;
+    const long long table_row0 =
+        static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
+    int* push_count = s.push_count[task_slot];
+#pragma unroll 1
+    for (int half = 0; half < 2; ++half) {
+      if (!mbar_wait(p, &s.staged[consumer_wg], uses & 1u, kCtrMbarStaged, consumer_wg)) return;
+      const int col = t.nblock * Tiles::kBlockN + half * Tiles::kHalfN + chunk * 8;
+      // The last column block may reach past H: those lanes only count rows (half 0).
+      const bool in_range = col < p.hidden;
+#pragma unroll 4
+      for (int it = 0; it < 32; ++it) {
+        const int row = 64 * consumer_wg + (lane >> 4) + 2 * it;
+        float weight = 0.0f;
+        uint4* dst = push_destination<Tiles>(p, t, table_row0, row, half == 0 && chunk == 0, push_count, weight);
+        if (dst == nullptr || !in_range) continue;
+        uint4 value = load_staged_chunk<Tiles>(s.staging, row, chunk);
+        if (p.fuse_top1) value = weighted_top1(value, weight);
+        dst[col / 8] = value;
+      }
+      __syncwarp();  // every lane's staging reads are done (their values went to the stores)
+      if (lane == 0) mbar_arrive(&s.drained[consumer_wg]);
+      ++uses;
+    }
+    // Every lane's stores were issued before the __syncwarp above: lane 0's arrival releases them (CTA scope);
+    // the signal warp's gpu-scope fence then publishes them with the task's counters.
+    if (lane == 0) mbar_arrive(&s.stores_done[task_slot]);
+  }
+}
+
+}  // namespace mok::sm90
