@@ -81,16 +81,17 @@ __device__ __forceinline__ void down_epilogue_staged(const Sm90MoeParams& p, Sha
 }
 
 // Store warp side: where row `row` of the down tile goes (nullptr: padding), and, fused top-1, its router
-// weight. Counts the row for its source rank once per tile (`count`) and records an inconsistent schedule.
+// weight. Counts the row for its source rank and records an inconsistent schedule.
 template <class Tiles>
 __device__ __forceinline__ uint4* push_destination(const Sm90MoeParams& p, const Task& t, long long table_row0,
-                                                   int row, bool count, int* push_count, float& weight) {
+                                                   int row, int* push_count, float& weight) {
   const int src_rank = __ldg(p.src_rank + table_row0 + row);
   const int src_slot = __ldg(p.src_slot + table_row0 + row);
   const int slots_per_rank = p.tokens_per_rank * p.top_k;
   const long long row_chunks = p.hidden / 8;
+  weight = 0.0f;
   if (src_rank < 0 || src_rank >= p.num_ranks || src_slot < 0 || src_slot >= slots_per_rank) {
-    if (src_rank >= 0 && count) {
+    if (src_rank >= 0) {
       record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * Tiles::kBlockM + row, src_rank, src_slot, t.ticket);
     }
     return nullptr;
@@ -99,16 +100,38 @@ __device__ __forceinline__ uint4* push_destination(const Sm90MoeParams& p, const
     weight = __ldg(reinterpret_cast<const float*>(p.weight_ptrs[src_rank]) + src_slot);
     return reinterpret_cast<uint4*>(p.out_ptrs[src_rank]) + src_slot * row_chunks;
   }
-  if (count) atomicAdd(push_count + src_rank, 1);
+  atomicAdd(push_count + src_rank, 1);
   return reinterpret_cast<uint4*>(p.combine_ptrs[src_rank]) + src_slot * row_chunks;
 }
 
-// One store warp (32 lanes) for consumer warpgroup `consumer_wg`, until the stop task. Lane l copies chunk l % 16
-// (8 bf16) of rows l / 16, l / 16 + 2, ...: a warp instruction writes two whole 256-byte row pieces.
+// Rows [first, first + 32) of the warpgroup's 64 staged rows out to their destinations, for one staged half:
+// `dst` and `weight` are lane l's row first + l (from push_destination); lane l copies chunk l % 16 of rows
+// first + l / 16, first + l / 16 + 2, ..., taking each row's destination from its lane by shuffle, so a warp
+// instruction writes two whole 256-byte row pieces and no load waits on another.
+template <class Tiles>
+__device__ __forceinline__ void store_staged_half_rows(const Sm90MoeParams& p, const uint8_t* staging, int row0,
+                                                       int first, uint4* dst, float weight, int col) {
+  const int lane = threadIdx.x & 31;
+  const int chunk = lane & 15;
+  const unsigned long long dst_bits = reinterpret_cast<unsigned long long>(dst);
+#pragma unroll 4
+  for (int it = 0; it < 16; ++it) {
+    const int r = 2 * it + (lane >> 4);  // row within the 32, and the lane that holds its destination
+    uint4* row_dst = reinterpret_cast<uint4*>(__shfl_sync(0xFFFFFFFFu, dst_bits, r));
+    const float row_weight = __shfl_sync(0xFFFFFFFFu, weight, r);
+    if (row_dst == nullptr || col >= p.hidden) continue;  // padding; or the last column block reaching past H
+    uint4 value = load_staged_chunk<Tiles>(staging, row0 + first + r, chunk);
+    if (p.fuse_top1) value = weighted_top1(value, row_weight);
+    row_dst[col / 8] = value;
+  }
+}
+
+// One store warp (32 lanes) for consumer warpgroup `consumer_wg`, until the stop task. The destinations of its 64
+// rows are looked up once per task, before the rows are staged (while the consumers still run the mainloop).
 template <class Tiles>
 __device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedStorage<Tiles>& s, int consumer_wg) {
   const int lane = threadIdx.x & 31;
-  const int chunk = lane & 15;
+  const int row0 = 64 * consumer_wg;
   uint32_t slot = 0, parity = 0, uses = 0;
   while (true) {
     // A failed wait means an error was recorded: every other wait fails fast from now on, so just stop.
@@ -126,23 +149,15 @@ __device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedSto
     if (t.kind != kTaskDown) continue;
     const long long table_row0 =
         static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
-    int* push_count = s.push_count[task_slot];
+    float weight_lo, weight_hi;
+    uint4* dst_lo = push_destination<Tiles>(p, t, table_row0, row0 + lane, s.push_count[task_slot], weight_lo);
+    uint4* dst_hi = push_destination<Tiles>(p, t, table_row0, row0 + 32 + lane, s.push_count[task_slot], weight_hi);
 #pragma unroll 1
     for (int half = 0; half < 2; ++half) {
       if (!mbar_wait(p, &s.staged[consumer_wg], uses & 1u, kCtrMbarStaged, consumer_wg)) return;
-      const int col = t.nblock * Tiles::kBlockN + half * Tiles::kHalfN + chunk * 8;
-      // The last column block may reach past H: those lanes only count rows (half 0).
-      const bool in_range = col < p.hidden;
-#pragma unroll 4
-      for (int it = 0; it < 32; ++it) {
-        const int row = 64 * consumer_wg + (lane >> 4) + 2 * it;
-        float weight = 0.0f;
-        uint4* dst = push_destination<Tiles>(p, t, table_row0, row, half == 0 && chunk == 0, push_count, weight);
-        if (dst == nullptr || !in_range) continue;
-        uint4 value = load_staged_chunk<Tiles>(s.staging, row, chunk);
-        if (p.fuse_top1) value = weighted_top1(value, weight);
-        dst[col / 8] = value;
-      }
+      const int col = t.nblock * Tiles::kBlockN + half * Tiles::kHalfN + (lane & 15) * 8;
+      store_staged_half_rows<Tiles>(p, s.staging, row0, 0, dst_lo, weight_lo, col);
+      store_staged_half_rows<Tiles>(p, s.staging, row0, 32, dst_hi, weight_hi, col);
       __syncwarp();  // every lane's staging reads are done (their values went to the stores)
       if (lane == 0) mbar_arrive(&s.drained[consumer_wg]);
       ++uses;
