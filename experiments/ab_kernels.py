@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clock-log", type=Path, default=None,
                         help="sample SM clock and power with nvidia-smi every 50 ms into this file and print them per "
                              "shape (does the GPU run at its power limit?)")
+    parser.add_argument("--saved-rows", action="store_true",
+                        help="a training forward: the kernel also writes the saved gate/up rows (compared bit for bit "
+                             "too)")
     parser.add_argument("shapes", nargs="*", default=["anchor-1", "anchor-4", "kimi-k2.7/ep64"])
     args = parser.parse_args(argv)
 
@@ -117,22 +120,25 @@ def main(argv: list[str] | None = None) -> None:
         preps = [backend.prepare(*problem.args(j), schedule=build_kernel_schedule(problem.routes[j][1],
                                                                                  shape.num_experts))
                  for j in range(2)]
+        saved = [backend.saved_gate_up_buffer(prep) if args.saved_rows else None for prep in preps]
         outs = {}
         for label, ext in builds.items():
-            outs[label] = backend.launch(preps[0], dispatch=args.dispatch, extension=ext).clone()
+            out = backend.launch(preps[0], dispatch=args.dispatch, extension=ext, saved_gate_up=saved[0]).clone()
+            outs[label] = (out,) if saved[0] is None else (out, saved[0].clone())
             backend.check_error(preps[0])
-        same = torch.equal(outs["A"].view(torch.int16), outs["B"].view(torch.int16))
+        same = all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(outs["A"], outs["B"]))
         launches = {label: (lambda j, ext=ext, preps=preps: backend.launch(preps[j], dispatch=args.dispatch,
-                                                                           extension=ext))
+                                                                           extension=ext, saved_gate_up=saved[j]))
                     for label, ext in builds.items()}
         timings = time_interleaved(launches, device=preps[0].out.device, rounds=args.rounds, calls=args.launches)
         backend.check_error(preps[0])
         med = {label: t.median_ms for label, t in timings.items()}
         print(f"{name}: A {med['A']:.3f} ms ({shape.forward_flops / med['A'] / 1e9:.0f} TFLOP/s), "
               f"B {med['B']:.3f} ms ({shape.forward_flops / med['B'] / 1e9:.0f} TFLOP/s), "
-              f"B/A time {med['B'] / med['A']:.3f}; outputs bitwise equal: {same}", flush=True)
+              f"B/A time {med['B'] / med['A']:.3f}; outputs{' and saved rows' if args.saved_rows else ''} bitwise "
+              f"equal: {same}", flush=True)
         windows[name] = (window_start, time.time())
-        del preps, problem, outs
+        del preps, problem, outs, saved
         release_workspaces()
         torch.cuda.empty_cache()
     if sampler is not None:

@@ -94,6 +94,19 @@ __device__ __forceinline__ void stage_h_mx_rounded(SharedStorage<Tiles>& s, cons
   }
 }
 
+// h = SwiGLU of this warpgroup's fragment, bf16 (MXFP8: rounded through MXFP8 as well), into its staging rows.
+template <class Tiles>
+__device__ __forceinline__ void stage_h(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const float (&acc)[128],
+                                        int consumer_wg) {
+  if (p.mxfp8) {
+    stage_h_mx_rounded<Tiles>(s, acc, consumer_wg);
+  } else {  // gate column g is acc[g], its up column acc[64 + g]
+    stage_fragment_pairs<Tiles>(s.staging, consumer_wg, [&](int g) {
+      return pack_bf16_pair(swiglu(acc[g], acc[64 + g]), swiglu(acc[g + 1], acc[64 + g + 1]));
+    });
+  }
+}
+
 // One consumer warpgroup: its 64 rows x 128 h columns of the tile -> ring h rows. When training
 // (p.saved_gate_up), first its gate and then its up values, rounded to bf16, -> the saved rows (row = the
 // schedule row; gate at column c, up at I + c), which the Triton backward reads instead of running the gate/up
@@ -119,13 +132,7 @@ __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const S
     }
   }
   // SwiGLU in registers, bf16 pairs into the staging tile, rows out to the ring.
-  if (p.mxfp8) {
-    stage_h_mx_rounded<Tiles>(s, acc, consumer_wg);
-  } else {  // gate column g is acc[g], its up column acc[64 + g]
-    stage_fragment_pairs<Tiles>(s.staging, consumer_wg, [&](int g) {
-      return pack_bf16_pair(swiglu(acc[g], acc[64 + g]), swiglu(acc[g + 1], acc[64 + g + 1]));
-    });
-  }
+  stage_h<Tiles>(p, s, acc, consumer_wg);
   const long long ring_row0 =
       static_cast<long long>(own_slot(p, t.rank)) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
   store_staged_rows<Tiles>(s, consumer_wg, reinterpret_cast<uint4*>(p.ring_h), ring_row0, p.intermediate / 8, col0,
