@@ -169,7 +169,7 @@ __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, Shared
       float acc[128];
       consume_tile<Tiles, kOverlap>(p, s, pipe, p.hidden / Tiles::kBlockK, consumer_wg, p.gather_x != 0, acc);
       if (kOverlap && p.store_warps) {  // store warps: the pipelined variant only (compiled out of the simple one)
-        gate_up_epilogue_staged<Tiles>(p, s, acc, consumer_wg, handoff);  // the store warps write the rows
+        gate_up_epilogue_staged<Tiles>(p, t, s, acc, consumer_wg, handoff);  // the store warps write the rows
       } else {
         gate_up_epilogue<Tiles>(p, v, t, s, acc, consumer_wg);
       }

@@ -3,13 +3,12 @@
 //
 // Why: both consumer warpgroups finish a tile together (one 128 x 256 tile, 64 rows each), so while they copy
 // the staged rows out no wgmma runs. A down tile writes 64 KB (128 rows x 256 bf16) to the combine slots; a
-// gate/up tile writes 32 KB of h to the ring and, when training, 64 KB of saved gate/up rows. Warps 2 and 3 of
-// the producer warpgroup (idle in ring mode: thread 0 drives TMA, warp 1 signals) take the copies over; the last
-// copy of a tile then overlaps the next tile's mainloop, and the consumers no longer run the row loads, address
-// arithmetic and stores at all.
+// gate/up tile writes 32 KB of h to the ring (and, when training, 64 KB of saved gate/up rows, which the
+// consumers still store themselves). Warps 2 and 3 of the producer warpgroup (idle in ring mode: thread 0 drives
+// TMA, warp 1 signals) take the other copies over; the last copy of a tile then overlaps the next tile's mainloop.
 //
 // Hand-off, per consumer warpgroup w and store warp 2 + w (the staging rows 64w .. 64w + 63 are w's alone), for
-// each staged piece of a tile (down: two halves of 128 columns; gate/up: gate, up when training, then h):
+// each staged piece of a tile (down: two halves of 128 columns; gate/up: h):
 //
 //     consumers of w                           store warp 2 + w                      signal warp
 //     wait drained[w] (previous piece read)
@@ -84,21 +83,16 @@ __device__ __forceinline__ void down_epilogue_staged(const Sm90MoeParams& p, Sha
   }
 }
 
-// Gate/up epilogue with store warps: when training, gate then up (rounded to bf16) and then h, each staged and
-// handed over in turn; the store warp writes them where gate_up_epilogue (swiglu_epilogue.cuh) would.
+// Gate/up epilogue with store warps: when training the consumers store gate and up to the saved rows themselves
+// (as gate_up_epilogue does: four warps copy faster than one, and the next piece waits for the copy anyway), then
+// stage h and hand it over: its copy to the ring overlaps the next mainloop. (Handing all three pieces over was
+// measured slower on four of five shapes: mok/cuda/README.md, round 10.)
 template <class Tiles>
-__device__ __forceinline__ void gate_up_epilogue_staged(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
-                                                        const float (&acc)[128], int consumer_wg,
-                                                        StagingHandoff& handoff) {
-  if (p.saved_gate_up != nullptr) {
-#pragma unroll
-    for (int part = 0; part < 2; ++part) {  // 0: gate (accumulator columns 0..127), 1: up (128..255)
-      wait_staging_free<Tiles>(p, s, consumer_wg, handoff);
-      stage_accumulator_half<Tiles>(s.staging, consumer_wg, acc, part);
-      hand_staging_to_store_warp<Tiles>(s, consumer_wg, handoff);
-    }
-  }
+__device__ __forceinline__ void gate_up_epilogue_staged(const Sm90MoeParams& p, const Task& t,
+                                                        SharedStorage<Tiles>& s, const float (&acc)[128],
+                                                        int consumer_wg, StagingHandoff& handoff) {
   wait_staging_free<Tiles>(p, s, consumer_wg, handoff);
+  store_saved_gate_up<Tiles>(p, t, s, acc, consumer_wg, p.intermediate - t.nblock * Tiles::kHalfN);
   stage_h<Tiles>(p, s, acc, consumer_wg);
   hand_staging_to_store_warp<Tiles>(s, consumer_wg, handoff);
 }
@@ -168,34 +162,22 @@ __device__ __forceinline__ void store_staged_rows_contiguous(const uint8_t* stag
   }
 }
 
-// A gate/up task's rows (store warp side): gate and up to the saved rows when training, then h to the ring; then
-// the proxy fence the consumers would have run, as h is read next by TMA (sync.cuh).
+// A gate/up task's h rows (store warp side) to the ring, then the proxy fence the consumers would have run, as h
+// is read next by TMA (sync.cuh).
 template <class Tiles>
 __device__ __forceinline__ bool store_gate_up_rows(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
                                                    const ScheduleView& v, const Task& t, int consumer_wg,
                                                    uint32_t& uses) {
-  const int lane = threadIdx.x & 31;
   const int row0 = 64 * consumer_wg;
   const int col0 = t.nblock * Tiles::kHalfN;
-  const int valid_cols = p.intermediate - col0;
-  const int parts = p.saved_gate_up != nullptr ? 3 : 1;
-  for (int part = 3 - parts; part < 3; ++part) {  // 0: gate, 1: up (saved rows), 2: h
-    if (!mbar_wait(p, &s.staged[consumer_wg], uses & 1u, kCtrMbarStaged, consumer_wg)) return false;
-    if (part < 2) {
-      const long long saved_row0 = static_cast<long long>(own_slot(p, t.rank)) * p.capacity +
-                                   static_cast<long long>(t.tile) * Tiles::kBlockM + row0;
-      store_staged_rows_contiguous<Tiles>(s.staging, row0, static_cast<uint4*>(p.saved_gate_up), saved_row0,
-                                          p.intermediate / 4, part * p.intermediate + col0, valid_cols);
-    } else {
-      const long long ring_row0 = static_cast<long long>(own_slot(p, t.rank)) * p.ring_rows +
-                                  ring_row_of_tile(v, t.tile, Tiles::kBlockM) + row0;
-      store_staged_rows_contiguous<Tiles>(s.staging, row0, reinterpret_cast<uint4*>(p.ring_h), ring_row0,
-                                          p.intermediate / 8, col0, valid_cols);
-    }
-    __syncwarp();  // every lane's staging reads are done
-    if (lane == 0) mbar_arrive(&s.drained[consumer_wg]);
-    ++uses;
-  }
+  if (!mbar_wait(p, &s.staged[consumer_wg], uses & 1u, kCtrMbarStaged, consumer_wg)) return false;
+  const long long ring_row0 =
+      static_cast<long long>(own_slot(p, t.rank)) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM) + row0;
+  store_staged_rows_contiguous<Tiles>(s.staging, row0, reinterpret_cast<uint4*>(p.ring_h), ring_row0,
+                                      p.intermediate / 8, col0, p.intermediate - col0);
+  __syncwarp();  // every lane's staging reads are done
+  if ((threadIdx.x & 31) == 0) mbar_arrive(&s.drained[consumer_wg]);
+  ++uses;
   publish_writes();  // h: generic stores, read by TMA (the async proxy) after the task's counters
   return true;
 }

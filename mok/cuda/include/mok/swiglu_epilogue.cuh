@@ -113,13 +113,9 @@ __device__ __forceinline__ void stage_h(const Sm90MoeParams& p, SharedStorage<Ti
 // GEMM again. All three go through the staging tile so that every global store is 16 contiguous bytes per lane
 // (stores of the 4-byte fragment pairs straight from registers would be 8 times as many L2 writes).
 template <class Tiles>
-__device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
-                                                 SharedStorage<Tiles>& s, const float (&acc)[128], int consumer_wg) {
-  static_assert(Tiles::kHalfN == 128, "gate/up tile = 128 gate + 128 up columns");
-  if (p.ablate & kAblateEpilogue) return;  // timing ablation: the mainloop's cost alone
+__device__ __forceinline__ void store_saved_gate_up(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
+                                                    const float (&acc)[128], int consumer_wg, int valid_cols) {
   const int col0 = t.nblock * Tiles::kHalfN;
-  // Timing ablation kAblateStores: everything but the global stores (no column is valid).
-  const int valid_cols = (p.ablate & kAblateStores) ? 0 : p.intermediate - col0;
   if (p.saved_gate_up != nullptr) {
     const long long row0 =
         static_cast<long long>(own_slot(p, t.rank)) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
@@ -131,6 +127,17 @@ __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const S
       store_staged_rows<Tiles>(s, consumer_wg, saved, row0, row_chunks, part * p.intermediate + col0, valid_cols);
     }
   }
+}
+
+template <class Tiles>
+__device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
+                                                 SharedStorage<Tiles>& s, const float (&acc)[128], int consumer_wg) {
+  static_assert(Tiles::kHalfN == 128, "gate/up tile = 128 gate + 128 up columns");
+  if (p.ablate & kAblateEpilogue) return;  // timing ablation: the mainloop's cost alone
+  const int col0 = t.nblock * Tiles::kHalfN;
+  // Timing ablation kAblateStores: everything but the global stores (no column is valid).
+  const int valid_cols = (p.ablate & kAblateStores) ? 0 : p.intermediate - col0;
+  store_saved_gate_up<Tiles>(p, t, s, acc, consumer_wg, valid_cols);
   // SwiGLU in registers, bf16 pairs into the staging tile, rows out to the ring.
   stage_h<Tiles>(p, s, acc, consumer_wg);
   const long long ring_row0 =
