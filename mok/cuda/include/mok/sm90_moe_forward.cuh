@@ -168,17 +168,14 @@ __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, Shared
     case kTaskGateUp: {
       float acc[128];
       consume_tile<Tiles, kOverlap>(p, s, pipe, p.hidden / Tiles::kBlockK, consumer_wg, p.gather_x != 0, acc);
-      if (kOverlap && p.store_warps) {  // store warps: the pipelined variant only (compiled out of the simple one)
-        gate_up_epilogue_staged<Tiles>(p, t, s, acc, consumer_wg, handoff);  // the store warps write the rows
-      } else {
-        gate_up_epilogue<Tiles>(p, v, t, s, acc, consumer_wg);
-      }
+      wait_staging_free<Tiles>(p, s, consumer_wg, handoff);  // the store warp has read the last down rows
+      gate_up_epilogue<Tiles>(p, v, t, s, acc, consumer_wg);
       break;
     }
     case kTaskDown: {
       float acc[128];
       consume_tile<Tiles, kOverlap>(p, s, pipe, p.intermediate / Tiles::kBlockK, consumer_wg, false, acc);
-      if (kOverlap && p.store_warps) {
+      if (kOverlap && p.store_warps) {  // store warps: the pipelined variant only (compiled out of the simple one)
         down_epilogue_staged<Tiles>(p, s, acc, consumer_wg, handoff);  // the store warps push the rows
       } else {
         down_epilogue_push<Tiles>(p, t, s, acc, consumer_wg, push_count);
@@ -246,15 +243,16 @@ template <class Tiles>
 __device__ __forceinline__ void signal_finished_tasks(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
                                                       const ScheduleView& v) {
   uint32_t slot = 0, parity = 0;
-  uint32_t stores_parity = 0;  // bit i: parity of the next phase of stores_done[i] (one phase per GEMM task)
+  uint32_t stores_parity = 0;  // bit i: parity of the next phase of stores_done[i] (one phase per down task)
   while (true) {
     // A failed wait means an error was recorded: every other wait fails fast from now on, so just stop.
     if (!mbar_wait(p, &s.task_done[slot], parity, kCtrMbarTaskDone, static_cast<int>(slot))) break;
     const Task t = s.tasks[slot];
     if (t.kind == kTaskStop) break;
-    if (p.store_warps && is_gemm_task(t)) {  // its rows leave through the store warps (store_warps.cuh)
-      const uint32_t stores = (stores_parity >> slot) & 1u;
-      if (!mbar_wait(p, &s.stores_done[slot], stores, kCtrMbarStoresDone, static_cast<int>(slot))) break;
+    if (p.store_warps && t.kind == kTaskDown) {  // its rows leave through the store warps (store_warps.cuh)
+      if (!mbar_wait(p, &s.stores_done[slot], (stores_parity >> slot) & 1u, kCtrMbarStoresDone, static_cast<int>(slot))) {
+        break;
+      }
       stores_parity ^= 1u << slot;
     }
     release_task_writes();
@@ -276,7 +274,7 @@ __device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, Share
     const int warp = threadIdx.x / 32;
     if (p.signal_warp && threadIdx.x == kSignalThread) signal_finished_tasks<Tiles>(p, s, v);
     if (p.store_warps && warp >= kFirstStoreWarp && warp < kFirstStoreWarp + Tiles::kNumConsumerWG) {
-      run_store_warp<Tiles>(p, s, v, warp - kFirstStoreWarp);
+      run_store_warp<Tiles>(p, s, warp - kFirstStoreWarp);
     }
     return;
   }
@@ -337,8 +335,7 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
     // reaches the barrier at the end of the next task).
     int* push_count = s.push_count[task_slot];
     run_consumer_task<Tiles, true>(p, s, v, t, pipe, consumer_wg, consumer_thread, push_count, handoff);
-    // With store warps a gate/up task's consumers wrote nothing global (the store warps fence their h rows).
-    if (writes_feed_tma(t) && !(p.store_warps && t.kind == kTaskGateUp)) publish_writes();
+    if (writes_feed_tma(t)) publish_writes();
     if (p.signal_warp) {
       __syncwarp();  // orders the warp's writes before lane 0's arrival (release at CTA scope)
       if (lane == 0) mbar_arrive(&s.task_done[task_slot]);

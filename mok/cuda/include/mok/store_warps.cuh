@@ -1,44 +1,41 @@
-// Store warps: the GEMM tiles' rows leave the staging tile through two otherwise idle producer warps, so the
+// Store warps: the down tiles' rows leave the staging tile through two otherwise idle producer warps, so the
 // consumer warpgroups go on to their next mainloop as soon as their rows are staged.
 //
 // Why: both consumer warpgroups finish a tile together (one 128 x 256 tile, 64 rows each), so while they copy
-// the staged rows out no wgmma runs. A down tile writes 64 KB (128 rows x 256 bf16) to the combine slots; a
-// gate/up tile writes 32 KB of h to the ring (and, when training, 64 KB of saved gate/up rows, which the
-// consumers still store themselves). Warps 2 and 3 of the producer warpgroup (idle in ring mode: thread 0 drives
-// TMA, warp 1 signals) take the other copies over; the last copy of a tile then overlaps the next tile's mainloop.
+// the staged rows out to the combine slots no wgmma runs: a down tile writes 64 KB (128 rows x 256 bf16) to
+// rows scattered over the combine slots. Warps 2 and 3 of the producer warpgroup (idle in ring mode: thread 0
+// drives TMA, warp 1 signals) take the copy over; the store of the second half then overlaps the next tile's
+// mainloop, and the consumers no longer run the row lookups, pointer arithmetic and stores at all. (Handing the gate/up tiles' h rows over as well, or h and the saved gate/up rows, measured no
+// better: mok/cuda/README.md, round 10.)
 //
-// Hand-off, per consumer warpgroup w and store warp 2 + w (the staging rows 64w .. 64w + 63 are w's alone), for
-// each staged piece of a tile (down: two halves of 128 columns; gate/up: h):
+// Hand-off, per consumer warpgroup w and store warp 2 + w (the staging rows 64w .. 64w + 63 are w's alone):
 //
 //     consumers of w                           store warp 2 + w                      signal warp
-//     wait drained[w] (previous piece read)
-//     stmatrix piece -> staging
+//     wait drained[w] (previous use read)
+//     stmatrix half 0 -> staging
 //     arrive staged[w]  (4 warps)  ----------> wait staged[w]
-//     wait drained[w]                          rows -> destination
+//     wait drained[w]                          rows -> combine slots
 //               <----------------------------  arrive drained[w]
-//     stmatrix next piece, arrive staged[w] -> rows -> destination, arrive drained[w]
+//     stmatrix half 1, arrive staged[w] -----> rows -> combine slots, arrive drained[w]
 //     next task's mainloop                     arrive stores_done[slot] ------------> wait stores_done[slot]
 //                                                                                     fence, counters
 //
-// Every staging use first waits for drained[w], so the tile is never rewritten before the store warp read it.
-// The store warps walk the task queue like the consumers (they count in the slot's `task_empty`), so they see
-// every task; GEMM tasks involve them. The signal warp waits for the task slot's `stores_done` before it signals a
-// GEMM task, so no reader (a down tile's TMA of h, a combine of the slots) sees rows the store warp has not
-// written, and the push counts (`push_count`, added by the store warps) are complete when it reads them.
-// NOTE: one `stores_done` per queue slot, not one in all: the store warps may finish two tasks before the
+// Every staging use (the gate/up epilogues too) first waits for drained[w], so the tile is never rewritten
+// before the store warp read it. The store warps walk the task queue like the consumers (they count in the
+// slot's `task_empty`), so they see every task; only down tasks involve them. The signal warp waits for the
+// task slot's `stores_done` before it signals a down task, so the combine never reads a slot the store warp has
+// not written, and the push counts (`push_count`, added by the store warps) are complete when it reads them.
+// NOTE: one `stores_done` per queue slot, not one in all: the store warps may finish two down tasks before the
 // signal warp looks at the first, and one barrier would then have moved two phases on (parity cannot tell). A
 // slot is refilled only after the signal warp has handled its task, so a slot's barrier is never two phases on.
 //
-// Arithmetic and destinations are the consumers' own epilogues' (swiglu_epilogue.cuh, combine.cuh), so the bits
-// do not change; MOK_CUDA_STORE_WARPS=0 runs those instead.
+// Arithmetic and destinations are down_epilogue_push's (combine.cuh), so the bits do not change.
 #pragma once
 
 #include <cstdint>
 
 #include "combine.cuh"
 #include "epilogue_staging.cuh"
-#include "scheduler.cuh"
-#include "swiglu_epilogue.cuh"
 #include "sync.cuh"
 #include "workspace.cuh"
 
@@ -81,20 +78,6 @@ __device__ __forceinline__ void down_epilogue_staged(const Sm90MoeParams& p, Sha
     stage_accumulator_half<Tiles>(s.staging, consumer_wg, acc, half);
     hand_staging_to_store_warp<Tiles>(s, consumer_wg, handoff);
   }
-}
-
-// Gate/up epilogue with store warps: when training the consumers store gate and up to the saved rows themselves
-// (as gate_up_epilogue does: four warps copy faster than one, and the next piece waits for the copy anyway), then
-// stage h and hand it over: its copy to the ring overlaps the next mainloop. (Handing all three pieces over was
-// measured slower on four of five shapes: mok/cuda/README.md, round 10.)
-template <class Tiles>
-__device__ __forceinline__ void gate_up_epilogue_staged(const Sm90MoeParams& p, const Task& t,
-                                                        SharedStorage<Tiles>& s, const float (&acc)[128],
-                                                        int consumer_wg, StagingHandoff& handoff) {
-  wait_staging_free<Tiles>(p, s, consumer_wg, handoff);
-  store_saved_gate_up<Tiles>(p, t, s, acc, consumer_wg, p.intermediate - t.nblock * Tiles::kHalfN);
-  stage_h<Tiles>(p, s, acc, consumer_wg);
-  hand_staging_to_store_warp<Tiles>(s, consumer_wg, handoff);
 }
 
 // Store warp side: where row `row` of the down tile goes (nullptr: padding), and, fused top-1, its router
@@ -143,50 +126,10 @@ __device__ __forceinline__ void store_staged_half_rows(const Sm90MoeParams& p, c
   }
 }
 
-// The warpgroup's 64 staged rows (128 columns) to 64 consecutive rows of a row-major bf16 matrix: staged row r to
-// row `dst_row0 + r`, columns [col0, col0 + 128) of rows of `row_chunks` 16-byte chunks, columns at or past
-// `valid_cols` skipped (store_staged_rows' layout, swiglu_epilogue.cuh). Lane l copies chunk l % 16 of rows l / 16,
-// l / 16 + 2, ...
-template <class Tiles>
-__device__ __forceinline__ void store_staged_rows_contiguous(const uint8_t* staging, int row0, uint4* dst,
-                                                             long long dst_row0, long long row_chunks, int col0,
-                                                             int valid_cols) {
-  const int chunk = threadIdx.x & 15;
-  if (chunk * 8 >= valid_cols) return;
-  const int lane_row = (threadIdx.x & 31) >> 4;
-  uint4* out = dst + dst_row0 * row_chunks + col0 / 8 + chunk;  // col0 is a multiple of 8 (I % 64 == 0)
-#pragma unroll 8
-  for (int it = 0; it < 32; ++it) {
-    const int r = 2 * it + lane_row;
-    out[r * row_chunks] = load_staged_chunk<Tiles>(staging, row0 + r, chunk);
-  }
-}
-
-// A gate/up task's h rows (store warp side) to the ring, then the proxy fence the consumers would have run, as h
-// is read next by TMA (sync.cuh).
-template <class Tiles>
-__device__ __forceinline__ bool store_gate_up_rows(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
-                                                   const ScheduleView& v, const Task& t, int consumer_wg,
-                                                   uint32_t& uses) {
-  const int row0 = 64 * consumer_wg;
-  const int col0 = t.nblock * Tiles::kHalfN;
-  if (!mbar_wait(p, &s.staged[consumer_wg], uses & 1u, kCtrMbarStaged, consumer_wg)) return false;
-  const long long ring_row0 =
-      static_cast<long long>(own_slot(p, t.rank)) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM) + row0;
-  store_staged_rows_contiguous<Tiles>(s.staging, row0, reinterpret_cast<uint4*>(p.ring_h), ring_row0,
-                                      p.intermediate / 8, col0, p.intermediate - col0);
-  __syncwarp();  // every lane's staging reads are done
-  if ((threadIdx.x & 31) == 0) mbar_arrive(&s.drained[consumer_wg]);
-  ++uses;
-  publish_writes();  // h: generic stores, read by TMA (the async proxy) after the task's counters
-  return true;
-}
-
 // One store warp (32 lanes) for consumer warpgroup `consumer_wg`, until the stop task. The destinations of its 64
 // rows are looked up once per task, before the rows are staged (while the consumers still run the mainloop).
 template <class Tiles>
-__device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const ScheduleView& v,
-                                               int consumer_wg) {
+__device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedStorage<Tiles>& s, int consumer_wg) {
   const int lane = threadIdx.x & 31;
   const int row0 = 64 * consumer_wg;
   uint32_t slot = 0, parity = 0, uses = 0;
@@ -203,12 +146,6 @@ __device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedSto
       parity ^= 1u;
     }
     if (t.kind == kTaskStop) return;
-    if (t.kind == kTaskGateUp) {
-      if (!store_gate_up_rows<Tiles>(p, s, v, t, consumer_wg, uses)) return;
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&s.stores_done[task_slot]);
-      continue;
-    }
     if (t.kind != kTaskDown) continue;
     const long long table_row0 =
         static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;

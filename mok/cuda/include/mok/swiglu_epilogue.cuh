@@ -94,28 +94,19 @@ __device__ __forceinline__ void stage_h_mx_rounded(SharedStorage<Tiles>& s, cons
   }
 }
 
-// h = SwiGLU of this warpgroup's fragment, bf16 (MXFP8: rounded through MXFP8 as well), into its staging rows.
-template <class Tiles>
-__device__ __forceinline__ void stage_h(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const float (&acc)[128],
-                                        int consumer_wg) {
-  if (p.mxfp8) {
-    stage_h_mx_rounded<Tiles>(s, acc, consumer_wg);
-  } else {  // gate column g is acc[g], its up column acc[64 + g]
-    stage_fragment_pairs<Tiles>(s.staging, consumer_wg, [&](int g) {
-      return pack_bf16_pair(swiglu(acc[g], acc[64 + g]), swiglu(acc[g + 1], acc[64 + g + 1]));
-    });
-  }
-}
-
 // One consumer warpgroup: its 64 rows x 128 h columns of the tile -> ring h rows. When training
 // (p.saved_gate_up), first its gate and then its up values, rounded to bf16, -> the saved rows (row = the
 // schedule row; gate at column c, up at I + c), which the Triton backward reads instead of running the gate/up
 // GEMM again. All three go through the staging tile so that every global store is 16 contiguous bytes per lane
 // (stores of the 4-byte fragment pairs straight from registers would be 8 times as many L2 writes).
 template <class Tiles>
-__device__ __forceinline__ void store_saved_gate_up(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
-                                                    const float (&acc)[128], int consumer_wg, int valid_cols) {
+__device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
+                                                 SharedStorage<Tiles>& s, const float (&acc)[128], int consumer_wg) {
+  static_assert(Tiles::kHalfN == 128, "gate/up tile = 128 gate + 128 up columns");
+  if (p.ablate & kAblateEpilogue) return;  // timing ablation: the mainloop's cost alone
   const int col0 = t.nblock * Tiles::kHalfN;
+  // Timing ablation kAblateStores: everything but the global stores (no column is valid).
+  const int valid_cols = (p.ablate & kAblateStores) ? 0 : p.intermediate - col0;
   if (p.saved_gate_up != nullptr) {
     const long long row0 =
         static_cast<long long>(own_slot(p, t.rank)) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
@@ -127,19 +118,14 @@ __device__ __forceinline__ void store_saved_gate_up(const Sm90MoeParams& p, cons
       store_staged_rows<Tiles>(s, consumer_wg, saved, row0, row_chunks, part * p.intermediate + col0, valid_cols);
     }
   }
-}
-
-template <class Tiles>
-__device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
-                                                 SharedStorage<Tiles>& s, const float (&acc)[128], int consumer_wg) {
-  static_assert(Tiles::kHalfN == 128, "gate/up tile = 128 gate + 128 up columns");
-  if (p.ablate & kAblateEpilogue) return;  // timing ablation: the mainloop's cost alone
-  const int col0 = t.nblock * Tiles::kHalfN;
-  // Timing ablation kAblateStores: everything but the global stores (no column is valid).
-  const int valid_cols = (p.ablate & kAblateStores) ? 0 : p.intermediate - col0;
-  store_saved_gate_up<Tiles>(p, t, s, acc, consumer_wg, valid_cols);
   // SwiGLU in registers, bf16 pairs into the staging tile, rows out to the ring.
-  stage_h<Tiles>(p, s, acc, consumer_wg);
+  if (p.mxfp8) {
+    stage_h_mx_rounded<Tiles>(s, acc, consumer_wg);
+  } else {  // gate column g is acc[g], its up column acc[64 + g]
+    stage_fragment_pairs<Tiles>(s.staging, consumer_wg, [&](int g) {
+      return pack_bf16_pair(swiglu(acc[g], acc[64 + g]), swiglu(acc[g + 1], acc[64 + g + 1]));
+    });
+  }
   const long long ring_row0 =
       static_cast<long long>(own_slot(p, t.rank)) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
   store_staged_rows<Tiles>(s, consumer_wg, reinterpret_cast<uint4*>(p.ring_h), ring_row0, p.intermediate / 8, col0,
