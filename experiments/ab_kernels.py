@@ -123,6 +123,9 @@ def main(argv: list[str] | None = None) -> None:
         saved = [backend.saved_gate_up_buffer(prep) if args.saved_rows else None for prep in preps]
         outs = {}
         for label, ext in builds.items():
+            preps[0].out.fill_(float("nan"))  # poisoned for each build, so rows it leaves unwritten show
+            if saved[0] is not None:
+                saved[0].fill_(float("nan"))
             out = backend.launch(preps[0], dispatch=args.dispatch, extension=ext, saved_gate_up=saved[0]).clone()
             outs[label] = (out,) if saved[0] is None else (out, saved[0].clone())
             backend.check_error(preps[0])

@@ -4,7 +4,10 @@ ring mode (signal warp and store warps, the default); ring mode with consumer th
 (MOK_CUDA_STORE_WARPS=0, before round 10); ring mode with round 7's red.release counter updates (probe bit
 "release_reds"); ring mode without the epilogues' global stores (probe bit "stores") and without the epilogues at
 all (ablation "epilogue"); gather mode; gather mode with the whole-row L2 bulk prefetch
-(MOK_CUDA_GATHER_ROW_PREFETCH). Checks that the configurations which must not change a bit do not. ``--configs a,b`` picks configurations. Run on the H200 from the repository root:
+(MOK_CUDA_GATHER_ROW_PREFETCH). Checks that the configurations which must not change a bit do not. NOTE: every
+configuration with an ablation or probe bit runs without the store warps (round 10; the kernel turns them off
+whenever ``ablate`` is set), so its difference to "ring" includes their gain; compare it with
+"ring/consumer-stores" instead. ``--configs a,b`` picks configurations. Run on the H200 from the repository root:
 
     python3 -m mok.cuda.build --jit && python3 experiments/round8_probe.py [SHAPE ...]
 """

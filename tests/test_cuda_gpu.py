@@ -404,6 +404,7 @@ def test_store_warps_equal_consumer_stores_bitwise(name):
             runs = {}
             for store_warps in ("0", "1"):
                 with pytest.MonkeyPatch.context() as env:
+                    env.setenv("MOK_CUDA_SIGNAL_WARP", "1")  # store warps need the signal warp
                     env.setenv("MOK_CUDA_STORE_WARPS", store_warps)
                     runs[store_warps] = sm90_forward(*problem, ep_size=ep_size, config=config, variant="pipelined",
                                                      num_ctas=num_ctas, check=True, poison=True, dispatch="ring",

@@ -53,8 +53,9 @@ Environment:
   reported one call late, see :mod:`mok.cuda.errors`), ``1`` / ``sync`` (read after every launch, which
   synchronises), ``0`` (never). Skipped while a CUDA graph is being captured.
   :func:`check_pending_errors` reads every deferred record now;
-* ``MOK_CUDA_SIGNAL_WARP`` (default on) and ``MOK_CUDA_GATHER_ROW_PREFETCH`` (default off): see
-  :func:`default_signal_warp` and :func:`default_gather_row_prefetch`;
+* ``MOK_CUDA_SIGNAL_WARP`` (default on), ``MOK_CUDA_STORE_WARPS`` (default on) and
+  ``MOK_CUDA_GATHER_ROW_PREFETCH`` (default off): see :func:`default_signal_warp`, :func:`default_store_warps` and
+  :func:`default_gather_row_prefetch`;
 * ``MOK_CUDA_TIMEOUT_S`` (default 10): bound of every in-kernel wait;
 * ``MOK_CUDA_FUSE_TOP1`` (default 1): fuse the top-1 combine into the down epilogue.
 """

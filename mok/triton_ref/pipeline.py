@@ -84,8 +84,8 @@ from .swiglu import down_dgrad_swiglu_backward, gate_up_swiglu, router_grad_part
 
 
 # Pointer tables of equally spaced views, by (device, stream, first address, spacing, count): a table is a pure
-# function of the addresses, so a layer called again on buffers the caching allocator handed out again (the usual case) reuses the
-# device tensor instead of building and copying a new one. Bounded: cleared when full.
+# function of the addresses, so a layer called again on buffers the caching allocator handed out again (the
+# usual case) reuses the device tensor instead of building and copying a new one. Bounded: cleared when full.
 _SPACED_TABLES: dict[tuple, torch.Tensor] = {}
 _SPACED_TABLES_MAX = 1024
 
@@ -96,13 +96,16 @@ def pointer_table(views: list[torch.Tensor], device: torch.device) -> torch.Tens
     Read-only for the caller: equally spaced views (every chunk of one allocation) get a cached table.
     """
     addresses = [v.data_ptr() for v in views]
+    if not addresses:
+        return torch.empty(0, dtype=torch.int64, device=device)
     if device.type != "cuda":
         return torch.tensor(addresses, dtype=torch.int64)
     step = addresses[1] - addresses[0] if len(addresses) > 1 else 0
     # Not while a CUDA graph is captured: the table's copy would then only run when the graph replays. Keyed by
     # stream too, so that stream order has the copy done before any later reader.
-    spaced = (all(b - a == step for a, b in zip(addresses, addresses[1:]))
-              and not torch.cuda.is_current_stream_capturing())
+    with torch.cuda.device(device):
+        capturing = torch.cuda.is_current_stream_capturing()
+    spaced = all(b - a == step for a, b in zip(addresses, addresses[1:])) and not capturing
     key = (device.index if device.index is not None else torch.cuda.current_device(),
            torch.cuda.current_stream(device).cuda_stream, addresses[0], step, len(addresses))
     if spaced and key in _SPACED_TABLES:

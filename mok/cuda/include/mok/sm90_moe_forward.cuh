@@ -233,6 +233,7 @@ __device__ __forceinline__ void simple_consumer(const Sm90MoeParams& p, SharedSt
 // Variant "pipelined": producer runs ahead through the task queue.
 // ---------------------------------------------------------------------------------------------------------
 constexpr int kSignalThread = 32;  // lane 0 of the producer warpgroup's warp 1 (signal warp)
+static_assert(kSignalThread / 32 < kFirstStoreWarp, "the signal warp is not a store warp");
 
 // The signal warp (one thread): for every task in queue order, once all eight consumer warps arrived on the
 // slot's `task_done` (each after its writes and, for dispatch and gate/up, its proxy fence: release at CTA
@@ -250,9 +251,8 @@ __device__ __forceinline__ void signal_finished_tasks(const Sm90MoeParams& p, Sh
     const Task t = s.tasks[slot];
     if (t.kind == kTaskStop) break;
     if (p.store_warps && t.kind == kTaskDown) {  // its rows leave through the store warps (store_warps.cuh)
-      if (!mbar_wait(p, &s.stores_done[slot], (stores_parity >> slot) & 1u, kCtrMbarStoresDone, static_cast<int>(slot))) {
-        break;
-      }
+      const uint32_t stores = (stores_parity >> slot) & 1u;
+      if (!mbar_wait(p, &s.stores_done[slot], stores, kCtrMbarStoresDone, static_cast<int>(slot))) break;
       stores_parity ^= 1u << slot;
     }
     release_task_writes();

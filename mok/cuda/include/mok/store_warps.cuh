@@ -1,12 +1,12 @@
 // Store warps: the down tiles' rows leave the staging tile through two otherwise idle producer warps, so the
 // consumer warpgroups go on to their next mainloop as soon as their rows are staged.
 //
-// Why: both consumer warpgroups finish a tile together (one 128 x 256 tile, 64 rows each), so while they copy
-// the staged rows out to the combine slots no wgmma runs: a down tile writes 64 KB (128 rows x 256 bf16) to
-// rows scattered over the combine slots. Warps 2 and 3 of the producer warpgroup (idle in ring mode: thread 0
-// drives TMA, warp 1 signals) take the copy over; the store of the second half then overlaps the next tile's
-// mainloop, and the consumers no longer run the row lookups, pointer arithmetic and stores at all. (Handing the gate/up tiles' h rows over as well, or h and the saved gate/up rows, measured no
-// better: mok/cuda/README.md, round 10.)
+// Why: both consumer warpgroups finish a tile together (one 128 x 256 tile, 64 rows each), so while they copy the
+// staged rows out to the combine slots no wgmma runs: a down tile writes 64 KB (128 rows x 256 bf16) to rows
+// scattered over the combine slots. Warps 2 and 3 of the producer warpgroup (idle in ring mode: thread 0 drives TMA,
+// warp 1 signals) take the copy over; the store of the second half then overlaps the next tile's mainloop, and the
+// consumers no longer run the row lookups, pointer arithmetic and stores at all. (Handing the gate/up tiles' h rows
+// over as well, or h and the saved gate/up rows, measured no better: mok/cuda/README.md, round 10.)
 //
 // Hand-off, per consumer warpgroup w and store warp 2 + w (the staging rows 64w .. 64w + 63 are w's alone):
 //
@@ -42,6 +42,17 @@
 namespace mok::sm90 {
 
 constexpr int kFirstStoreWarp = 2;  // warps 2 .. 2 + kNumConsumerWG - 1 of the producer warpgroup
+static_assert(kFirstStoreWarp + Sm90Tiles::kNumConsumerWG <= Sm90Tiles::kProducerThreads / 32,
+              "one idle producer warp per consumer warpgroup (warp 0 drives TMA, warp 1 signals)");
+static_assert(Sm90Tiles::kTaskQueue <= 32, "the signal warp keeps one stores_done parity bit per queue slot");
+
+// A wait whose outcome is the same in every lane: on a recorded error or a time-out some lanes could give up
+// while others still see the phase complete, and a warp that returns in part would leave its full-mask
+// __syncwarp and shuffles undefined (a hang instead of the error report).
+__device__ __forceinline__ bool warp_wait(const Sm90MoeParams& p, uint64_t* bar, uint32_t parity, int counter_id,
+                                          int index) {
+  return __all_sync(0xFFFFFFFFu, mbar_wait(p, bar, parity, counter_id, index));
+}
 
 // Consumer side. `uses` counts this warpgroup's staging uses handed to its store warp (one per half of a down
 // tile), the phase of `drained` the next use must see completed.
@@ -135,7 +146,7 @@ __device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedSto
   uint32_t slot = 0, parity = 0, uses = 0;
   while (true) {
     // A failed wait means an error was recorded: every other wait fails fast from now on, so just stop.
-    if (!mbar_wait(p, &s.task_full[slot], parity, kCtrMbarTaskFull, static_cast<int>(slot))) return;
+    if (!warp_wait(p, &s.task_full[slot], parity, kCtrMbarTaskFull, static_cast<int>(slot))) return;
     const Task t = s.tasks[slot];
     const uint32_t task_slot = slot;
     __syncwarp();
@@ -154,7 +165,7 @@ __device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedSto
     uint4* dst_hi = push_destination<Tiles>(p, t, table_row0, row0 + 32 + lane, s.push_count[task_slot], weight_hi);
 #pragma unroll 1
     for (int half = 0; half < 2; ++half) {
-      if (!mbar_wait(p, &s.staged[consumer_wg], uses & 1u, kCtrMbarStaged, consumer_wg)) return;
+      if (!warp_wait(p, &s.staged[consumer_wg], uses & 1u, kCtrMbarStaged, consumer_wg)) return;
       const int col = t.nblock * Tiles::kBlockN + half * Tiles::kHalfN + (lane & 15) * 8;
       store_staged_half_rows<Tiles>(p, s.staging, row0, 0, dst_lo, weight_lo, col);
       store_staged_half_rows<Tiles>(p, s.staging, row0, 32, dst_hi, weight_hi, col);
