@@ -315,17 +315,11 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
   const int lane = threadIdx.x & 31;
   PipeState<Tiles> pipe;
   StagingHandoff handoff;
-  uint32_t slot = 0, parity = 0;
+  TaskQueueCursor<Tiles::kTaskQueue> queue;
   while (true) {
-    mbar_wait(p, &s.task_full[slot], parity, kCtrMbarTaskFull, static_cast<int>(slot));
-    const Task t = s.tasks[slot];
-    const uint32_t task_slot = slot;
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&s.task_empty[slot]);
-    if (++slot == Tiles::kTaskQueue) {
-      slot = 0;
-      parity ^= 1u;
-    }
+    mbar_wait(p, &s.task_full[queue.slot], queue.parity, kCtrMbarTaskFull, static_cast<int>(queue.slot));
+    uint32_t task_slot;
+    const Task t = queue.take(s, task_slot);
     if (t.kind == kTaskStop) {
       if (p.signal_warp && lane == 0) mbar_arrive(&s.task_done[task_slot]);  // lets the signal warp finish too
       break;

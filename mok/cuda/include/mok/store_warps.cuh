@@ -143,19 +143,15 @@ template <class Tiles>
 __device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedStorage<Tiles>& s, int consumer_wg) {
   const int lane = threadIdx.x & 31;
   const int row0 = 64 * consumer_wg;
-  uint32_t slot = 0, parity = 0, uses = 0;
+  TaskQueueCursor<Tiles::kTaskQueue> queue;
+  uint32_t uses = 0;
   while (true) {
     // A failed wait means an error was recorded: every other wait fails fast from now on, so just stop.
-    if (!warp_wait(p, &s.task_full[slot], parity, kCtrMbarTaskFull, static_cast<int>(slot))) return;
-    const Task t = s.tasks[slot];
-    const uint32_t task_slot = slot;
-    __syncwarp();
-    // Read. A down task's slot stays ours anyway: the signal warp frees it only after our stores_done arrival.
-    if (lane == 0) mbar_arrive(&s.task_empty[slot]);
-    if (++slot == Tiles::kTaskQueue) {
-      slot = 0;
-      parity ^= 1u;
-    }
+    if (!warp_wait(p, &s.task_full[queue.slot], queue.parity, kCtrMbarTaskFull, static_cast<int>(queue.slot))) return;
+    // Our arrival on task_empty: a down task's slot stays ours anyway, as the signal warp frees it only after
+    // our stores_done arrival.
+    uint32_t task_slot;
+    const Task t = queue.take(s, task_slot);
     if (t.kind == kTaskStop) return;
     if (t.kind != kTaskDown) continue;
     const long long table_row0 =

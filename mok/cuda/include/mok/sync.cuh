@@ -257,4 +257,29 @@ __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// The pipelined variant's task queue, read side (consumer warps, store warps): where the next task sits and the
+// parity its `task_full` phase will have.
+// ---------------------------------------------------------------------------------------------------------
+template <int kSlots>
+struct TaskQueueCursor {
+  uint32_t slot = 0;
+  uint32_t parity = 0;
+
+  // After this warp's wait on task_full[slot]: read the task, let lane 0 arrive on task_empty[slot] for the warp
+  // (after every lane has read it), move to the next slot. `task_slot` gets the slot the task came from.
+  template <class Storage>
+  __device__ __forceinline__ Task take(Storage& s, uint32_t& task_slot) {
+    const Task t = s.tasks[slot];
+    task_slot = slot;
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) mbar_arrive(&s.task_empty[slot]);
+    if (++slot == kSlots) {
+      slot = 0;
+      parity ^= 1u;
+    }
+    return t;
+  }
+};
+
 }  // namespace mok::sm90
