@@ -364,6 +364,15 @@ def test_gather_dispatch_equals_ring_bitwise(name, variant):
                                              f"row prefetch={rows}")
 
 
+def hand_off_cases(tokens: int, experts: int):
+    """(EP degree, config, CTA count) runs for the hand-off tests: EP 1/2/4/8, the default ring and a one-minibatch
+    ring, all CTAs, 3 and 1 (every task on one SM). Skips EP degrees that do not divide T and E."""
+    small_ring = MoKConfig(minibatch_rows=128, ring_rows=128)
+    for ep_size, config, num_ctas in ((1, None, 0), (2, small_ring, 0), (4, None, 3), (8, small_ring, 1)):
+        if tokens % ep_size == 0 and experts % ep_size == 0:  # emulated ranks need both divisible
+            yield ep_size, config, num_ctas
+
+
 @pytest.mark.parametrize("name", ["basic", "ragged-tokens", "empty-experts", "one-hot-expert", "wide"])
 def test_signal_warp_equals_consumer_signalling_bitwise(name):
     """The pipelined variant's ring mode signals finished tasks from a producer warp (MOK_CUDA_SIGNAL_WARP=1, the
@@ -372,10 +381,7 @@ def test_signal_warp_equals_consumer_signalling_bitwise(name):
     or the producer waits forever)."""
     t, h, i, e, k, skew = SMALL_SHAPES[name]
     problem = make_inputs(t, h, i, e, k, skew=skew, seed=200 + list(SMALL_SHAPES).index(name))
-    small_ring = MoKConfig(minibatch_rows=128, ring_rows=128)
-    for ep_size, config, num_ctas in ((1, None, 0), (2, small_ring, 0), (4, None, 3), (8, small_ring, 1)):
-        if t % ep_size or e % ep_size:
-            continue  # emulated ranks need T and E divisible by the EP degree
+    for ep_size, config, num_ctas in hand_off_cases(t, e):
         outs = {}
         for signal_warp in ("0", "1"):
             with pytest.MonkeyPatch.context() as env:
@@ -395,12 +401,9 @@ def test_store_warps_equal_consumer_stores_bitwise(name):
     from mok.cuda.backend import sm90_forward
     t, h, i, e, k, skew = SMALL_SHAPES[name]
     problem = make_inputs(t, h, i, e, k, skew=skew, seed=300 + list(SMALL_SHAPES).index(name))
-    small_ring = MoKConfig(minibatch_rows=128, ring_rows=128)
     precisions = ("bf16",) if name == "tiny-hidden" else ("bf16", "mxfp8")  # MXFP8 shapes as test_cuda_mxfp8's
     for precision in precisions:
-        for ep_size, config, num_ctas in ((1, None, 0), (2, small_ring, 0), (4, None, 3), (8, small_ring, 1)):
-            if t % ep_size or e % ep_size:
-                continue  # emulated ranks need T and E divisible by the EP degree
+        for ep_size, config, num_ctas in hand_off_cases(t, e):
             runs = {}
             for store_warps in ("0", "1"):
                 with pytest.MonkeyPatch.context() as env:
