@@ -45,23 +45,21 @@ def report_syncs(backend: str, out: torch.Tensor, grad: torch.Tensor) -> None:
     seen = []
 
     def record(message, category, filename, lineno, file=None, line=None):
+        text = str(message).splitlines()[0]
+        if "prototype feature" in text:  # torch's one-time notice about the debug mode itself, not a sync
+            return
         frames = [f for f in traceback.extract_stack()[:-1] if "/mok/" in f.filename]
-        seen.append((str(message).splitlines()[0], frames[-4:]))
+        seen.append((text, frames[-4:]))
 
-    previous = warnings.showwarning
-    warnings.showwarning = record
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("always")
-            warnings.showwarning = record
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                out.backward(grad)
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-        torch.cuda.synchronize()
-    finally:
-        warnings.showwarning = previous
+    with warnings.catch_warnings():  # restores warnings.showwarning on the way out
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            out.backward(grad)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
     print(f"{backend}: {len(seen)} synchronising CUDA call(s) in one backward")
     for message, frames in seen:
         print(f"  {message}")

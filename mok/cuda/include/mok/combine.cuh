@@ -57,6 +57,32 @@ __device__ __forceinline__ uint4 weighted_top1(const uint4& y_raw, float w) {
   return pack_bf16x8(y);
 }
 
+// Where row `row` of a down tile goes (nullptr: padding, or an inconsistent schedule) and, fused top-1, its router
+// weight (else 0). With `count` (the one lane that speaks for the row) the row is counted for its source rank in
+// `push_count` and an inconsistent schedule is recorded. Shared by the consumers' push below and the store warps
+// (store_warps.cuh), which must send every row to the same place.
+template <class Tiles>
+__device__ __forceinline__ uint4* push_destination(const Sm90MoeParams& p, const Task& t, long long table_row0,
+                                                   int row, bool count, int* push_count, float& weight) {
+  const int src_rank = __ldg(p.src_rank + table_row0 + row);
+  const int src_slot = __ldg(p.src_slot + table_row0 + row);
+  const int slots_per_rank = p.tokens_per_rank * p.top_k;
+  const long long row_chunks = p.hidden / 8;
+  weight = 0.0f;
+  if (src_rank < 0 || src_rank >= p.num_ranks || src_slot < 0 || src_slot >= slots_per_rank) {
+    if (src_rank >= 0 && count) {
+      record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * Tiles::kBlockM + row, src_rank, src_slot, t.ticket);
+    }
+    return nullptr;
+  }
+  if (p.fuse_top1) {
+    weight = __ldg(reinterpret_cast<const float*>(p.weight_ptrs[src_rank]) + src_slot);
+    return reinterpret_cast<uint4*>(p.out_ptrs[src_rank]) + src_slot * row_chunks;
+  }
+  if (count) atomicAdd(push_count + src_rank, 1);
+  return reinterpret_cast<uint4*>(p.combine_ptrs[src_rank]) + src_slot * row_chunks;
+}
+
 // One consumer warpgroup: its 64 rows x 256 output columns -> the source ranks' combine slots.
 // `push_count[s]` (shared) collects how many of this tile's rows went to source rank s.
 //
@@ -75,30 +101,18 @@ __device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const
   const bool contiguous = (p.ablate & kAblatePush) != 0;  // timing ablation: a plain GEMM's output store
   const long long table_row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
 
-  // Destination (and, fused, router weight) of the 8 rows this thread copies out (the same for both halves).
+  // Destination (and, fused, router weight) of the 8 rows this thread copies out (the same for both halves); the
+  // chunk-0 lane of each row counts it.
   uint4* dst_row[8];
   float w_row[8];
 #pragma unroll
   for (int it = 0; it < 8; ++it) {
     const int row = 64 * consumer_wg + (t128 >> 4) + 8 * it;
-    const int src_rank = p.src_rank[table_row0 + row];
-    const int src_slot = p.src_slot[table_row0 + row];
-    dst_row[it] = nullptr;
-    w_row[it] = 0.0f;
-    if (src_rank >= 0 && src_rank < p.num_ranks && src_slot >= 0 && src_slot < slots_per_rank) {
-      if (contiguous) {
-        const int rows = fuse ? p.tokens_per_rank : slots_per_rank;
-        const long long at = (static_cast<long long>(t.tile) * Tiles::kBlockM + row) % rows;
-        dst_row[it] = reinterpret_cast<uint4*>(fuse ? p.out_ptrs[t.rank] : p.combine_ptrs[t.rank]) + at * row_chunks;
-      } else if (fuse) {
-        dst_row[it] = reinterpret_cast<uint4*>(p.out_ptrs[src_rank]) + static_cast<long long>(src_slot) * row_chunks;
-        w_row[it] = __ldg(reinterpret_cast<const float*>(p.weight_ptrs[src_rank]) + src_slot);
-      } else {
-        dst_row[it] = reinterpret_cast<uint4*>(p.combine_ptrs[src_rank]) + static_cast<long long>(src_slot) * row_chunks;
-      }
-      if (!fuse && chunk == 0) atomicAdd(push_count + src_rank, 1);
-    } else if (src_rank >= 0 && chunk == 0) {
-      record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * Tiles::kBlockM + row, src_rank, src_slot, t.ticket);
+    dst_row[it] = push_destination<Tiles>(p, t, table_row0, row, chunk == 0, push_count, w_row[it]);
+    if (contiguous && dst_row[it] != nullptr) {  // counted as pushed (the combine still waits), stored in place
+      const int rows = fuse ? p.tokens_per_rank : slots_per_rank;
+      const long long at = (static_cast<long long>(t.tile) * Tiles::kBlockM + row) % rows;
+      dst_row[it] = reinterpret_cast<uint4*>(fuse ? p.out_ptrs[t.rank] : p.combine_ptrs[t.rank]) + at * row_chunks;
     }
   }
   const bool scale = fuse && !contiguous;

@@ -91,32 +91,8 @@ __device__ __forceinline__ void down_epilogue_staged(const Sm90MoeParams& p, Sha
   }
 }
 
-// Store warp side: where row `row` of the down tile goes (nullptr: padding), and, fused top-1, its router
-// weight. Counts the row for its source rank and records an inconsistent schedule.
-template <class Tiles>
-__device__ __forceinline__ uint4* push_destination(const Sm90MoeParams& p, const Task& t, long long table_row0,
-                                                   int row, int* push_count, float& weight) {
-  const int src_rank = __ldg(p.src_rank + table_row0 + row);
-  const int src_slot = __ldg(p.src_slot + table_row0 + row);
-  const int slots_per_rank = p.tokens_per_rank * p.top_k;
-  const long long row_chunks = p.hidden / 8;
-  weight = 0.0f;
-  if (src_rank < 0 || src_rank >= p.num_ranks || src_slot < 0 || src_slot >= slots_per_rank) {
-    if (src_rank >= 0) {
-      record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * Tiles::kBlockM + row, src_rank, src_slot, t.ticket);
-    }
-    return nullptr;
-  }
-  if (p.fuse_top1) {
-    weight = __ldg(reinterpret_cast<const float*>(p.weight_ptrs[src_rank]) + src_slot);
-    return reinterpret_cast<uint4*>(p.out_ptrs[src_rank]) + src_slot * row_chunks;
-  }
-  atomicAdd(push_count + src_rank, 1);
-  return reinterpret_cast<uint4*>(p.combine_ptrs[src_rank]) + src_slot * row_chunks;
-}
-
-// Rows [first, first + 32) of the warpgroup's 64 staged rows out to their destinations, for one staged half:
-// `dst` and `weight` are lane l's row first + l (from push_destination); lane l copies chunk l % 16 of rows
+// Rows [first, first + 32) of the warpgroup's 64 staged rows out to their destinations, for one staged half: `dst`
+// and `weight` are lane l's row first + l (from push_destination, combine.cuh); lane l copies chunk l % 16 of rows
 // first + l / 16, first + l / 16 + 2, ..., taking each row's destination from its lane by shuffle, so a warp
 // instruction writes two whole 256-byte row pieces and no load waits on another.
 template <class Tiles>
@@ -157,8 +133,10 @@ __device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedSto
     const long long table_row0 =
         static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
     float weight_lo, weight_hi;
-    uint4* dst_lo = push_destination<Tiles>(p, t, table_row0, row0 + lane, s.push_count[task_slot], weight_lo);
-    uint4* dst_hi = push_destination<Tiles>(p, t, table_row0, row0 + 32 + lane, s.push_count[task_slot], weight_hi);
+    // Each lane owns its two rows, so each lane counts them.
+    uint4* dst_lo = push_destination<Tiles>(p, t, table_row0, row0 + lane, true, s.push_count[task_slot], weight_lo);
+    uint4* dst_hi =
+        push_destination<Tiles>(p, t, table_row0, row0 + 32 + lane, true, s.push_count[task_slot], weight_hi);
 #pragma unroll 1
     for (int half = 0; half < 2; ++half) {
       if (!warp_wait(p, &s.staged[consumer_wg], uses & 1u, kCtrMbarStaged, consumer_wg)) return;
