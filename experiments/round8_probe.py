@@ -1,9 +1,11 @@
 """EXPERIMENT (round 8): the megakernel alone, interleaved in rounds (median), in these configurations:
 ring mode (signal warp and store warps, the default); ring mode with consumer thread 0 signalling
 (MOK_CUDA_SIGNAL_WARP=0, round 7's hand-off); ring mode with the consumers storing the down rows themselves
-(MOK_CUDA_STORE_WARPS=0, before round 10); ring mode with round 7's red.release counter updates (probe bit
+(MOK_CUDA_STORE_WARPS=0, before round 10); ring and gather mode with every weighted sum after the last GEMM
+(early_combine=False, before round 11); ring mode with round 7's red.release counter updates (probe bit
 "release_reds"); ring mode without the epilogues' global stores (probe bit "stores") and without the epilogues at
-all (ablation "epilogue"); gather mode; gather mode with the whole-row L2 bulk prefetch
+all (ablation "epilogue"); ring mode without the combine tasks' wait and sum (ablation "combine": the
+combine tail's cost); gather mode; gather mode with the whole-row L2 bulk prefetch
 (MOK_CUDA_GATHER_ROW_PREFETCH). Checks that the configurations which must not change a bit do not. NOTE: every
 configuration with an ablation or probe bit runs without the store warps (round 10; the kernel turns them off
 whenever ``ablate`` is set), so its difference to "ring" includes their gain; compare it with
@@ -27,9 +29,12 @@ CONFIGS = {
     "ring": dict(dispatch="ring"),
     "ring/consumer-signals": dict(dispatch="ring", signal_warp=False),
     "ring/consumer-stores": dict(dispatch="ring", store_warps=False),
+    "ring/tail-combine": dict(dispatch="ring", early_combine=False),
+    "gather/tail-combine": dict(dispatch="gather", early_combine=False),
     "ring+release_reds": dict(dispatch="ring", ablate=backend.PROBE["release_reds"]),
     "ring-stores": dict(dispatch="ring", ablate=backend.PROBE["stores"]),
     "ring-epilogue": dict(dispatch="ring", ablate=backend.ABLATE["epilogue"]),
+    "ring-combine": dict(dispatch="ring", ablate=backend.ABLATE["combine"]),
     "gather": dict(dispatch="gather", gather_row_prefetch=False),
     "gather+rows": dict(dispatch="gather", gather_row_prefetch=True),
 }

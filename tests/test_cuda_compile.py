@@ -25,6 +25,7 @@ import torch
 
 import mok
 from mok.cuda import build
+from mok.cuda.schedule_tables import KernelSchedule, combine_order
 
 NVCC = build.find_nvcc()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (PATH, CUDA_HOME, /usr/local/cuda)")
@@ -128,6 +129,10 @@ static int fail(const char* what, const Task& t) {
 struct Problem {
   int R, tiles_per_rank, tpm, slots, n_gu, n_down, combine_blocks, slots_per_rank, gather;
   std::vector<std::vector<std::vector<int>>> push;  // push[r][m][s]: rows of tile m of rank r going to source s
+  // Early combine: the offsets table under test ([R * (max_mb + 1)]) and, per rank and block, the last step that
+  // holds a row of one of the block's tokens (worked out independently by the test).
+  std::vector<int> combine_offsets;
+  std::vector<std::vector<int>> block_ready;
 };
 
 // Runs one launch's tickets in order, checking every task against the counters of the tickets before it, and
@@ -138,6 +143,7 @@ static long long run_launch(const Problem& P, const ScheduleView& v, int pushed_
   std::set<std::tuple<int, int, int, int>> seen;
   std::vector<std::vector<int>> x_owner(P.R, std::vector<int>(P.slots, -1)), h_owner(P.R, std::vector<int>(P.slots, -1));
   std::map<std::pair<int, int>, int> gu_done, down_done;
+  std::map<int, int> step_down_done;  // early combine: down tasks finished per step, all ranks
   TaskCursor cursor;
   cursor.start(v);
   long long tickets = 0;
@@ -155,10 +161,16 @@ static long long run_launch(const Problem& P, const ScheduleView& v, int pushed_
       if (t.tile / P.tpm != t.minibatch) return fail("tile outside its minibatch", t), -1;
       if (t.nblock < 0 || t.nblock >= (t.kind == kTaskGateUp ? P.n_gu : t.kind == kTaskDown ? P.n_down : 1))
         return fail("column block out of range", t), -1;
-    } else if (t.tile < 0 || t.tile >= v.combine_blocks) {
+    } else if (t.tile < 0 || t.tile % 16 != 0 || t.tile / 16 >= v.combine_blocks) {
       return fail("combine block out of range", t), -1;
     } else if (v.combine_rank >= 0 && t.rank != v.combine_rank) {
       return fail("combine of another rank's tokens in a one-rank launch", t), -1;
+    } else if (v.early_combine()) {
+      // Its rows lie in steps 0..block_ready: every rank's down tasks of those steps must have smaller tickets.
+      const int ready = v.combine_ready_step(t.minibatch);
+      if (P.block_ready[t.rank][t.tile / 16] > ready) return fail("combine block placed before its rows", t), -1;
+      for (int m = 0; m <= ready; ++m)
+        if (step_down_done[m] != v.down_step_tasks(m)) return fail("combine block before a step's down tasks", t), -1;
     }
     const int slot = t.kind == kTaskCombine ? 0 : t.minibatch % P.slots;
     if (t.kind == kTaskDispatch) {
@@ -182,6 +194,7 @@ static long long run_launch(const Problem& P, const ScheduleView& v, int pushed_
     } else if (t.kind == kTaskDown) {
       if (h_owner[t.rank][slot] != t.minibatch) return fail("down reads ring h rows of another minibatch", t), -1;
       ++down_done[{t.rank, t.minibatch}];
+      ++step_down_done[t.minibatch];
       for (int s = 0; s < P.R; ++s) {
         counters[ctr.pushed + s] += P.push[t.rank][t.tile][s];
         pushed[s] += P.push[t.rank][t.tile][s];
@@ -203,8 +216,9 @@ static int steps_of(const Problem& P, const std::vector<int>& tiles) {
 int main() {
   Problem P;
   int one_rank = 0;  // 1: every rank in its own launches (expert launch per rank, then combine launch per rank)
-  if (scanf("%d %d %d %d %d %d %d %d %d %d", &P.R, &P.tiles_per_rank, &P.tpm, &P.slots, &P.n_gu, &P.n_down,
-            &P.combine_blocks, &P.slots_per_rank, &P.gather, &one_rank) != 10) return 2;
+  int early = 0;     // 1: early combine (tables follow the pushes)
+  if (scanf("%d %d %d %d %d %d %d %d %d %d %d", &P.R, &P.tiles_per_rank, &P.tpm, &P.slots, &P.n_gu, &P.n_down,
+            &P.combine_blocks, &P.slots_per_rank, &P.gather, &one_rank, &early) != 11) return 2;
   const int R = P.R;
   std::vector<int> rank_tiles(R);
   for (int& v : rank_tiles) if (scanf("%d", &v) != 1) return 2;
@@ -215,12 +229,19 @@ int main() {
       for (int s = 0; s < R; ++s) if (scanf("%d", &P.push[r][m][s]) != 1) return 2;
   }
   const int max_mb = (P.tiles_per_rank + P.tpm - 1) / P.tpm;
+  if (early) {
+    P.combine_offsets.resize(R * (max_mb + 1));
+    for (int& v : P.combine_offsets) if (scanf("%d", &v) != 1) return 2;
+    P.block_ready.assign(R, std::vector<int>(P.combine_blocks));
+    for (auto& rank : P.block_ready) for (int& v : rank) if (scanf("%d", &v) != 1) return 2;
+  }
   const int pushed_expected = P.slots_per_rank * P.n_down;
   std::vector<long long> pushed(R, 0);
   long long tickets = 0;
   if (!one_rank) {
     const ScheduleView v{R, P.tiles_per_rank, P.tpm, P.slots, max_mb, P.n_gu, P.n_down, P.combine_blocks,
-                         steps_of(P, rank_tiles), rank_tiles.data(), P.gather};
+                         steps_of(P, rank_tiles), rank_tiles.data(), P.gather, -1,
+                         early ? P.combine_offsets.data() : nullptr};
     tickets = run_launch(P, v, pushed_expected, pushed);
     if (tickets < 0) return 1;
   } else {
@@ -288,7 +309,7 @@ SCHEDULE_CASES = [
 
 
 def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, minibatch_rows, ring_slots, skew, gather,
-                     one_rank=False):
+                     one_rank=False, early=False):
     gen = torch.Generator().manual_seed(tokens + experts + ranks)
     logits = torch.randn(tokens, experts, generator=gen) - skew * torch.arange(experts, dtype=torch.float32)
     _, ids = mok.route(logits, top_k)
@@ -298,23 +319,37 @@ def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, miniba
     combine_blocks = 0 if fused else math.ceil(tokens // ranks / 16)
     lines = [" ".join(str(v) for v in (ranks, sched.capacity // 128, minibatch_rows // 128, ring_slots,
                                        math.ceil(intermediate / 128), math.ceil(hidden / 256),
-                                       combine_blocks, tokens // ranks * top_k, int(gather), int(one_rank))),
+                                       combine_blocks, tokens // ranks * top_k, int(gather), int(one_rank),
+                                       int(early))),
              " ".join(str(t) for t in rank_tiles)]
     for r in range(ranks):
         for m in range(rank_tiles[r]):
             src = sched.src_rank[r, m * 128:(m + 1) * 128]
             lines.append(" ".join(str(c) for c in torch.bincount(src[src >= 0].long(), minlength=ranks).tolist()))
+    if early:
+        order, offsets = combine_order(KernelSchedule.from_schedule(sched), minibatch_rows)
+        lines.append(" ".join(str(v) for v in offsets.reshape(-1).tolist()))
+        # Each block's last step with one of its rows, from the inverse map (not from combine_order's own work).
+        token_ready = (sched.dest_row.long() // minibatch_rows).view(ranks, tokens // ranks, top_k).amax(2)
+        for r in range(ranks):
+            ready = token_ready[r][order[r].long()].tolist()
+            lines.append(" ".join(str(max(ready[b:b + 16])) for b in range(0, len(ready), 16)))
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("launches", ["emulated", "one-rank"])
+@pytest.mark.parametrize("launches", ["emulated", "emulated/early-combine", "one-rank"])
 @pytest.mark.parametrize("dispatch", ["ring", "gather"])
 @pytest.mark.parametrize("case", SCHEDULE_CASES, ids=lambda c: "R{}-T{}-K{}-E{}-H{}-I{}-mb{}-slots{}-skew{}".format(*c))
 @needs_nvcc
 def test_task_order_cannot_deadlock(schedule_simulator, case, dispatch, launches):
     """Every task once, every dependency met by earlier tickets, every push counted: all ranks in one launch
-    (emulated), or one real rank per launch (an expert launch per rank, a barrier, a combine launch per rank)."""
-    stdin = _simulator_input(*case, dispatch == "gather", one_rank=launches == "one-rank")
+    (emulated, with or without early combine: then every combine block also runs only after every rank's down
+    tasks of the steps holding its tokens' rows), or one real rank per launch (an expert launch per rank, a
+    barrier, a combine launch per rank)."""
+    early = launches == "emulated/early-combine"
+    if early and case[2] == 1:
+        pytest.skip("top-1 layers fuse the combine: no combine blocks to place")
+    stdin = _simulator_input(*case, dispatch == "gather", one_rank=launches == "one-rank", early=early)
     proc = subprocess.run([str(schedule_simulator)], input=stdin, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
 

@@ -419,6 +419,43 @@ def test_store_warps_equal_consumer_stores_bitwise(name):
             check_accuracy(runs["1"][0], problem, with_oracle=False)
 
 
+def blocks_placed_early(prep) -> int:
+    """Combine blocks the early-combine order placed before the kernel's last step (all ranks)."""
+    rows_used = prep.schedule.segment_offsets[:, -1].long()
+    last_step = int((rows_used + prep.minibatch_rows - 1).div(prep.minibatch_rows, rounding_mode="floor").max()) - 1
+    return int(prep.combine_offsets[:, max(last_step, 0)].sum())
+
+
+@pytest.mark.parametrize("name", ["basic", "ragged-tokens", "h-not-256", "empty-experts", "wide"])
+def test_early_combine_equals_tail_combine_bitwise(name):
+    """Each token's weighted sum run as soon as the step holding its last row is done (early combine, the default)
+    or every sum after the last GEMM: the same arithmetic on the same slots, so the same bits, in both variants
+    and dispatch modes, whatever the EP degree (steps shared by all ranks), ring size or CTA count (1 CTA: every
+    combine block waits behind the down tasks of its own CTA). Poisoned slots and output: a block summed before
+    its rows landed would show. At least one case places blocks before the last step (else nothing was tested)."""
+    from mok.cuda.backend import check_error, launch, prepare
+    t, h, i, e, k, skew = SMALL_SHAPES[name]
+    problem = make_inputs(t, h, i, e, k, skew=skew, seed=400 + list(SMALL_SHAPES).index(name))
+    placed_early = 0
+    for ep_size, config, num_ctas in hand_off_cases(t, e):
+        prep = prepare(*problem, ep_size=ep_size, config=config, poison=True, early_combine=True)
+        assert prep.combine_tokens is not None, "no early-combine order for a top-k > 1 layer"
+        placed_early += blocks_placed_early(prep)
+        for variant in VARIANTS:
+            for dispatch in ("ring", "gather"):
+                outs = {}
+                for early in (False, True):
+                    prep.out.fill_(float("nan"))
+                    prep.workspace.poison()
+                    outs[early] = launch(prep, variant=variant, num_ctas=num_ctas, dispatch=dispatch,
+                                         early_combine=early).clone()
+                    check_error(prep)
+                what = f"early combine {variant} {dispatch} ep={ep_size} ring={config} ctas={num_ctas}"
+                assert_bitwise_equal(outs[True], outs[False], what)
+    assert placed_early > 0, "every combine block sat in the last step: the early path was not exercised"
+    check_accuracy(outs[True], problem, with_oracle=False)
+
+
 def test_timing_probes_run_to_completion():
     """The probe bits outside ABLATE_ALL ("stores", "release_reds") run without an error record, and
     "release_reds" changes no bit."""

@@ -57,7 +57,9 @@ Environment:
   ``MOK_CUDA_GATHER_ROW_PREFETCH`` (default off): see :func:`default_signal_warp`, :func:`default_store_warps` and
   :func:`default_gather_row_prefetch`;
 * ``MOK_CUDA_TIMEOUT_S`` (default 10): bound of every in-kernel wait;
-* ``MOK_CUDA_FUSE_TOP1`` (default 1): fuse the top-1 combine into the down epilogue.
+* ``MOK_CUDA_FUSE_TOP1`` (default 1): fuse the top-1 combine into the down epilogue;
+* ``MOK_CUDA_EARLY_COMBINE`` (default on): sum each token as soon as its K rows are pushed, during later GEMMs
+  (:func:`default_early_combine`).
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ from ..heuristics import rank_minibatch_rows
 from ..config import MoKConfig
 from .build import load_extension
 from .errors import DEFERRED, Sm90KernelError, describe_error, raise_if_error  # noqa: F401 (re-exported)
-from .schedule_tables import KernelSchedule, build_kernel_schedule
+from .schedule_tables import KernelSchedule, build_kernel_schedule, combine_order
 from .workspace import BLOCK_M, GATE_UP_COLUMNS, Sm90Workspace, WorkspaceKey, current_stream_handle, get_workspace
 
 VARIANTS = {"simple": 0, "pipelined": 1}
@@ -148,6 +150,13 @@ def default_store_warps() -> bool:
     return _env_on("MOK_CUDA_STORE_WARPS", "1")
 
 
+def default_early_combine() -> bool:
+    """``MOK_CUDA_EARLY_COMBINE`` (default on): top-k > 1 layers sum each token's K rows as soon as the step
+    holding the last of them is done, during later steps' GEMMs, instead of all tokens after the last GEMM
+    (include/mok/scheduler.cuh; :func:`mok.cuda.schedule_tables.combine_order`). Changes no bit."""
+    return _env_on("MOK_CUDA_EARLY_COMBINE", "1")
+
+
 def default_fuse_top1(top_k: int) -> bool:
     """``MOK_CUDA_FUSE_TOP1`` (default on) for a top-1 layer: its down epilogue writes the weighted rows into the
     output itself (no combine slots). Same bits either way."""
@@ -189,6 +198,8 @@ class Sm90Launch:
         mxfp8: ``x`` holds packed MXFP8 rows and the weights are the dequantized MXFP8 weights.
         local_rank, phases: ``-1, 3``: every rank emulated in the launch; ``r, 1`` or ``r, 2``: the expert tasks
             or the combine of real rank r (:mod:`mok.cuda.rank_run`; the weights are then rank r's only).
+        combine_tokens, combine_offsets: int32 ``[R, T_local]`` and ``[R, steps + 1]``, the early-combine order
+            (:func:`mok.cuda.schedule_tables.combine_order`), or None (every weighted sum after the last GEMM).
     """
 
     schedule: KernelSchedule
@@ -211,6 +222,8 @@ class Sm90Launch:
     mxfp8: bool = False
     local_rank: int = -1
     phases: int = 3
+    combine_tokens: torch.Tensor | None = None
+    combine_offsets: torch.Tensor | None = None
 
 
 def ring_rows_for(config: MoKConfig, capacity: int, minibatch_rows: int) -> int:
@@ -261,7 +274,8 @@ def check_problem(x: torch.Tensor, w_gate: torch.Tensor, ep_size: int, config: M
 def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate: torch.Tensor,
             w_up: torch.Tensor, w_down: torch.Tensor, *, ep_size: int = 1, config: MoKConfig | None = None,
             poison: bool = False, schedule: KernelSchedule | None = None, reuse_workspace: bool = False,
-            fuse_top1: bool | None = None, precision: str = "bf16", for_backward: bool = False) -> Sm90Launch:
+            fuse_top1: bool | None = None, precision: str = "bf16", for_backward: bool = False,
+            early_combine: bool | None = None) -> Sm90Launch:
     """Schedule tables, pointer tables and buffers for one launch (no launch yet, no host synchronisation).
 
     Args:
@@ -277,6 +291,8 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
             ``MOK_CUDA_FUSE_TOP1`` on. Same bits either way.
         precision: ``"bf16"`` or ``"mxfp8"`` (module docstring: x packed into MXFP8 rows, the weights replaced by
             their dequantized MXFP8 copies; ``for_backward`` quantizes the weights' dgrad orientations too).
+        early_combine: build the early-combine order (default :func:`default_early_combine`); only layers with
+            combine tasks (not the fused top-1 combine) have one. Same bits either way.
     """
     config = config or MoKConfig()
     if precision not in PRECISIONS:
@@ -311,6 +327,9 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
         out.fill_(float("nan"))
         workspace.poison()
     out_ptrs = workspace.rank_pointer_table(out.view(ep_size, tokens_per_rank, hidden))
+    if early_combine is None:
+        early_combine = default_early_combine()
+    order = combine_order(schedule, minibatch_rows) if early_combine and not fuse_top1 else (None, None)
     return Sm90Launch(
         schedule=schedule, tokens_per_rank=tokens_per_rank, top_k=top_k, minibatch_rows=minibatch_rows,
         fuse_top1=bool(fuse_top1), x=x, weights=weights, out=out,
@@ -318,16 +337,19 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
         weight_ptrs=workspace.rank_pointer_table(weights.view(ep_size, tokens_per_rank * top_k)),
         combine_ptrs=out_ptrs if fuse_top1 else workspace.combine_ptrs, out_ptrs=out_ptrs,
         w_gate=w_gate.detach().contiguous(), w_up=w_up.detach().contiguous(), w_down=w_down.detach().contiguous(),
-        workspace=workspace, x_row_bytes=x.shape[1] * x.element_size(), mxfp8=mxfp8)
+        workspace=workspace, x_row_bytes=x.shape[1] * x.element_size(), mxfp8=mxfp8, combine_tokens=order[0],
+        combine_offsets=order[1])
 
 
 _NO_TENSOR = torch.empty(0)  # the binding's "no saved_gate_up" (never dereferenced)
+_NO_INT_TENSOR = torch.empty(0, dtype=torch.int32)  # the binding's "no early-combine order"
 
 
 def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, timeout_s: float | None = None,
            ablate: int = 0, dispatch: str | None = None, gather_prefetch: int | None = None,
            saved_gate_up: torch.Tensor | None = None, gather_row_prefetch: bool | None = None,
-           signal_warp: bool | None = None, store_warps: bool | None = None, extension=None) -> torch.Tensor:
+           signal_warp: bool | None = None, store_warps: bool | None = None, early_combine: bool | None = None,
+           extension=None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -338,7 +360,9 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     ``saved_gate_up``: a bf16 ``[R * capacity, 2I]`` buffer (:func:`saved_gate_up_buffer`) that receives gate | up,
     rounded to bf16, of every schedule row the kernel computes (for the backward), or ``None``.
     ``gather_row_prefetch``, ``signal_warp`` and ``store_warps``: see :func:`default_gather_row_prefetch`,
-    :func:`default_signal_warp` and :func:`default_store_warps` (their defaults); none changes a bit. ``extension``: another build of the
+    :func:`default_signal_warp` and :func:`default_store_warps` (their defaults); none changes a bit.
+    ``early_combine``: use the launch's early-combine order (default: whenever :func:`prepare` built one; ``True``
+    requires it); ``False`` runs every weighted sum after the last GEMM. Changes no bit. ``extension``: another build of the
     kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to launch instead of the default one, for
     A/B timing (experiments/ab_kernels.py).
     """
@@ -356,6 +380,11 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     if ablate < 0 or ablate & ~(ABLATE_ALL | sum(PROBE.values())):
         raise ValueError(f"ablate must be a bitmask of {ABLATE} and {PROBE}, got {ablate}")
     timeout_s = float(os.environ.get("MOK_CUDA_TIMEOUT_S", "10")) if timeout_s is None else timeout_s
+    has_order = prep.combine_tokens is not None
+    if early_combine and not has_order:
+        raise ValueError("early_combine=True needs a launch prepared with the early-combine order (a top-k > 1 "
+                         "layer, prepare(..., early_combine=True))")
+    use_order = has_order and early_combine is not False
     s, ws = prep.schedule, prep.workspace
     (extension or load_extension()).forward(
         s.src_rank, s.src_slot, s.tile_expert, s.segment_offsets,
@@ -366,7 +395,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         _NO_TENSOR if saved_gate_up is None else saved_gate_up,
         default_gather_row_prefetch() if gather_row_prefetch is None else bool(gather_row_prefetch),
         default_signal_warp() if signal_warp is None else bool(signal_warp), prep.mxfp8, prep.x_row_bytes,
-        prep.local_rank, prep.phases, default_store_warps() if store_warps is None else bool(store_warps))
+        prep.local_rank, prep.phases, default_store_warps() if store_warps is None else bool(store_warps),
+        prep.combine_tokens if use_order else _NO_INT_TENSOR, prep.combine_offsets if use_order else _NO_INT_TENSOR)
     return prep.out
 
 

@@ -28,6 +28,8 @@ import torch
 
 from ..schedule import Schedule, build_schedule, worst_case_capacity
 
+COMBINE_BLOCK_TOKENS = 16  # tokens per combine task: Sm90Tiles::kCombineTokens (include/mok/workspace.cuh)
+
 
 @dataclass
 class KernelSchedule:
@@ -123,3 +125,58 @@ def build_kernel_schedule(topk_ids: torch.Tensor, num_experts: int, ep_size: int
         expert_sorted, slots_by_expert, num_experts, ep_size, tile, capacity, tokens_per_rank * top_k)
     return KernelSchedule(ep_size, num_experts, top_k, tokens_per_rank, tile, src_rank, src_slot,
                           segment_offsets, tile_expert)
+
+
+def combine_order(schedule: KernelSchedule, minibatch_rows: int,
+                  block_tokens: int = COMBINE_BLOCK_TOKENS) -> tuple[torch.Tensor, torch.Tensor]:
+    """Early combine: every rank's tokens in the order their weighted sums can run, and where each block of them
+    is placed in the megakernel's task order (include/mok/scheduler.cuh).
+
+    A token of rank q is *ready* after step m, the last ring minibatch (step) that holds one of its K rows in any
+    rank's table (row i of a table is in step ``i // minibatch_rows``). Every rank's tokens are sorted by
+    (ready step, token) and cut into blocks of ``block_tokens``; a block is ready when its last token is, and a
+    block ready after step m is placed in step m + 1, or in the last step (the kernel's ``num_steps - 1``, from
+    each rank's rows in use) if m + 1 is past it. Device tensors in, device tensors out, no host synchronisation;
+    every step is deterministic (integer scatter-max and -add, a sort on distinct keys).
+
+    Args:
+        schedule: the launch's tables (``src_rank``, ``src_slot`` ``[R, C]``, ``segment_offsets``).
+        minibatch_rows: the ring minibatch the kernel walks (a multiple of the tile).
+        block_tokens: tokens per combine task (the kernel's ``Sm90Tiles::kCombineTokens``).
+
+    Returns:
+        ``tokens`` ``[R, T_local]`` int32, each rank's tokens sorted by ready step (ties by token): block b is
+        ``tokens[q, b * block_tokens:(b + 1) * block_tokens]``; and ``offsets`` ``[R, ceil(C / minibatch_rows) + 1]``
+        int32: the blocks placed in step s are ``offsets[q, s]:offsets[q, s + 1]``; ``offsets[q, -1]`` is the
+        number of blocks, ``ceil(T_local / block_tokens)``.
+    """
+    ranks, capacity = schedule.src_rank.shape
+    tokens_per_rank, top_k = schedule.tokens_per_rank, schedule.top_k
+    if minibatch_rows <= 0 or minibatch_rows % schedule.tile:
+        raise ValueError(f"minibatch_rows must be a positive multiple of the tile ({schedule.tile}), got "
+                         f"{minibatch_rows}")
+    steps = -(-capacity // minibatch_rows)
+    device = schedule.src_rank.device
+    real = schedule.src_rank >= 0
+    # Each row's step, scattered (max) onto the token it came from; padding rows go to a spare entry at the end.
+    row_step = (torch.arange(capacity, device=device, dtype=torch.int32) // minibatch_rows).expand(ranks, capacity)
+    owner = torch.where(real, schedule.src_rank.to(torch.int64) * tokens_per_rank
+                        + torch.div(schedule.src_slot, top_k, rounding_mode="floor").to(torch.int64),
+                        ranks * tokens_per_rank)
+    ready = torch.zeros(ranks * tokens_per_rank + 1, dtype=torch.int32, device=device)
+    ready.scatter_reduce_(0, owner.reshape(-1), row_step.reshape(-1), reduce="amax")
+    ready = ready[:-1].view(ranks, tokens_per_rank)
+    token_ids = torch.arange(tokens_per_rank, device=device, dtype=torch.int64)
+    order = torch.argsort(ready.to(torch.int64) * tokens_per_rank + token_ids, dim=1)  # distinct keys
+    # A block is ready with its last token; it is placed one step later, at most in the kernel's last step.
+    last_of_block = torch.clamp(torch.arange(block_tokens - 1, tokens_per_rank + block_tokens - 1, block_tokens,
+                                             device=device), max=tokens_per_rank - 1)
+    block_ready = ready.gather(1, order[:, last_of_block])
+    rows_used = schedule.segment_offsets[:, -1].to(torch.int64)
+    last_step = (torch.div(rows_used + minibatch_rows - 1, minibatch_rows, rounding_mode="floor").amax() - 1)
+    placed = torch.minimum(block_ready.to(torch.int64) + 1, last_step.clamp(min=0))
+    counts = torch.zeros(ranks, steps, dtype=torch.int32, device=device)
+    counts.scatter_add_(1, placed, torch.ones_like(placed, dtype=torch.int32))
+    offsets = torch.zeros(ranks, steps + 1, dtype=torch.int32, device=device)
+    offsets[:, 1:] = counts.cumsum(1)
+    return order.to(torch.int32), offsets

@@ -49,7 +49,8 @@ def counter_ints(num_ranks: int, capacity: int, minibatch_rows: int) -> int:
     compiled C++ by tests/test_cuda_compile.py)."""
     tiles_per_rank = capacity // BLOCK_M
     max_minibatches = math.ceil(capacity / minibatch_rows)
-    return COUNTER_TICKET_INTS + 2 * num_ranks * tiles_per_rank + 2 * num_ranks * max_minibatches + num_ranks
+    return (COUNTER_TICKET_INTS + 2 * num_ranks * tiles_per_rank + 2 * num_ranks * max_minibatches + num_ranks
+            + max_minibatches)
 
 
 @dataclass(frozen=True)

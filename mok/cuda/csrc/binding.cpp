@@ -46,6 +46,8 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //   local_rank, phases: -1, 3 for emulated ranks; r >= 0 for one real rank per GPU (launch.cuh): then w_* are
 //     that rank's experts ([E_local, ...], segment_offsets [R, E_local + 1]), ring_x/ring_h are [ring_rows, ...]
 //     and saved_gate_up is [C, 2I]; phases 1 runs its expert tasks, 2 the combine of its own tokens
+//   combine_tokens [R, T_local], combine_offsets [R, ceil(C / minibatch_rows) + 1] int32: early combine (each rank's
+//     tokens by ready step; mok/cuda/schedule_tables.py, combine_order), or two empty tensors for none
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
@@ -54,7 +56,8 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
              int64_t minibatch_rows, int64_t variant, int64_t num_ctas, double timeout_s, bool fuse_top1,
              int64_t ablate, bool gather_x, int64_t gather_prefetch, const at::Tensor& saved_gate_up,
              bool gather_row_prefetch, bool signal_warp, bool mxfp8, int64_t x_row_bytes, int64_t local_rank,
-             int64_t phases, bool store_warps) {
+             int64_t phases, bool store_warps, const at::Tensor& combine_tokens,
+             const at::Tensor& combine_offsets) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -111,6 +114,17 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
     check_shape(saved_gate_up, "saved_gate_up", {own_ranks * capacity, 2 * I});
   }
 
+  const bool early_combine = combine_tokens.numel() > 0;
+  TORCH_CHECK(early_combine == (combine_offsets.numel() > 0),
+              "combine_tokens and combine_offsets come together (early combine) or are both empty");
+  if (early_combine) {
+    check_tensor(combine_tokens, "combine_tokens", at::kInt, device);
+    check_tensor(combine_offsets, "combine_offsets", at::kInt, device);
+    check_shape(combine_tokens, "combine_tokens", {R, tokens_per_rank});
+    TORCH_CHECK(minibatch_rows > 0, "minibatch_rows must be positive, got ", minibatch_rows);
+    check_shape(combine_offsets, "combine_offsets", {R, (capacity + minibatch_rows - 1) / minibatch_rows + 1});
+  }
+
   mok::sm90::Sm90MoeProblem q;
   q.num_ranks = static_cast<int>(R);
   q.tokens_per_rank = static_cast<int>(tokens_per_rank);
@@ -125,6 +139,8 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.src_slot = src_slot.data_ptr<int32_t>();
   q.tile_expert = tile_expert.data_ptr<int32_t>();
   q.segment_offsets = segment_offsets.data_ptr<int32_t>();
+  q.combine_tokens = early_combine ? combine_tokens.data_ptr<int32_t>() : nullptr;
+  q.combine_offsets = early_combine ? combine_offsets.data_ptr<int32_t>() : nullptr;
   q.x_ptrs = x_ptrs.data_ptr<int64_t>();
   q.weight_ptrs = weight_ptrs.data_ptr<int64_t>();
   q.combine_ptrs = combine_ptrs.data_ptr<int64_t>();
@@ -195,6 +211,8 @@ std::vector<at::Tensor> schedule_tables(const at::Tensor& expert_sorted, const a
   q.slots_per_rank = static_cast<int>(slots_per_rank);
   q.run_start = run_start.data_ptr<int32_t>();
   q.segment_offsets = segment_offsets.data_ptr<int32_t>();
+  q.combine_tokens = early_combine ? combine_tokens.data_ptr<int32_t>() : nullptr;
+  q.combine_offsets = early_combine ? combine_offsets.data_ptr<int32_t>() : nullptr;
   q.src_rank = src_rank.data_ptr<int32_t>();
   q.src_slot = src_slot.data_ptr<int32_t>();
   q.tile_expert = tile_expert.data_ptr<int32_t>();

@@ -142,6 +142,13 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   // An experts-only launch (one real rank) leaves the combine to a later launch.
   const int combine_blocks =
       (q.fuse_top1 || !(q.phases & kPhaseCombine)) ? 0 : ceil_div(q.tokens_per_rank, Tiles::kCombineTokens);
+  const bool early_combine = q.combine_tokens != nullptr;
+  if (early_combine != (q.combine_offsets != nullptr))
+    return fail(message, message_len, "early combine needs both combine_tokens and combine_offsets, or neither");
+  if (early_combine && (one_rank || combine_blocks == 0))
+    return fail(message, message_len, "early combine is for emulated ranks with combine tasks (not one real rank's "
+                "launch, not the fused top-1 combine)");
+  const int max_minibatches = ceil_div(q.capacity, q.minibatch_rows);
   const int dispatch_tasks = q.gather_x ? 0 : 1;  // per tile
   const long long tickets = static_cast<long long>(q.num_ranks) * tiles_per_rank * (dispatch_tasks + gate_up_nblocks + down_nblocks) +
                             static_cast<long long>(q.num_ranks) * combine_blocks;
@@ -172,7 +179,7 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.tiles_per_minibatch = q.minibatch_rows / Tiles::kBlockM;
   p.ring_rows = q.ring_rows;
   p.ring_slots = q.ring_rows / q.minibatch_rows;
-  p.max_minibatches = ceil_div(q.capacity, q.minibatch_rows);
+  p.max_minibatches = max_minibatches;
   p.gate_up_nblocks = gate_up_nblocks;
   p.down_nblocks = down_nblocks;
   p.combine_blocks = combine_blocks;
@@ -194,6 +201,8 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.src_slot = q.src_slot;
   p.tile_expert = q.tile_expert;
   p.segment_offsets = q.segment_offsets;
+  p.combine_tokens = q.combine_tokens;
+  p.combine_offsets = q.combine_offsets;
   p.x_ptrs = reinterpret_cast<const long long*>(q.x_ptrs);
   p.weight_ptrs = reinterpret_cast<const long long*>(q.weight_ptrs);
   p.combine_ptrs = reinterpret_cast<const long long*>(q.combine_ptrs);

@@ -143,13 +143,36 @@ __device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const
   }
 }
 
-// The weighted sum for kCombineTokens tokens of source rank t.rank, all H columns, by `num_threads`
+// Early combine (t.minibatch >= 0): before the consumers read a block's slots, their thread 0 waits until every
+// rank's down tasks of steps 0..m finished (m: the block's ready step), then all meet. It is the one dependency
+// not waited for when the task is claimed: the producer has no registers to spare for it, and waiting here cannot
+// deadlock either, since every task it waits for has a smaller ticket and none of them needs this CTA's consumers
+// (the tasks before this one in the CTA's own queue are finished by then, or, store warps, in their hands).
+// `steps_done` (the consumers' own copy, carried from task to task) skips the steps already seen finished: this
+// CTA's combine blocks come in ascending steps, so each step's counter is checked once per CTA.
+__device__ __forceinline__ void wait_combine_ready(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
+                                                   int consumer_thread, int num_consumer_threads, int& steps_done) {
+  const int ready = v.combine_ready_step(t.minibatch);
+  if (consumer_thread == 0) {
+    for (; steps_done <= ready; ++steps_done) {
+      const Dependency d = down_step_dependency(v, p.ctr, t.rank, steps_done);
+      if (!wait_counter_geq(p, p.counters + d.offset, d.expected, d.counter_id, d.rank, d.index, t.ticket)) break;
+    }
+  }
+  steps_done = ready + 1;  // every consumer thread keeps the same count (only thread 0's is read)
+  // Publishes thread 0's acquire to the others (CTA scope), like the producer's task hand-off does.
+  named_barrier_sync(NamedBarrier::kConsumers, num_consumer_threads);
+}
+
+// The weighted sum for kCombineTokens tokens (fewer at the end) of source rank t.rank, all H columns, by `num_threads`
 // threads; each thread owns 8 consecutive columns of one token per item, kCombineItems independent items at a
-// time.
-// NOTE: this runs as the layer's tail (it waits for every push of its source rank), where nothing else hides
-// memory latency. With one item per thread the compiler keeps 4 slot loads (k unrolled by 4) of 16 bytes in
-// flight per thread, about 2 TB/s for the whole GPU by Little's law (an estimate, not measured); kCombineItems
-// independent items multiply the loads in flight. The arithmetic of every output element is unchanged (k
+// time. The tokens are positions t.tile.. of the rank's token order: the tokens themselves, or, with early
+// combine, entries of p.combine_tokens (tokens sorted by the step after which all their rows are pushed).
+// NOTE: without early combine this runs as the layer's tail (it waits for every push of its source rank), where
+// nothing else hides memory latency; with it, only the tokens ready in the last step do. With one item per
+// thread the compiler keeps 4 slot loads (k unrolled by 4) of 16 bytes in flight per thread, about 2 TB/s for
+// the whole GPU by Little's law (an estimate, not measured); kCombineItems independent items multiply the loads
+// in flight. The arithmetic of every output element is unchanged (k
 // ascending, product rounded before the add).
 template <class Tiles>
 __device__ __forceinline__ void combine_block(const Sm90MoeParams& p, const Task& t, int thread, int num_threads) {
@@ -158,9 +181,10 @@ __device__ __forceinline__ void combine_block(const Sm90MoeParams& p, const Task
   const int source = t.rank;
   const int top_k = p.top_k;
   const int row_chunks = p.hidden / 8;
-  const int token0 = t.tile * Tiles::kCombineTokens;
-  const int tokens = min(Tiles::kCombineTokens, p.tokens_per_rank - token0);
+  const int tokens = min(Tiles::kCombineTokens, p.tokens_per_rank - t.tile);
   const int total = tokens * row_chunks;
+  const int* order = p.combine_tokens != nullptr ? p.combine_tokens + static_cast<long long>(source) * p.tokens_per_rank
+                                                 : nullptr;
   const uint4* slots = reinterpret_cast<const uint4*>(p.combine_ptrs[source]);
   const float* weights = reinterpret_cast<const float*>(p.weight_ptrs[source]);
   uint4* out = reinterpret_cast<uint4*>(p.out_ptrs[source]);
@@ -175,7 +199,8 @@ __device__ __forceinline__ void combine_block(const Sm90MoeParams& p, const Task
       // An item past the end recomputes item 0 (always valid) and is not stored: no branch in the k loop.
       valid[u] = base + u * num_threads < total;
       const int idx = valid[u] ? base + u * num_threads : base;
-      const int token = token0 + idx / row_chunks;
+      const int position = t.tile + idx / row_chunks;
+      const int token = order != nullptr ? __ldg(order + position) : position;
       chunk[u] = idx - (idx / row_chunks) * row_chunks;
       slot0[u] = static_cast<long long>(token) * top_k;
 #pragma unroll

@@ -47,6 +47,13 @@ struct Sm90MoeProblem {
   void* ring_h = nullptr;        // bf16 [R' * ring_rows, I]
   void* saved_gate_up = nullptr; // optional bf16 [R' * capacity, 2I]: gate | up per schedule row (for the backward)
 
+  // Early combine (optional, both or neither; emulated ranks with combine tasks only): each rank's tokens sorted
+  // by the step after which all their rows are pushed, so their weighted sums run during later steps
+  // (scheduler.cuh; built by mok/cuda/schedule_tables.py, combine_order).
+  const int32_t* combine_tokens = nullptr;   // [R, T_local] a permutation of 0..T_local-1 per rank
+  const int32_t* combine_offsets = nullptr;  // [R, ceil(capacity / minibatch_rows) + 1] first block (of 16 tokens)
+                                             // placed in each step, ascending; last = ceil(T_local / 16)
+
   int32_t* counters = nullptr;   // sm90_moe_counter_ints(...) int32 (any contents: reset in-stream)
   int32_t* error = nullptr;      // sm90_moe_error_words() int32 (reset in-stream)
 

@@ -15,7 +15,18 @@
 //     every step:   G(s)      gate/up tiles of minibatch s (tile-major, then column block)
 //                   D(s+1)    dispatch tiles of the next minibatch (prefetch: overlaps the down GEMMs)
 //                   W(s)      down tiles of minibatch s (tile-major, then column block)
-//     after all steps: C      combine blocks, per source rank, kCombineTokens tokens each
+//                   C(s)      early combine only: the combine blocks placed in step s (below)
+//     after all steps: C      without early combine: combine blocks, per source rank, kCombineTokens tokens each
+//
+// Early combine (`combine_offsets` set; mok/cuda/schedule_tables.py, combine_order). A token's weighted sum needs
+// its K rows, which lie in up to K experts' segments, so without more information it must wait for the last down
+// task of its source rank: the whole sum (T x K x H values read) became a memory-bound tail after the last GEMM
+// (3-6% of the kernel at anchors 3-5 on the H200). But a token is *ready* after the step of the last of its rows,
+// and for most tokens that step is not the last one. The host sorts every rank's tokens by ready step and cuts
+// the order into blocks of kCombineTokens; a block is ready when its last token is, and a block ready after
+// step m runs in step m + 1 (the last step: ready after it or the one before), after that step's down tiles,
+// while later GEMMs still run. A whole step's tasks lie between W(m) and the block, so its wait has usually been
+// met when it is claimed. Only the tokens ready in the last two steps remain a tail.
 //
 // One real rank per launch (`local_rank` >= 0, expert parallelism across GPUs): the other ranks' groups are empty
 // (their used tiles count as 0) and C holds only this rank's own combine blocks (`combine_rank`); the expert
@@ -34,13 +45,24 @@
 //     C(s, b)    waits until every row of source s was pushed        (T_local * K rows x down column blocks;
 //                                                                     a combine-only launch waits for nothing:
 //                                                                     the barrier before it did)
+//     C(s, b) early combine, placed in step s: m = s - 1 (the last step: m = s)
+//                waits until every W(0..m) task of every rank finished (one counter per step; the consumers wait,
+//                                                                     not the claim: wait_combine_ready in
+//                                                                     combine.cuh, each step checked once per CTA)
 #pragma once
 
 #include "workspace.cuh"
 
 namespace mok::sm90 {
 
-enum TaskPhase : int { kPhaseDispatchFirst = 0, kPhaseGateUp = 1, kPhaseDispatchNext = 2, kPhaseDown = 3, kNumPhases = 4 };
+enum TaskPhase : int {
+  kPhaseDispatchFirst = 0,
+  kPhaseGateUp = 1,
+  kPhaseDispatchNext = 2,
+  kPhaseDown = 3,
+  kPhaseEarlyCombine = 4,  // early combine only
+  kNumPhases = 5,
+};
 
 // What decoding needs to know about the launch (a copy lives in each CTA's registers/shared memory).
 struct ScheduleView {
@@ -58,6 +80,26 @@ struct ScheduleView {
                             //    that aggregate initialisers without it mean the ring mode)
   int combine_rank = -1;    // -1: combine blocks for every source rank; r: rank r's only (one real rank per
                             //    launch, whose other ranks' tiles are 0 in rank_tiles)
+  // Early combine: [R, max_minibatches + 1], the first combine block of each rank placed in each step
+  // (Sm90MoeParams::combine_offsets); nullptr: every combine block after the last step.
+  const int* combine_offsets = nullptr;
+
+  __host__ __device__ bool early_combine() const { return combine_offsets != nullptr; }
+
+  __host__ __device__ int first_combine_block(int rank, int step) const {
+    return combine_offsets[rank * (max_minibatches + 1) + step];
+  }
+
+  // Early combine: the step after which the blocks placed in step `placed` are ready (the step before; in the
+  // last step, the last step itself).
+  __host__ __device__ int combine_ready_step(int placed) const { return placed == num_steps - 1 ? placed : placed - 1; }
+
+  // Down tasks of step `step`, all ranks together (what the step's counter reaches).
+  __host__ __device__ int down_step_tasks(int step) const {
+    int tiles = 0;
+    for (int r = 0; r < num_ranks; ++r) tiles += tiles_in_minibatch(r, step);
+    return tiles * down_nblocks;
+  }
 
   __host__ __device__ int tiles_in_minibatch(int rank, int minibatch) const {
     const int left = rank_tiles[rank] - minibatch * tiles_per_minibatch;
@@ -69,7 +111,9 @@ struct ScheduleView {
       case kPhaseDispatchFirst: return step == 0 && !gather_x ? tiles_in_minibatch(rank, 0) : 0;
       case kPhaseGateUp: return tiles_in_minibatch(rank, step) * gate_up_nblocks;
       case kPhaseDispatchNext: return gather_x ? 0 : tiles_in_minibatch(rank, step + 1);
-      default: return tiles_in_minibatch(rank, step) * down_nblocks;
+      case kPhaseDown: return tiles_in_minibatch(rank, step) * down_nblocks;
+      default:  // kPhaseEarlyCombine
+        return early_combine() ? first_combine_block(rank, step + 1) - first_combine_block(rank, step) : 0;
     }
   }
 };
@@ -126,17 +170,22 @@ struct TaskCursor {
           t.minibatch = step + 1;
           t.tile = (step + 1) * v.tiles_per_minibatch + j;
           break;
-        default:
+        case kPhaseDown:
           t.kind = kTaskDown;
           t.minibatch = step;
           t.tile = step * v.tiles_per_minibatch + j / v.down_nblocks;
           t.nblock = j % v.down_nblocks;
           break;
+        default:  // kPhaseEarlyCombine
+          t.kind = kTaskCombine;
+          t.minibatch = step;  // where it was placed (NOTE: not the ready step: the producer has no register to spare)
+          t.tile = (v.first_combine_block(rank, step) + j) * Sm90Tiles::kCombineTokens;
+          break;
       }
-    } else if (j < (v.combine_rank >= 0 ? 1 : v.num_ranks) * v.combine_blocks) {
+    } else if (!v.early_combine() && j < (v.combine_rank >= 0 ? 1 : v.num_ranks) * v.combine_blocks) {
       t.kind = kTaskCombine;
       t.rank = v.combine_rank >= 0 ? v.combine_rank : j / v.combine_blocks;
-      t.tile = j % v.combine_blocks;
+      t.tile = j % v.combine_blocks * Sm90Tiles::kCombineTokens;
       t.minibatch = -1;
     } else {
       t.kind = kTaskStop;
@@ -158,6 +207,12 @@ struct Dependency {
 struct Signal {
   int offset;
 };
+
+// Early combine: every rank's down tasks of step `step` finished.
+__host__ __device__ inline Dependency down_step_dependency(const ScheduleView& v, const CounterLayout& ctr, int rank,
+                                                           int step) {
+  return {kCtrDownStepDone, ctr.down_step_done + step, rank, step, v.down_step_tasks(step)};
+}
 
 // The dependencies of a task; returns how many (at most 2) were written to `deps`.
 __host__ __device__ inline int task_dependencies(const ScheduleView& v, const CounterLayout& ctr, const Task& t,
@@ -192,7 +247,11 @@ __host__ __device__ inline int task_dependencies(const ScheduleView& v, const Co
                    v.gate_up_nblocks};
       break;
     case kTaskCombine:
-      deps[n++] = {kCtrPushed, ctr.pushed + t.rank, t.rank, t.tile, pushed_expected};
+      if (t.minibatch >= 0) {  // early combine: W(m) of every rank, and of every step before (wait_combine_ready)
+        deps[n++] = down_step_dependency(v, ctr, t.rank, v.combine_ready_step(t.minibatch));
+      } else {
+        deps[n++] = {kCtrPushed, ctr.pushed + t.rank, t.rank, t.tile, pushed_expected};
+      }
       break;
     default:
       break;
@@ -213,7 +272,9 @@ __host__ __device__ inline int task_signals(const ScheduleView& v, const Counter
       return 2;
     case kTaskDown:
       signals[0] = {ctr.down_mb_done + t.rank * v.max_minibatches + t.minibatch};
-      return 1;
+      if (!v.early_combine()) return 1;
+      signals[1] = {ctr.down_step_done + t.minibatch};
+      return 2;
     default:
       return 0;
   }

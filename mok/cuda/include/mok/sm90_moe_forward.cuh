@@ -76,7 +76,8 @@ __device__ __forceinline__ Task claim_task(const Sm90MoeParams& p, const Schedul
   const int pushed_expected = (p.phases & kPhaseExperts) ? p.tokens_per_rank * p.top_k * p.down_nblocks : 0;
   Dependency deps[2];
   int n = task_dependencies(v, p.ctr, t, pushed_expected, deps);
-  if (t.kind == kTaskCombine && (p.ablate & kAblateCombine)) n = 0;  // timing ablation: no wait, no work
+  // An early-combine block waits in the consumers instead (wait_combine_ready), and an ablated one not at all.
+  if (t.kind == kTaskCombine && (t.minibatch >= 0 || (p.ablate & kAblateCombine))) n = 0;
   // NOTE: unrolled with a guard so that `deps` is indexed by constants and stays in registers.
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -152,7 +153,7 @@ template <class Tiles, bool kOverlap>
 __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
                                                   const ScheduleView& v, const Task& t, PipeState<Tiles>& pipe,
                                                   int consumer_wg, int consumer_thread, int* push_count,
-                                                  StagingHandoff& handoff) {
+                                                  StagingHandoff& handoff, int& combine_steps_done) {
   constexpr int kConsumerThreads = 128 * Tiles::kNumConsumerWG;
   switch (t.kind) {
     case kTaskDispatch:
@@ -163,6 +164,9 @@ __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, Shared
       }
       break;
     case kTaskCombine:
+      if (t.minibatch >= 0 && !(p.ablate & kAblateCombine)) {
+        wait_combine_ready(p, v, t, consumer_thread, kConsumerThreads, combine_steps_done);
+      }
       combine_block<Tiles>(p, t, consumer_thread, kConsumerThreads);
       break;
     case kTaskGateUp: {
@@ -219,11 +223,13 @@ __device__ __forceinline__ void simple_consumer(const Sm90MoeParams& p, SharedSt
   const int consumer_thread = static_cast<int>(threadIdx.x) - 128;
   PipeState<Tiles> pipe;
   StagingHandoff handoff;  // unused: no store warps in this variant
+  int combine_steps_done = 0;
   while (true) {
     named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task published
     const Task t = s.tasks[0];
     if (t.kind == kTaskStop) break;
-    run_consumer_task<Tiles, false>(p, s, v, t, pipe, consumer_wg, consumer_thread, s.push_count[0], handoff);
+    run_consumer_task<Tiles, false>(p, s, v, t, pipe, consumer_wg, consumer_thread, s.push_count[0], handoff,
+                                    combine_steps_done);
     if (writes_feed_tma(t)) publish_writes();
     named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task finished, writes published
   }
@@ -316,6 +322,7 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
   PipeState<Tiles> pipe;
   StagingHandoff handoff;
   TaskQueueCursor<Tiles::kTaskQueue> queue;
+  int combine_steps_done = 0;
   while (true) {
     mbar_wait(p, &s.task_full[queue.slot], queue.parity, kCtrMbarTaskFull, static_cast<int>(queue.slot));
     uint32_t task_slot;
@@ -328,7 +335,8 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
     // slot can carry a new task (the signal warp frees the slot itself; consumer thread 0 signals before it
     // reaches the barrier at the end of the next task).
     int* push_count = s.push_count[task_slot];
-    run_consumer_task<Tiles, true>(p, s, v, t, pipe, consumer_wg, consumer_thread, push_count, handoff);
+    run_consumer_task<Tiles, true>(p, s, v, t, pipe, consumer_wg, consumer_thread, push_count, handoff,
+                                   combine_steps_done);
     if (writes_feed_tma(t)) publish_writes();
     if (p.signal_warp) {
       __syncwarp();  // orders the warp's writes before lane 0's arrival (release at CTA scope)
@@ -424,6 +432,7 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
   v.rank_tiles = s.rank_tiles;
   v.gather_x = p.gather_x;
   v.combine_rank = p.local_rank;
+  v.combine_offsets = p.combine_offsets;
 
   // Roles. NOTE: setmaxnreg needs each warpgroup's role to be one branch of a single if/else.
   const int warpgroup = threadIdx.x / 128;

@@ -65,6 +65,7 @@ struct CounterLayout {
   int gate_up_mb_done;   // [R*MB]   per minibatch: gate/up tasks finished (ring x rows free again)
   int down_mb_done;      // [R*MB]   per minibatch: down tasks finished (ring h rows free again)
   int pushed;            // [R]      per source rank: (row, column block) pairs pushed into its slots
+  int down_step_done;    // [MB]     per step: down tasks finished, all ranks together (early combine)
   int total;             // ints in the whole block
 
   __host__ __device__ static CounterLayout make(int num_ranks, int tiles_per_rank, int max_minibatches) {
@@ -76,6 +77,7 @@ struct CounterLayout {
     c.gate_up_mb_done = at;   at += num_ranks * max_minibatches;
     c.down_mb_done = at;      at += num_ranks * max_minibatches;
     c.pushed = at;            at += num_ranks;
+    c.down_step_done = at;    at += max_minibatches;
     c.total = at;
     return c;
   }
@@ -97,6 +99,7 @@ enum CounterId : int {
   kCtrMbarStaged = 11,    // store warps: a consumer warpgroup's staged rows are ready to store
   kCtrMbarDrained = 12,   // store warps: the staged rows were read, the staging is free again
   kCtrMbarStoresDone = 13,  // store warps: a down task's rows are all stored (the signal warp waits)
+  kCtrDownStepDone = 14,    // early combine: every rank's down tasks of a step finished
 };
 
 // Timing ablations (Sm90MoeParams::ablate, a bitmask; experiments/cuda_breakdown.py). Each one removes a piece
@@ -181,6 +184,12 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   const int* tile_expert;      // [R, tiles]      local expert of each tile; -1 past the used rows
   const int* segment_offsets;  // [R, E_local+1]  last entry: rows in use (padding included)
 
+  // Early combine (optional; both nullptr: every combine task after the last step, tokens in order). A token is
+  // "ready" after the step (minibatch) of the last of its K rows in any rank's table; its weighted sum can run
+  // while later steps' GEMMs do (scheduler.cuh). mok/cuda/schedule_tables.py, combine_order().
+  const int* combine_tokens;   // [R, T_local]  each rank's tokens sorted by ready step; block b = 16b..16b+15
+  const int* combine_offsets;  // [R, MB + 1]   first block placed in each step; last = ceil(T_local / 16)
+
   // Peer pointer tables: entry s is rank s's buffer base address (mok.comm.PeerBuffer.ptr_table).
   const long long* x_ptrs;        // -> bf16  [T_local, H]      tokens (dispatch pulls from here); MXFP8:
                                   //    uint8 [T_local, x_row_bytes] packed rows
@@ -218,8 +227,10 @@ enum TaskKind : int { kTaskStop = 0, kTaskDispatch = 1, kTaskGateUp = 2, kTaskDo
 struct Task {
   int kind;       // TaskKind
   int rank;       // expert-side rank (combine: the source rank whose tokens are summed)
-  int minibatch;  // minibatch of the tile (dispatch, gate/up, down)
-  int tile;       // schedule tile index within the rank's table (combine: token block)
+  int minibatch;  // minibatch of the tile (dispatch, gate/up, down); combine: the step an early-combine block
+                  // was placed in (ScheduleView::combine_ready_step), or -1
+  int tile;       // schedule tile index within the rank's table (combine: first position of its tokens in the
+                  // rank's token order: the token itself, or its place in combine_tokens)
   int nblock;     // column block (gate/up: of I in kHalfN; down: of H in kBlockN)
   int expert;     // global expert of the tile (gate/up, down)
   int ticket;
