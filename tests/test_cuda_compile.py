@@ -671,3 +671,31 @@ def test_schedule_table_kernels_compile_for_sm90a(tmp_path):
     proc = build.compile_object(tmp_path / "schedule_tables.o", verbose=True, source=build.SCHEDULE_SOURCE)
     assert proc.returncode == 0, proc.stderr
     assert "spill stores" in proc.stderr and not re.search(r"[1-9]\d* bytes spill", proc.stderr), proc.stderr
+
+
+def test_binding_compiles_against_the_torch_headers(tmp_path):
+    """csrc/binding.cpp (the torch extension's host code) type-checks with g++ against the installed torch's
+    headers, on a CPU machine too: the JIT build on the GPU is the only other place it is compiled."""
+    import os
+    import shutil
+    import sysconfig
+    from pathlib import Path
+
+    gxx = shutil.which("g++")
+    torch_include = Path(torch.__file__).parent / "include"
+    if gxx is None or not (torch_include / "torch" / "extension.h").exists():
+        pytest.skip("g++ or the torch C++ headers are not installed")
+    homes = [Path(NVCC).resolve().parent.parent] if NVCC else []
+    homes += [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))]
+    cuda_include = next((h / "include" for h in homes if (h / "include" / "cuda_runtime_api.h").exists()), None)
+    if cuda_include is None:
+        pytest.skip("the CUDA runtime headers are not installed")
+    # A CPU wheel of torch lacks this generated header of its CUDA build; its macros are not needed to type-check.
+    stub = tmp_path / "stub" / "c10" / "cuda" / "impl"
+    stub.mkdir(parents=True)
+    (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
+    includes = [tmp_path / "stub", torch_include, torch_include / "torch" / "csrc" / "api" / "include",
+                Path(sysconfig.get_paths()["include"]), cuda_include, build.INCLUDE_DIR]
+    proc = subprocess.run([gxx, "-std=c++17", "-fsyntax-only", *(f"-I{p}" for p in includes),
+                           str(build.BINDING_SOURCE)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]

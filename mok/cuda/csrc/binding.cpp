@@ -211,8 +211,6 @@ std::vector<at::Tensor> schedule_tables(const at::Tensor& expert_sorted, const a
   q.slots_per_rank = static_cast<int>(slots_per_rank);
   q.run_start = run_start.data_ptr<int32_t>();
   q.segment_offsets = segment_offsets.data_ptr<int32_t>();
-  q.combine_tokens = early_combine ? combine_tokens.data_ptr<int32_t>() : nullptr;
-  q.combine_offsets = early_combine ? combine_offsets.data_ptr<int32_t>() : nullptr;
   q.src_rank = src_rank.data_ptr<int32_t>();
   q.src_slot = src_slot.data_ptr<int32_t>();
   q.tile_expert = tile_expert.data_ptr<int32_t>();
