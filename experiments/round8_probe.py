@@ -1,15 +1,17 @@
 """EXPERIMENT (round 8): the megakernel alone, interleaved in rounds (median), in these configurations:
 ring mode (signal warp and store warps, the default); ring mode with consumer thread 0 signalling
 (MOK_CUDA_SIGNAL_WARP=0, round 7's hand-off); ring mode with the consumers storing the down rows themselves
-(MOK_CUDA_STORE_WARPS=0, before round 10); ring and gather mode with every weighted sum after the last GEMM
-(early_combine=False, before round 11); ring mode with round 7's red.release counter updates (probe bit
+(MOK_CUDA_STORE_WARPS=0, before round 10); ring and gather mode with each token's weighted sum as soon as its
+rows are pushed (early_combine=True) or every sum after the last GEMM (early_combine=False); ring mode with round 7's red.release counter updates (probe bit
 "release_reds"); ring mode without the epilogues' global stores (probe bit "stores") and without the epilogues at
 all (ablation "epilogue"); ring mode without the combine tasks' wait and sum (ablation "combine": the
 combine tail's cost); gather mode; gather mode with the whole-row L2 bulk prefetch
 (MOK_CUDA_GATHER_ROW_PREFETCH). Checks that the configurations which must not change a bit do not. NOTE: every
 configuration with an ablation or probe bit runs without the store warps (round 10; the kernel turns them off
 whenever ``ablate`` is set), so its difference to "ring" includes their gain; compare it with
-"ring/consumer-stores" instead. ``--configs a,b`` picks configurations. Run on the H200 from the repository root:
+"ring/consumer-stores" instead. ``--configs a,b`` picks configurations (the first is the bitwise reference; with
+two, the rotated order is balanced, so the pair is an unbiased A/B); ``--rounds N`` sets the rounds of the
+interleaved timing (default 8). Run on the H200 from the repository root:
 
     python3 -m mok.cuda.build --jit && python3 experiments/round8_probe.py [SHAPE ...]
 """
@@ -29,7 +31,9 @@ CONFIGS = {
     "ring": dict(dispatch="ring"),
     "ring/consumer-signals": dict(dispatch="ring", signal_warp=False),
     "ring/consumer-stores": dict(dispatch="ring", store_warps=False),
+    "ring/early-combine": dict(dispatch="ring", early_combine=True),
     "ring/tail-combine": dict(dispatch="ring", early_combine=False),
+    "gather/early-combine": dict(dispatch="gather", early_combine=True),
     "gather/tail-combine": dict(dispatch="gather", early_combine=False),
     "ring+release_reds": dict(dispatch="ring", ablate=backend.PROBE["release_reds"]),
     "ring-stores": dict(dispatch="ring", ablate=backend.PROBE["stores"]),
@@ -40,11 +44,20 @@ CONFIGS = {
 }
 
 args = sys.argv[1:]
+rounds = 8
+if "--rounds" in args:
+    at = args.index("--rounds")
+    rounds = int(args[at + 1])
+    del args[at:at + 2]
 if "--configs" in args:
     at = args.index("--configs")
     chosen = args[at + 1].split(",")
     del args[at:at + 2]
-    CONFIGS = {k: v for k, v in CONFIGS.items() if k in chosen or k == "ring"}
+    unknown = [k for k in chosen if k not in CONFIGS]
+    if unknown:
+        sys.exit(f"unknown configurations {unknown}; known: {list(CONFIGS)}")
+    CONFIGS = {k: CONFIGS[k] for k in chosen}
+reference = next(iter(CONFIGS))
 for name in args or ["anchor-1", "anchor-2", "anchor-3", "anchor-4", "anchor-5", "kimi-k2.7/ep64"]:
     shape = SHAPES[name]
     p = Problem(shape, n_sets=2)
@@ -55,10 +68,10 @@ for name in args or ["anchor-1", "anchor-2", "anchor-3", "anchor-4", "anchor-5",
         outs[label] = backend.launch(preps[0], **kw).clone()
     backend.check_error(preps[0])
     exact = [k for k, kw in CONFIGS.items() if not kw.get("ablate", 0) & ~backend.PROBE["release_reds"]]
-    same = all(torch.equal(outs[k].view(torch.int16), outs["ring"].view(torch.int16)) for k in exact)
+    same = all(torch.equal(outs[k].view(torch.int16), outs[reference].view(torch.int16)) for k in exact)
     launches = {label: (lambda j, kw=kw, preps=preps: backend.launch(preps[j], **kw))
                 for label, kw in CONFIGS.items()}
-    med = {k: t.median_ms for k, t in time_interleaved(launches, device=preps[0].out.device).items()}
+    med = {k: t.median_ms for k, t in time_interleaved(launches, device=preps[0].out.device, rounds=rounds).items()}
     backend.check_error(preps[0])
     line = ", ".join(f"{k} {v:.3f} ms ({shape.forward_flops / v / 1e9:.0f} TFLOP/s)" for k, v in med.items())
     print(f"{name}: {line}; {', '.join(exact)} bitwise equal: {same}", flush=True)

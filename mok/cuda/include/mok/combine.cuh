@@ -160,6 +160,9 @@ __device__ __forceinline__ void wait_combine_ready(const Sm90MoeParams& p, const
     }
   }
   steps_done = ready + 1;  // every consumer thread keeps the same count (only thread 0's is read)
+  // Thread 0's warp converges before the barrier, so that it takes its next task (whose slot the producer may
+  // rewrite once lane 0 arrives on task_empty) as one warp again.
+  __syncwarp();
   // Publishes thread 0's acquire to the others (CTA scope), like the producer's task hand-off does.
   named_barrier_sync(NamedBarrier::kConsumers, num_consumer_threads);
 }
