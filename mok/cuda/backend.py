@@ -58,7 +58,7 @@ Environment:
   :func:`default_gather_row_prefetch`;
 * ``MOK_CUDA_TIMEOUT_S`` (default 10): bound of every in-kernel wait;
 * ``MOK_CUDA_FUSE_TOP1`` (default 1): fuse the top-1 combine into the down epilogue;
-* ``MOK_CUDA_EARLY_COMBINE`` (default on): sum each token as soon as its K rows are pushed, during later GEMMs
+* ``MOK_CUDA_EARLY_COMBINE`` (default off): sum each token as soon as its K rows are pushed, during later GEMMs
   (:func:`default_early_combine`).
 """
 
@@ -151,10 +151,11 @@ def default_store_warps() -> bool:
 
 
 def default_early_combine() -> bool:
-    """``MOK_CUDA_EARLY_COMBINE`` (default on): top-k > 1 layers sum each token's K rows as soon as the step
+    """``MOK_CUDA_EARLY_COMBINE`` (default off): top-k > 1 layers sum each token's K rows as soon as the step
     holding the last of them is done, during later steps' GEMMs, instead of all tokens after the last GEMM
-    (include/mok/scheduler.cuh; :func:`mok.cuda.schedule_tables.combine_order`). Changes no bit."""
-    return _env_on("MOK_CUDA_EARLY_COMBINE", "1")
+    (include/mok/scheduler.cuh; :func:`mok.cuda.schedule_tables.combine_order`). Changes no bit. Off because it
+    measured slower on the H200 (round 11, mok/cuda/README.md: 0.5-2.3% on anchors 1-5, balanced A/B)."""
+    return _env_on("MOK_CUDA_EARLY_COMBINE", "0")
 
 
 def default_fuse_top1(top_k: int) -> bool:

@@ -27,6 +27,8 @@
 // step m runs in step m + 1 (the last step: ready after it or the one before), after that step's down tiles,
 // while later GEMMs still run. A whole step's tasks lie between W(m) and the block, so its wait has usually been
 // met when it is claimed. Only the tokens ready in the last two steps remain a tail.
+// Measured (round 11, mok/cuda/README.md): correct and bit-identical, but 0.5-2.3% slower than the tail on
+// anchors 1-5 in a balanced A/B, so it is off by default (MOK_CUDA_EARLY_COMBINE).
 //
 // One real rank per launch (`local_rank` >= 0, expert parallelism across GPUs): the other ranks' groups are empty
 // (their used tiles count as 0) and C holds only this rank's own combine blocks (`combine_rank`); the expert
