@@ -1,38 +1,75 @@
-"""EXPERIMENT (CPU): the Python cost of the two backward paths with every Triton kernel launch made a no-op.
+"""EXPERIMENT (CPU): the host work of the two backward paths with every Triton kernel launch made a no-op.
 
 ``backend="cuda"`` runs the Triton pipeline's backward without its forward (``triton_layer_gradients`` on the saved
-gate/up rows); ``backend="triton"`` runs it after its own forward. On the H200 the first took 4.1 ms of host time
-at the qwen slice against 2.2 ms (experiments/profile_backward.py, round 8). Here, under the Triton interpreter
-with launches replaced by no-ops, only the Python around the kernels is left, so a difference would show up; a
-tie says the extra host time on the GPU machine is spent inside CUDA calls instead. Results are garbage (no
-kernel runs). Run::
+gate/up rows); ``backend="triton"`` runs it after its own forward. On the H200 the first is host-bound on small
+layers (round 10, qwen3.5-397b/ep64: backward() returned after 2.55 ms of host time for 2.02 ms of kernels;
+experiments/profile_backward.py). Here, under the Triton interpreter with launches replaced by no-ops, only the
+host work around the kernels is left. Results are garbage (no kernel runs). Three paths:
 
-    TRITON_INTERPRET=1 python3 experiments/backward_host_python.py [--profile]
+* ``cuda``: ``triton_layer_gradients`` as ``CudaMoE.backward`` calls it, given the forward's ``KernelSchedule``
+  without a ``source`` (as on the GPU, where the megakernel's tables must be completed into a whole Schedule);
+* ``cuda-tables``: the same run given the ``KernelSchedule``'s four tables directly (the pipeline reads nothing
+  else), i.e. without ``full_schedule()``;
+* ``triton``: the Triton backend's ``out.backward`` after its forward.
+
+``--count-ops`` counts, for one backward of each path, the aten operators dispatched (a TorchDispatchMode:
+allocations, views, kernels), the Triton launches, and with ``--where`` the mok line that dispatched each. On a
+GPU each aten operator costs the host a few microseconds (more when it launches a kernel), which is why the
+counts, not the CPU times, are the measure here. ``MOK_TRITON_REUSE_BUFFERS=0`` turns the per-pass buffer reuse
+off (mok/triton_ref/pipeline.py). Run::
+
+    TRITON_INTERPRET=1 PYTHONPATH=. python3 experiments/backward_host_python.py [--count-ops [--where]] [--profile]
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
+import dataclasses
 import pstats
 import time
+import traceback
 
 import torch
 import triton.runtime.interpreter as interpreter
 import triton.runtime.jit as jit
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import mok
 from mok.config import MoKConfig
 from mok.cuda import backend as cuda_backend
 from mok.cuda.schedule_tables import build_kernel_schedule
 
+LAUNCHES: collections.Counter = collections.Counter()
+
 
 def no_launch(self, *args, **kwargs):
-    return None
+    LAUNCHES[getattr(getattr(self, "fn", self), "__name__", "?")] += 1
+
+
+class CountOps(TorchDispatchMode):
+    """Counts every aten operator dispatched inside it, by name and by the mok line that dispatched it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: collections.Counter = collections.Counter()
+        self.where: collections.Counter = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        self.ops[name] += 1
+        frames = [f for f in traceback.extract_stack()[:-1] if "/mok/" in f.filename]
+        if frames:
+            f = frames[-1]
+            self.where[f"{f.filename.split('/mok/', 1)[-1]}:{f.lineno} {f.name}: {name}"] += 1
+        return func(*args, **(kwargs or {}))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--profile", action="store_true", help="cProfile the cuda path's backward too")
+    parser.add_argument("--count-ops", action="store_true", help="count aten operators and Triton launches")
+    parser.add_argument("--where", action="store_true", help="with --count-ops: the mok line of each operator")
     parser.add_argument("--calls", type=int, default=20)
     args = parser.parse_args()
     jit.JITFunction.run = no_launch
@@ -47,28 +84,59 @@ def main() -> None:
     w_down = (torch.randn(experts, hidden, inter, generator=gen) * 0.05).to(torch.bfloat16)
     grad = torch.randn(tokens, hidden, generator=gen).to(torch.bfloat16)
     config = MoKConfig()
-    schedule = build_kernel_schedule(ids, experts, 1, 128, None)
-    saved = torch.zeros(schedule.capacity, 2 * inter, dtype=torch.bfloat16)
+    # As on the GPU: the megakernel's tables only (on a CPU build_kernel_schedule keeps the whole Schedule).
+    tables = dataclasses.replace(build_kernel_schedule(ids, experts, 1, 128, None), source=None)
+    saved = torch.zeros(tables.capacity, 2 * inter, dtype=torch.bfloat16)
 
-    def cuda_path() -> float:
-        start = time.perf_counter()
+    def cuda_path() -> None:
         cuda_backend.triton_layer_gradients(x, ids, weights, w_gate, w_up, w_down, grad, ep_size=1, config=config,
-                                            saved_gate_up=saved, schedule=schedule)
-        return time.perf_counter() - start
+                                            saved_gate_up=saved, schedule=tables)
 
-    def triton_path() -> float:
+    def cuda_tables_path() -> None:
+        # triton_layer_gradients' body, given the tables instead of tables.full_schedule().
+        from mok.triton_ref.pipeline import TritonLayerRun
+        with torch.no_grad():
+            run = TritonLayerRun(x.detach().contiguous(), ids, weights.detach(), w_gate.detach(), w_up.detach(),
+                                 w_down.detach(), 1, config, "bf16", backward=True, schedule=tables)
+            got = run.backward_without_forward(grad.contiguous(), saved)
+            got[1].to(weights.dtype)
+
+    def triton_forward():
         leaves = [t.detach().requires_grad_(True) for t in (x, weights, w_gate, w_up, w_down)]
-        out = mok.moe(leaves[0], ids, *leaves[1:], backend="triton", check_inputs=False)
+        return mok.moe(leaves[0], ids, *leaves[1:], backend="triton", check_inputs=False)
+
+    def timed(path) -> float:
+        if path is None:  # the triton backend: time its backward only
+            out = triton_forward()
+            start = time.perf_counter()
+            out.backward(grad)
+            return time.perf_counter() - start
         start = time.perf_counter()
-        out.backward(grad)
+        path()
         return time.perf_counter() - start
 
-    for _ in range(3):
-        cuda_path()
-        triton_path()
-    cuda_ms = sum(cuda_path() for _ in range(args.calls)) / args.calls * 1e3
-    triton_ms = sum(triton_path() for _ in range(args.calls)) / args.calls * 1e3
-    print(f"host time per backward without kernels: cuda path {cuda_ms:.3f} ms, triton backward {triton_ms:.3f} ms")
+    paths = {"cuda": cuda_path, "cuda-tables": cuda_tables_path, "triton": None}
+    for path in paths.values():
+        for _ in range(3):
+            timed(path)
+    times = {name: sum(timed(path) for _ in range(args.calls)) / args.calls * 1e3 for name, path in paths.items()}
+    print("host time per backward without kernels (CPU): "
+          + ", ".join(f"{name} {ms:.3f} ms" for name, ms in times.items()))
+
+    if args.count_ops:
+        for name, path in paths.items():
+            out = triton_forward() if path is None else None
+            LAUNCHES.clear()
+            with CountOps() as counted:
+                if path is None:
+                    out.backward(grad)
+                else:
+                    path()
+            print(f"{name}: {sum(counted.ops.values())} aten ops, {sum(LAUNCHES.values())} Triton launches; "
+                  f"{dict(counted.ops.most_common())}")
+            if args.where:
+                for line, n in sorted(counted.where.items()):
+                    print(f"  {n:3d} {line}")
     if args.profile:
         prof = cProfile.Profile()
         prof.enable()

@@ -229,8 +229,8 @@ def test_cuda_autograd_function_with_a_stand_in_forward(save_rows, monkeypatch):
     """``CudaMoE`` (the autograd Function of ``backend="cuda"``) on the CPU, its megakernel forward replaced by
     the Triton forward (and, when saving, the Triton forward's own gate/up rows): the gradients are the Triton
     backend's bits, the rows travel through ``save_for_backward``, and a second backward of a retained graph
-    gives the same bits. The backward builds no schedule: it completes the forward's tables (made here without
-    their source, so :meth:`KernelSchedule.full_schedule` computes the rest)."""
+    gives the same bits. The backward builds no schedule: it reads the forward's four tables as they are (made
+    here without their source, the inverse map and segment counts that only a full Schedule has)."""
     from types import SimpleNamespace
 
     from mok.cuda import backend

@@ -512,8 +512,8 @@ def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights
         ep_size, config: as the forward's (ep_size emulated ranks; :class:`MoKConfig`).
         needs: five bools, which of ``(x, topk_weights, w_gate, w_up, w_down)`` want a gradient.
         precision: the Triton pipeline's (``"bf16"`` or ``"mxfp8"``; its MXFP8 backward takes the bf16 weights).
-        schedule: the forward's schedule tables for this routing (:class:`KernelSchedule`), completed into the
-            pipeline's (:meth:`KernelSchedule.full_schedule`) instead of building them again; same tables.
+        schedule: the forward's schedule tables for this routing (:class:`KernelSchedule`), which the pipeline
+            reads as they are (:class:`mok.triton_ref.pipeline.RankTables`) instead of building them again.
 
     Returns:
         ``(dx [T, H] x's dtype, d_topk_weights [T, K] topk_weights' dtype, d_w_gate, d_w_up [E, I, H],
@@ -535,7 +535,7 @@ def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights
     with torch.no_grad(), device:
         run = TritonLayerRun(x.detach().contiguous(), topk_ids, topk_weights.detach(), w_gate.detach(),
                              w_up.detach(), w_down.detach(), ep_size, config, precision, backward=True,
-                             schedule=None if schedule is None else schedule.full_schedule())
+                             schedule=schedule)
         dx, d_weights, d_gate, d_up, d_down = run.backward_without_forward(grad_out.contiguous(), saved_gate_up)
         grads = (dx, d_weights.to(topk_weights.dtype), d_gate, d_up, d_down)
     return tuple(grad if need else None for grad, need in zip(grads, needs))

@@ -157,7 +157,7 @@ class CudaRankRun:
         run = TritonRankRun(self.x, self.topk_ids, self.topk_weights, self.w_gate.detach(), self.w_up.detach(),
                             self.w_down.detach(), rank=self.rank, world=self.world, num_experts=self.num_experts,
                             config=self.config, transport="peers", peers=self.peers, precision="bf16",
-                            backward=True, schedule=self.schedule.full_schedule())
+                            backward=True, schedule=self.schedule)
         with torch.no_grad():
             grads = run.backward_without_forward(grad_out.contiguous(), self.saved_gate_up)
         self.saved_gate_up = None

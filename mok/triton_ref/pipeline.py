@@ -38,6 +38,14 @@ the backward replays dispatch and gate/up for every minibatch, or, given the cal
 the dispatch; nothing else of the forward runs), for a caller whose output came from elsewhere
 (``backend="cuda"``'s megakernel forward).
 
+Host work per call. On small layers the host, not the GPU, sets the pace (round 10: ``backend="cuda"``'s
+backward returned to the host after 2.55 ms for 2.02 ms of kernels), so a run does little besides launching:
+a pass takes its scratch rows (and a backward without a forward its ring) from the buffers the previous pass of
+the same sizes gave back on the same stream (:class:`PassBuffers`), peer pointer tables come from a cache
+(:func:`pointer_table`), a ring column nobody reads is never allocated, and a run needs only the schedule's
+four expert-side tables (:class:`RankTables`), so a caller holding just those (the megakernel's) completes
+nothing. None of it changes a bit: every buffer reused is one the pass writes before it reads.
+
 Minibatching. These kernels run stage by stage (no kernel overlaps communication with compute), so with
 ``MoKConfig.minibatch_rows`` and ``ring_rows`` both ``None`` each rank walks **one minibatch covering its whole
 schedule table** (``capacity`` rows; kernels skip the tiles past the rows in use on the device), which needs
@@ -63,6 +71,9 @@ is not done here.
 from __future__ import annotations
 
 import importlib
+import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -75,7 +86,7 @@ from ..comm import EmulatedPeers, PeerBuffer, PeerGroup
 from ..config import MoKConfig
 from ..heuristics import rank_minibatch_rows
 from ..ring import RingBuffer, RingPlan, plan_ring
-from ..schedule import RankSchedule, Schedule, build_schedule
+from ..schedule import Schedule, build_schedule
 from ._common import check_device, fresh, poison_
 from .grouped_gemm import grouped_gemm_dgrad, grouped_gemm_forward, grouped_wgrad
 from .pull_dispatch import pull_reverse_combine, pull_token_rows
@@ -122,6 +133,95 @@ def pointer_table(views: list[torch.Tensor], device: torch.device) -> torch.Tens
     return table
 
 
+# ========================================================================================================
+# Per-pass buffers, reused from one call to the next
+# ========================================================================================================
+# A pass's scratch rows (and the ring of a backward without its forward) are written and read inside that one
+# call on one stream, and nothing of them is returned. Handing them to the next call of the same sizes on the
+# same stream is as safe as torch.empty handing out the same freed block again (the stream orders the two
+# calls), and saves the host an allocation each (round 10: the `cuda` backward is host-bound on small layers).
+# A pass checks its buffers out (no other pass, e.g. another thread's, gets them meanwhile) and gives them
+# back when it returns; never during a CUDA graph capture (the graph would go on using them at every replay).
+# Bounded (least recently used sizes dropped first); MOK_TRITON_REUSE_BUFFERS=0 or set_buffer_reuse(False)
+# turns it off, release_pass_buffers() empties it.
+_REUSE = {"on": os.environ.get("MOK_TRITON_REUSE_BUFFERS", "1") != "0"}
+_FREE_BUFFERS: "OrderedDict[tuple, list[torch.Tensor]]" = OrderedDict()
+_FREE_BUFFERS_MAX = 16  # tensors kept in all (one backward takes at most 13: ring, scratch, chains)
+_FREE_LOCK = threading.Lock()
+
+
+def set_buffer_reuse(enabled: bool) -> bool:
+    """Reuse per-pass buffers across calls (see above; default on). Returns the previous setting."""
+    previous = _REUSE["on"]
+    _REUSE["on"] = bool(enabled)
+    return previous
+
+
+def release_pass_buffers() -> None:
+    """Drop every kept per-pass buffer (their memory returns to PyTorch's caching allocator)."""
+    with _FREE_LOCK:
+        _FREE_BUFFERS.clear()
+
+
+def free_pass_buffers() -> dict[tuple, list[torch.Tensor]]:
+    """The kept per-pass buffers (a copy), by ``(device, stream, shape, dtype)``: for tests and experiments."""
+    with _FREE_LOCK:
+        return {key: list(free) for key, free in _FREE_BUFFERS.items()}
+
+
+class PassBuffers:
+    """The buffers one pass (a forward, a backward) allocates for its own use, taken from the kept ones of
+    the same device, stream, shape and dtype where allowed, and kept again by :meth:`give_back`.
+
+    Built at the start of the pass, on the stream the pass launches on. A pass that raises gives nothing
+    back (kernels it queued may still use them; the caching allocator then frees them in stream order).
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.reuse = _REUSE["on"]
+        self.stream = 0
+        if self.reuse and device.type == "cuda":
+            with torch.cuda.device(device):
+                self.reuse = not torch.cuda.is_current_stream_capturing()
+                self.stream = torch.cuda.current_stream(device).cuda_stream
+        self._taken: list[tuple[tuple, torch.Tensor]] = []
+
+    def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A ``shape`` tensor of ``dtype`` for this pass only, contents undefined (poisoned when poisoning
+        is on, as :func:`fresh`)."""
+        shape = tuple(int(s) for s in shape)
+        if not self.reuse:
+            return fresh(shape, dtype, self.device)
+        key = (str(self.device), self.stream, shape, dtype)
+        with _FREE_LOCK:
+            free = _FREE_BUFFERS.get(key)
+            tensor = free.pop() if free else None
+            if free is not None and not free:
+                del _FREE_BUFFERS[key]
+        tensor = poison_(tensor) if tensor is not None else fresh(shape, dtype, self.device)
+        self._taken.append((key, tensor))
+        return tensor
+
+    def give_back(self) -> None:
+        """Keep this pass's buffers for the next pass on the same stream (call once the pass has queued its
+        last kernel that touches them; nothing of the pass may use them afterwards)."""
+        taken, self._taken = self._taken, []
+        if not taken:
+            return
+        with _FREE_LOCK:
+            for key, tensor in taken:
+                _FREE_BUFFERS.setdefault(key, []).append(tensor)
+                _FREE_BUFFERS.move_to_end(key)
+            kept = sum(len(free) for free in _FREE_BUFFERS.values())
+            while kept > _FREE_BUFFERS_MAX:
+                oldest = next(iter(_FREE_BUFFERS))
+                _FREE_BUFFERS[oldest].pop(0)
+                if not _FREE_BUFFERS[oldest]:
+                    del _FREE_BUFFERS[oldest]
+                kept -= 1
+
+
 class EmulatedRankGroup(EmulatedPeers):
     """:class:`mok.comm.EmulatedPeers` for one layer run: rank r's buffer is the r-th dim-0 slice of one
     allocation (so a rank's share of x or dO can be published in place, :meth:`wrap`), pointer tables travel
@@ -146,13 +246,57 @@ class EmulatedRankGroup(EmulatedPeers):
         (contiguous; used in place, no copy)."""
         if not tensor.is_contiguous() or tensor.shape[0] % self.world_size:
             raise ValueError(f"{name}: a contiguous tensor with a multiple of {self.world_size} rows is needed")
-        views = list(tensor.chunk(self.world_size)) if tensor.shape[0] else [tensor] * self.world_size
+        if self.world_size == 1 or not tensor.shape[0]:
+            views = [tensor] * self.world_size  # one rank: its share is the whole tensor (no view to make)
+        else:
+            views = list(tensor.chunk(self.world_size))
         self._blocks[name] = tensor
         return PeerBuffer(name, tuple(views[0].shape), tensor.dtype, views, pointer_table(views, tensor.device))
 
     def block(self, buf: PeerBuffer) -> torch.Tensor:
         """Every rank's buffer ``buf`` as one tensor (rank-major)."""
         return self._blocks[buf.name]
+
+
+# ========================================================================================================
+# The schedule tables the kernels read
+# ========================================================================================================
+@dataclass(frozen=True)
+class RankTables:
+    """One expert-side rank's schedule tables as this pipeline's kernels read them (views): what
+    :class:`mok.schedule.RankSchedule` holds less ``segment_counts``, which none of them reads.
+
+    Made from a whole :class:`mok.schedule.Schedule` or from anything with its four expert-side tables and
+    sizes (``ep_size``, ``num_experts``, ``top_k``, ``tile``, ``capacity``, ``src_rank``, ``src_slot``,
+    ``segment_offsets``, ``tile_expert``; ``[R, ...]`` as in the Schedule), such as the megakernel's
+    :class:`mok.cuda.schedule_tables.KernelSchedule`: then nothing has to complete its inverse map and segment
+    counts first (about 35 tensor operations of host work on every ``backend="cuda"`` backward).
+
+    Attributes:
+        rank: the expert-side rank; top_k, tile: the layer's.
+        src_rank: ``[capacity]`` int32, source rank of each row; -1 on padding and unused rows.
+        src_slot: ``[capacity]`` int32, ``local_token * top_k + k`` on the source rank; -1 on padding.
+        segment_offsets: ``[E_local + 1]`` int32, start row of each local expert's padded segment; the last
+            entry is the number of rows in use.
+        tile_expert: ``[capacity // tile]`` int32, local expert of each tile; -1 past the last segment.
+    """
+
+    rank: int
+    top_k: int
+    tile: int
+    src_rank: torch.Tensor
+    src_slot: torch.Tensor
+    segment_offsets: torch.Tensor
+    tile_expert: torch.Tensor
+
+    @classmethod
+    def of(cls, schedule: Any, rank: int) -> "RankTables":
+        return cls(rank, schedule.top_k, schedule.tile, schedule.src_rank[rank], schedule.src_slot[rank],
+                   schedule.segment_offsets[rank], schedule.tile_expert[rank])
+
+    @property
+    def capacity(self) -> int:
+        return self.src_rank.numel()
 
 
 # ========================================================================================================
@@ -166,7 +310,7 @@ class Window:
     (int32 ``[1]``, on the device) is the table's rows in use, for kernels that skip rows past it.
     """
 
-    table: RankSchedule
+    table: RankTables
     start: int
     n_rows: int
     tile_expert: torch.Tensor
@@ -251,7 +395,8 @@ class PlainRows(RowFormat):
         return w_gate.contiguous(), w_up.contiguous(), w_down.contiguous()
 
     def local_weights(self, weights, start, stop):
-        return tuple(w[start:stop] for w in weights)
+        # Every expert (one rank): the tensors themselves, no slice to make.
+        return tuple(w if (start, stop) == (0, w.shape[0]) else w[start:stop] for w in weights)
 
     def gate_up(self, win, x_rows, weights, gate_up_out, h_out):
         gate_up_swiglu(x_rows, weights[0], weights[1], win.tile_expert, win.tile, gate_up_out=gate_up_out,
@@ -313,8 +458,9 @@ class TritonRanksRun:
         world: the EP degree; num_experts: E (global); config: :class:`MoKConfig`; precision: a registered
             :class:`RowFormat` name.
         backward: whether a backward may follow (MXFP8 then quantizes the weights' dgrad orientations too).
-        schedule: the :class:`mok.schedule.Schedule` of this routing if the caller has it already (e.g.
-            ``backend="cuda"``'s forward built it), else built here.
+        schedule: the routing's schedule if the caller has it already, else built here: a
+            :class:`mok.schedule.Schedule`, or only its expert-side tables (:class:`RankTables`; e.g.
+            ``backend="cuda"``'s :class:`mok.cuda.schedule_tables.KernelSchedule`, which needs no completing).
     """
 
     def __init__(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate: torch.Tensor,
@@ -356,15 +502,13 @@ class TritonRanksRun:
                                                                                        self.top_k):
             raise ValueError("the given schedule was built for another layer (EP degree, experts, tile or top-k)")
         self.schedule = schedule
-        self.tables = {r: self.schedule.rank(r) for r in self.local_ranks}
+        self.tables = {r: RankTables.of(schedule, r) for r in self.local_ranks}
         self.all_plans = self._plan_rings(config)
         self.plans = {r: self.all_plans[r] for r in self.local_ranks}
-        columns = {"x": self.format.row_storage(self.hidden, self.dtype),
-                   "gate_up": (2 * self.intermediate, self.dtype)}
-        self.rings = {r: RingBuffer(plan, columns, self.device) for r, plan in self.plans.items()}
-        for ring in self.rings.values():
-            for t in ring.tensors.values():
-                poison_(t)
+        # Made by the pass that fills them first (forward(), or backward_without_forward() with only the
+        # columns it reads), so that a run that never needs a ring column never allocates it.
+        self.rings: dict[int, RingBuffer] = {}
+        self._rings_given_back = False
         self.scratch_rows = max(plan.minibatch_rows for plan in self.plans.values())
         self.x_buf: PeerBuffer | None = None
         self.weight_buf: PeerBuffer | None = None
@@ -378,7 +522,26 @@ class TritonRanksRun:
         mb_rows = rank_minibatch_rows(self.tokens_local, self.hidden, self.intermediate, self.local_experts,
                                       self.top_k, self.device, config)
         # RingPlan checks that the ring holds whole minibatches. NOTE: host synchronisation: the host walks the ring, so it needs each rank's minibatch count.
-        return [plan_ring(rows, mb_rows, config.ring_rows) for rows in self.schedule.rows_used()]
+        rows_used = [int(v) for v in self.schedule.segment_offsets[:, -1].tolist()]  # each rank's rows in use
+        return [plan_ring(rows, mb_rows, config.ring_rows) for rows in rows_used]
+
+    def _make_rings(self, columns: dict[str, tuple[int, torch.dtype]],
+                    buffers: PassBuffers | None = None) -> None:
+        """Every local rank's ring of ``columns`` (name -> (width, dtype)): fresh tensors, or taken from
+        ``buffers`` for a ring that lives no longer than that pass."""
+        self.rings = {}
+        for r, plan in self.plans.items():
+            ring = RingBuffer(plan, {}, self.device)
+            for name, (width, dtype) in columns.items():
+                ring.tensors[name] = (buffers.take((plan.ring_rows, width), dtype) if buffers is not None
+                                      else fresh((plan.ring_rows, width), dtype, self.device))
+            self.rings[r] = ring
+
+    def _ring_columns(self, gate_up: bool = True) -> dict[str, tuple[int, torch.dtype]]:
+        columns = {"x": self.format.row_storage(self.hidden, self.dtype)}
+        if gate_up:
+            columns["gate_up"] = (2 * self.intermediate, self.dtype)
+        return columns
 
     # ----------------------------------------------------------------------------------------------------
     # Peer buffers
@@ -411,12 +574,12 @@ class TritonRanksRun:
         """The local ranks' buffers ``buf`` as one tensor (rank-major)."""
         return self.peers.block(buf) if self.emulated else buf[self.local_ranks[0]]
 
-    def _scratch(self) -> Scratch:
+    def _scratch(self, buffers: PassBuffers) -> Scratch:
         made: dict[str, torch.Tensor] = {}
 
         def scratch(name: str, width: int, dtype: torch.dtype) -> torch.Tensor:
             if name not in made:
-                made[name] = fresh((self.scratch_rows, width), dtype, self.device)
+                made[name] = buffers.take((self.scratch_rows, width), dtype)
             return made[name]
         return scratch
 
@@ -425,8 +588,9 @@ class TritonRanksRun:
     # ----------------------------------------------------------------------------------------------------
     def _window(self, rank: int, i: int) -> Window:
         start, end = self.plans[rank].window(i)
-        return Window(self.tables[rank], start, end - start, self.schedule.tile_expert[rank][start // self.tile:],
-                      self.tile)
+        table = self.tables[rank]
+        tile_expert = table.tile_expert[start // self.tile:] if start else table.tile_expert  # no view to make
+        return Window(table, start, end - start, tile_expert, self.tile)
 
     def _ring_rows(self, rank: int, i: int) -> dict[str, torch.Tensor]:
         ring = self.rings[rank]
@@ -451,19 +615,24 @@ class TritonRanksRun:
     # ----------------------------------------------------------------------------------------------------
     def forward(self) -> torch.Tensor:
         """``[L * T_local, H]`` in x's dtype: the local ranks' tokens' outputs."""
+        if self.rings:
+            raise RuntimeError("this TritonRanksRun has run already: one forward() per run")
         slots = self.tokens_local * self.top_k
         self.x_buf = self._publish_rows("triton_x", self.x)
         self.weight_buf = self._publish("triton_topk_weights", self.topk_weights.view(-1))
         combine = self._slots("triton_combine_slots", (slots, self.hidden), self.dtype)
+        self._make_rings(self._ring_columns())  # fresh: the backward reads what the forward leaves there
         self.peers.barrier()  # every rank's x is published, and nobody still reads last call's slots
 
-        scratch = self._scratch()
+        buffers = PassBuffers(self.device)
+        scratch = self._scratch(buffers)
         h = scratch("h", *self.format.row_storage(self.intermediate, self.dtype))
         for rank in self.local_ranks:
             for i in self.plans[rank].forward_order():
                 self._dispatch_and_project(rank, i, h_out=h)
                 win = self._window(rank, i)
                 self.format.down(win, h, self.weights[rank], SlotPush.window(win.table, win.start, combine))
+        buffers.give_back()  # every kernel reading h is queued
         self.peers.barrier()  # every rank's pushes have landed
 
         out = fresh((len(self.local_ranks) * self.tokens_local, self.hidden), self.dtype, self.device)
@@ -479,13 +648,18 @@ class TritonRanksRun:
     def backward(self, grad_out: torch.Tensor):
         """Gradients from ``grad_out`` ``[L * T_local, H]``: ``(dx [L*T_local, H], d_topk_weights fp32
         [L*T_local, K], d_w_gate, d_w_up [L*E_local, I, H], d_w_down [L*E_local, H, I])``."""
+        if not self.rings or self._rings_given_back:
+            raise RuntimeError("backward() follows this run's forward(); without one, call backward_without_forward()")
         if not self.emulated:
             # Another layer sharing the peer buffers may have used them since the forward: publish again what
             # the peers read (x only if some rank replays minibatches its ring has overwritten).
             if any(plan.num_minibatches > plan.num_slots for plan in self.all_plans):
                 self.x_buf = self._publish_rows("triton_x", self.x)
             self.weight_buf = self._publish("triton_topk_weights", self.topk_weights.view(-1))
-        return self._backward_pass(grad_out)
+        buffers = PassBuffers(self.device)
+        grads = self._backward_pass(grad_out, buffers)
+        buffers.give_back()
+        return grads
 
     def backward_without_forward(self, grad_out: torch.Tensor, saved_gate_up: torch.Tensor | None = None):
         """The gradients of :meth:`backward` (same bits, same tuple) on a run whose :meth:`forward` never ran.
@@ -503,11 +677,9 @@ class TritonRanksRun:
         (the weight gradients need them) and the gate/up GEMM does not run again at all; the gradients are then
         those of these gate/up values (bitwise the Triton forward's only if it wrote them).
         """
-        if any(ring.holds(i) for r, ring in self.rings.items() for i in self.plans[r].forward_order()):
-            raise RuntimeError("forward() has run on this TritonRanksRun: call backward()")
-        # What the replays and the reverse combine read from every source rank, as forward() publishes it.
-        self.x_buf = self._publish_rows("triton_x", self.x)
-        self.weight_buf = self._publish("triton_topk_weights", self.topk_weights.view(-1))
+        if self.rings:
+            raise RuntimeError("forward() (or backward_without_forward()) has run on this TritonRanksRun: call "
+                               "backward() after a forward, or make a new run")
         saved = None
         if saved_gate_up is not None:
             shape = (len(self.local_ranks) * self.schedule.capacity, 2 * self.intermediate)
@@ -517,13 +689,25 @@ class TritonRanksRun:
                                  f"{saved_gate_up.dtype} {list(saved_gate_up.shape)} on {saved_gate_up.device}")
             saved = {rank: rows for rank, rows in
                      zip(self.local_ranks, saved_gate_up.view(len(self.local_ranks), self.schedule.capacity, -1))}
-            for ring in self.rings.values():
-                ring.tensors.pop("gate_up", None)  # never read: the saved rows take its place (capacity x 2I)
-        return self._backward_pass(grad_out, saved)
+        # What the replays and the reverse combine read from every source rank, as forward() publishes it.
+        self.x_buf = self._publish_rows("triton_x", self.x)
+        self.weight_buf = self._publish("triton_topk_weights", self.topk_weights.view(-1))
+        # The rings live only in this call (they start empty: every minibatch is replayed into its slot), so
+        # they come from the reused buffers too; no gate/up column when the saved rows take its place.
+        buffers = PassBuffers(self.device)
+        self._make_rings(self._ring_columns(gate_up=saved is None), buffers)
+        grads = self._backward_pass(grad_out, buffers, saved)
+        buffers.give_back()
+        for ring in self.rings.values():
+            ring.tensors.clear()  # handed on: nothing of this run may read them again
+        self._rings_given_back = True
+        return grads
 
-    def _backward_pass(self, grad_out: torch.Tensor, saved_gate_up: dict[int, torch.Tensor] | None = None):
-        """:meth:`backward` once x (for replays) and the router weights are published; ``saved_gate_up``: per
-        local rank, its table's gate/up rows (:meth:`backward_without_forward`), read instead of the ring's."""
+    def _backward_pass(self, grad_out: torch.Tensor, buffers: PassBuffers,
+                       saved_gate_up: dict[int, torch.Tensor] | None = None):
+        """:meth:`backward` once x (for replays) and the router weights are published; its scratch from
+        ``buffers`` (the caller gives them back); ``saved_gate_up``: per local rank, its table's gate/up rows
+        (:meth:`backward_without_forward`), read instead of the ring's."""
         fmt, dtype, device, inter, hidden = self.format, self.dtype, self.device, self.intermediate, self.hidden
         slots = self.tokens_local * self.top_k
         grad_buf = self._publish_rows("triton_grad_out", grad_out.to(dtype))
@@ -537,18 +721,18 @@ class TritonRanksRun:
         d_w_down = fresh((n_experts_here, hidden, inter), self.weight_dtype, device)
 
         # Per-minibatch scratch, reused by every minibatch of every local rank (stream order serialises them).
-        scratch = self._scratch()
+        scratch = self._scratch(buffers)
         grad_rows = scratch("grad_rows", *fmt.row_storage(hidden, dtype))
-        weight_rows = fresh((self.scratch_rows,), torch.float32, device)
+        weight_rows = buffers.take((self.scratch_rows,), torch.float32)
         d_gate_up = scratch("d_gate_up", 2 * inter, dtype)
         hw = scratch("hw", inter, dtype)
         dw_partial = scratch("dw_partial", fmt.router_grad_partials(inter, hidden, dtype, self.tile), torch.float32)
         # fp32 running sums of the weight gradients, only when an expert's chain spans several minibatches.
         chained = any(plan.num_minibatches > 1 for plan in self.plans.values())
         el = self.local_experts
-        chains = ({"gate": fresh((el, inter, hidden), torch.float32, device),
-                   "up": fresh((el, inter, hidden), torch.float32, device),
-                   "down": fresh((el, hidden, inter), torch.float32, device)} if chained else {})
+        chains = ({"gate": buffers.take((el, inter, hidden), torch.float32),
+                   "up": buffers.take((el, inter, hidden), torch.float32),
+                   "down": buffers.take((el, hidden, inter), torch.float32)} if chained else {})
 
         for j, rank in enumerate(self.local_ranks):
             table, ring, weights = self.tables[rank], self.rings[rank], self.weights[rank]
