@@ -4,19 +4,17 @@
 gate/up rows); ``backend="triton"`` runs it after its own forward. On the H200 the first is host-bound on small
 layers (round 10, qwen3.5-397b/ep64: backward() returned after 2.55 ms of host time for 2.02 ms of kernels;
 experiments/profile_backward.py). Here, under the Triton interpreter with launches replaced by no-ops, only the
-host work around the kernels is left. Results are garbage (no kernel runs). Three paths:
+host work around the kernels is left. Results are garbage (no kernel runs). Two paths:
 
 * ``cuda``: ``triton_layer_gradients`` as ``CudaMoE.backward`` calls it, given the forward's ``KernelSchedule``
-  without a ``source`` (as on the GPU, where the megakernel's tables must be completed into a whole Schedule);
-* ``cuda-tables``: the same run given the ``KernelSchedule``'s four tables directly (the pipeline reads nothing
-  else), i.e. without ``full_schedule()``;
+  without a ``source`` (as on the GPU: the megakernel's four tables only, which the pipeline reads as they are);
 * ``triton``: the Triton backend's ``out.backward`` after its forward.
 
 ``--count-ops`` counts, for one backward of each path, the aten operators dispatched (a TorchDispatchMode:
 allocations, views, kernels), the Triton launches, and with ``--where`` the mok line that dispatched each. On a
 GPU each aten operator costs the host a few microseconds (more when it launches a kernel), which is why the
-counts, not the CPU times, are the measure here. ``MOK_TRITON_REUSE_BUFFERS=0`` turns the per-pass buffer reuse
-off (mok/triton_ref/pipeline.py). Run::
+counts, not the CPU times, are the measure here. ``MOK_TRITON_REUSE_BUFFERS=1`` turns the per-pass buffer reuse
+on (off by default; mok/triton_ref/pipeline.py). Run::
 
     TRITON_INTERPRET=1 PYTHONPATH=. python3 experiments/backward_host_python.py [--count-ops [--where]] [--profile]
 """
@@ -92,15 +90,6 @@ def main() -> None:
         cuda_backend.triton_layer_gradients(x, ids, weights, w_gate, w_up, w_down, grad, ep_size=1, config=config,
                                             saved_gate_up=saved, schedule=tables)
 
-    def cuda_tables_path() -> None:
-        # triton_layer_gradients' body, given the tables instead of tables.full_schedule().
-        from mok.triton_ref.pipeline import TritonLayerRun
-        with torch.no_grad():
-            run = TritonLayerRun(x.detach().contiguous(), ids, weights.detach(), w_gate.detach(), w_up.detach(),
-                                 w_down.detach(), 1, config, "bf16", backward=True, schedule=tables)
-            got = run.backward_without_forward(grad.contiguous(), saved)
-            got[1].to(weights.dtype)
-
     def triton_forward():
         leaves = [t.detach().requires_grad_(True) for t in (x, weights, w_gate, w_up, w_down)]
         return mok.moe(leaves[0], ids, *leaves[1:], backend="triton", check_inputs=False)
@@ -115,7 +104,7 @@ def main() -> None:
         path()
         return time.perf_counter() - start
 
-    paths = {"cuda": cuda_path, "cuda-tables": cuda_tables_path, "triton": None}
+    paths = {"cuda": cuda_path, "triton": None}
     for path in paths.values():
         for _ in range(3):
             timed(path)

@@ -2,7 +2,8 @@
 ring mode (signal warp and store warps, the default); ring mode with consumer thread 0 signalling
 (MOK_CUDA_SIGNAL_WARP=0, round 7's hand-off); ring mode with the consumers storing the down rows themselves
 (MOK_CUDA_STORE_WARPS=0, before round 10); ring and gather mode with each token's weighted sum as soon as its
-rows are pushed (early_combine=True) or every sum after the last GEMM (early_combine=False); ring mode with round 7's red.release counter updates (probe bit
+rows are pushed (early_combine=True, round 11; skipped on top-1 layers, which have no combine tasks) or every sum
+after the last GEMM (early_combine=False); ring mode with round 7's red.release counter updates (probe bit
 "release_reds"); ring mode without the epilogues' global stores (probe bit "stores") and without the epilogues at
 all (ablation "epilogue"); ring mode without the combine tasks' wait and sum (ablation "combine": the
 combine tail's cost); gather mode; gather mode with the whole-row L2 bulk prefetch
@@ -57,20 +58,23 @@ if "--configs" in args:
     if unknown:
         sys.exit(f"unknown configurations {unknown}; known: {list(CONFIGS)}")
     CONFIGS = {k: CONFIGS[k] for k in chosen}
-reference = next(iter(CONFIGS))
 for name in args or ["anchor-1", "anchor-2", "anchor-3", "anchor-4", "anchor-5", "kimi-k2.7/ep64"]:
     shape = SHAPES[name]
     p = Problem(shape, n_sets=2)
-    preps = [backend.prepare(*p.args(j), schedule=build_kernel_schedule(p.routes[j][1], shape.num_experts))
-             for j in range(2)]
+    # With the early-combine order built (top-k > 1); each launch says whether it uses it (default: off).
+    preps = [backend.prepare(*p.args(j), schedule=build_kernel_schedule(p.routes[j][1], shape.num_experts),
+                             early_combine=True) for j in range(2)]
+    configs = {k: kw for k, kw in CONFIGS.items()
+               if not (kw.get("early_combine") and preps[0].combine_tokens is None)}
+    reference = next(iter(configs))
     outs = {}
-    for label, kw in CONFIGS.items():
+    for label, kw in configs.items():
         outs[label] = backend.launch(preps[0], **kw).clone()
     backend.check_error(preps[0])
-    exact = [k for k, kw in CONFIGS.items() if not kw.get("ablate", 0) & ~backend.PROBE["release_reds"]]
+    exact = [k for k, kw in configs.items() if not kw.get("ablate", 0) & ~backend.PROBE["release_reds"]]
     same = all(torch.equal(outs[k].view(torch.int16), outs[reference].view(torch.int16)) for k in exact)
     launches = {label: (lambda j, kw=kw, preps=preps: backend.launch(preps[j], **kw))
-                for label, kw in CONFIGS.items()}
+                for label, kw in configs.items()}
     med = {k: t.median_ms for k, t in time_interleaved(launches, device=preps[0].out.device, rounds=rounds).items()}
     backend.check_error(preps[0])
     line = ", ".join(f"{k} {v:.3f} ms ({shape.forward_flops / v / 1e9:.0f} TFLOP/s)" for k, v in med.items())

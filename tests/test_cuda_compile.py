@@ -4,21 +4,27 @@
 * its SASS uses wgmma (HGMMA) and no local memory (LDL/STL);
 * its static task order (scheduler.cuh, compiled for the host) cannot deadlock and never overwrites ring rows
   a reader still needs, replayed on real schedule tables from mok.build_schedule, with and without the fused
-  top-1 combine (no combine tasks), for all ranks in one launch and for one real rank per launch (every rank's
-  expert launch, then every rank's combine launch);
+  top-1 combine (no combine tasks), for all ranks in one launch (with and without early combine: then every
+  combine block also comes after every rank's down tasks of the steps holding its tokens' rows) and for one real
+  rank per launch (every rank's expert launch, then every rank's combine launch);
 * its launch function refuses inconsistent (R, E, local_rank, phases) combinations;
 * its wgmma shared-memory descriptor has the bit layout CuTe builds for the same K-major SW128 tile;
 * the counter block size computed in Python equals CounterLayout::make's;
 * the device schedule-table logic (schedule_tables.cuh, replayed on the host) equals mok.build_schedule's, bit
   for bit, and an explicit capacity is checked;
-* the workspace cache reuses fixed buffers for equal sizes only, and builds the right pointer tables.
+* the workspace cache reuses fixed buffers for equal sizes only, and builds the right pointer tables;
+* the torch binding (csrc/binding.cpp) type-checks with g++ against the installed torch's headers.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
+import shutil
 import subprocess
+import sysconfig
+from pathlib import Path
 
 import pytest
 import torch
@@ -676,11 +682,6 @@ def test_schedule_table_kernels_compile_for_sm90a(tmp_path):
 def test_binding_compiles_against_the_torch_headers(tmp_path):
     """csrc/binding.cpp (the torch extension's host code) type-checks with g++ against the installed torch's
     headers, on a CPU machine too: the JIT build on the GPU is the only other place it is compiled."""
-    import os
-    import shutil
-    import sysconfig
-    from pathlib import Path
-
     gxx = shutil.which("g++")
     torch_include = Path(torch.__file__).parent / "include"
     if gxx is None or not (torch_include / "torch" / "extension.h").exists():

@@ -436,7 +436,7 @@ EARLY_COMBINE_SHAPES["many-steps"] = (2048, 256, 128, 16, 4, 0.0)
 
 @pytest.mark.parametrize("name", list(EARLY_COMBINE_SHAPES))
 def test_early_combine_equals_tail_combine_bitwise(name):
-    """Each token's weighted sum run as soon as the step holding its last row is done (early combine, the default)
+    """Each token's weighted sum run as soon as the step holding its last row is done (early combine, opt-in)
     or every sum after the last GEMM: the same arithmetic on the same slots, so the same bits, in both variants
     and dispatch modes, whatever the EP degree (steps shared by all ranks), ring size or CTA count (1 CTA: every
     combine block waits behind the down tasks of its own CTA). Poisoned slots and output: a block summed before

@@ -26,3 +26,51 @@ def test_default_variant_is_pipelined_unless_overridden(monkeypatch):
     assert default_variant() == "pipelined"
     monkeypatch.setenv("MOK_CUDA_VARIANT", "simple")
     assert default_variant() == "simple"
+
+
+class _RecordingExtension:
+    """Stands in for the compiled extension: keeps the arguments of the last forward() call."""
+
+    def forward(self, *args):
+        self.args = args
+
+
+def test_early_combine_order_reaches_the_launch_only_when_asked(monkeypatch):
+    """prepare() builds the early-combine order when asked; launch() passes it on per MOK_CUDA_EARLY_COMBINE
+    (default off) or its own argument, and refuses early_combine=True without an order (top-1, fused)."""
+    import torch
+
+    import mok
+    from mok.cuda.backend import launch, prepare
+
+    gen = torch.Generator().manual_seed(3)
+    tokens, hidden, inter, experts = 256, 64, 64, 8
+    x = torch.randn(tokens, hidden, generator=gen).to(torch.bfloat16)
+    weights = [torch.randn(experts, inter, hidden, generator=gen).to(torch.bfloat16) for _ in range(2)]
+    w_down = torch.randn(experts, hidden, inter, generator=gen).to(torch.bfloat16)
+    monkeypatch.delenv("MOK_CUDA_EARLY_COMBINE", raising=False)
+
+    def passed_order(prep, **kw):
+        ext = _RecordingExtension()
+        launch(prep, extension=ext, **kw)
+        tokens_arg, offsets_arg = ext.args[-2:]
+        assert (tokens_arg.numel() > 0) == (offsets_arg.numel() > 0)
+        return tokens_arg.numel() > 0
+
+    w, ids = mok.route(torch.randn(tokens, experts, generator=gen), 2)
+    prep = prepare(x, ids, w, *weights, w_down, early_combine=True)
+    assert prep.combine_tokens is not None and prep.combine_offsets is not None
+    assert not passed_order(prep)  # the default: off
+    assert passed_order(prep, early_combine=True)
+    assert not passed_order(prep, early_combine=False)
+    monkeypatch.setenv("MOK_CUDA_EARLY_COMBINE", "1")
+    assert passed_order(prep)
+    assert prepare(x, ids, w, *weights, w_down).combine_tokens is not None  # the environment builds it too
+    monkeypatch.delenv("MOK_CUDA_EARLY_COMBINE")
+    assert prepare(x, ids, w, *weights, w_down).combine_tokens is None
+
+    w1, ids1 = mok.route(torch.randn(tokens, experts, generator=gen), 1)  # top-1: fused combine, no order
+    top1 = prepare(x, ids1, w1, *weights, w_down, early_combine=True)
+    assert top1.combine_tokens is None
+    with pytest.raises(ValueError, match="early-combine order"):
+        launch(top1, extension=_RecordingExtension(), early_combine=True)

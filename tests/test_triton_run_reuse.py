@@ -156,8 +156,14 @@ def test_consecutive_backwards_without_forward_reuse_buffers_bitwise(ep_size, co
     first = without_forward(p, grad, ep_size, config)
     pool = pipeline.free_pass_buffers()
     assert pool, "nothing was kept"
-    ring_rows = next(iter(TritonLayerRun(*p, ep_size, config, "bf16").plans.values())).ring_rows
+    run = TritonLayerRun(*p, ep_size, config, "bf16")
+    ring_rows = next(iter(run.plans.values())).ring_rows
     assert any(key[2] == (ring_rows, 64) for key in pool), "the ring was not kept"
+    # H = 2I = 64 here: rows of 64 bf16 are the ring's x and gate/up columns of every rank, plus the scratch
+    # grad_rows and d_gate_up when the scratch has as many rows as the ring (one minibatch).
+    ring_shaped = sum(len(free) for key, free in pool.items() if key[2:] == ((ring_rows, 64), torch.bfloat16))
+    assert ring_shaped == 2 * len(run.local_ranks) + (2 if run.scratch_rows == ring_rows else 0), \
+        "the rings were not kept"
     other, other_grad = problem(4)
     without_forward(other, other_grad, ep_size, config)
     second = without_forward(p, grad, ep_size, config)

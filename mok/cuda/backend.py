@@ -362,8 +362,9 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     rounded to bf16, of every schedule row the kernel computes (for the backward), or ``None``.
     ``gather_row_prefetch``, ``signal_warp`` and ``store_warps``: see :func:`default_gather_row_prefetch`,
     :func:`default_signal_warp` and :func:`default_store_warps` (their defaults); none changes a bit.
-    ``early_combine``: use the launch's early-combine order (default: whenever :func:`prepare` built one; ``True``
-    requires it); ``False`` runs every weighted sum after the last GEMM. Changes no bit. ``extension``: another build of the
+    ``early_combine``: use the launch's early-combine order (default :func:`default_early_combine`; ``True``
+    requires that :func:`prepare` built one); ``False`` runs every weighted sum after the last GEMM. Changes no
+    bit. ``extension``: another build of the
     kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to launch instead of the default one, for
     A/B timing (experiments/ab_kernels.py).
     """
@@ -383,9 +384,10 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     timeout_s = float(os.environ.get("MOK_CUDA_TIMEOUT_S", "10")) if timeout_s is None else timeout_s
     has_order = prep.combine_tokens is not None
     if early_combine and not has_order:
-        raise ValueError("early_combine=True needs a launch prepared with the early-combine order (a top-k > 1 "
-                         "layer, prepare(..., early_combine=True))")
-    use_order = has_order and early_combine is not False
+        raise ValueError("early_combine=True needs a launch prepared with the early-combine order (a layer with "
+                         "combine tasks, i.e. not the fused top-1 combine; prepare(..., early_combine=True))")
+    # The default follows MOK_CUDA_EARLY_COMBINE, not whether the launch happens to carry an order.
+    use_order = has_order and (default_early_combine() if early_combine is None else early_combine)
     s, ws = prep.schedule, prep.workspace
     (extension or load_extension()).forward(
         s.src_rank, s.src_slot, s.tile_expert, s.segment_offsets,

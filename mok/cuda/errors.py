@@ -25,7 +25,8 @@ COUNTER_NAMES = {0: "-", 1: "dispatch_done[rank][tile]", 2: "gate_up_tile_done[r
                  5: "pushed[source rank]", 6: "stage full mbarrier", 7: "stage empty mbarrier",
                  8: "task queue full mbarrier", 9: "task queue empty mbarrier",
                  10: "task done mbarrier (signal warp)", 11: "staged rows mbarrier (store warps)",
-                 12: "drained staging mbarrier (store warps)", 13: "stores done mbarrier (store warps)"}
+                 12: "drained staging mbarrier (store warps)", 13: "stores done mbarrier (store warps)",
+                 14: "down_step_done[step] (early combine)"}
 
 
 class Sm90KernelError(RuntimeError):

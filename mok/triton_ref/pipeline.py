@@ -146,10 +146,13 @@ def pointer_table(views: list[torch.Tensor], device: torch.device) -> torch.Tens
 # set_buffer_reuse(True) turns it on, release_pass_buffers() empties it. Measured (round 11, H200, qwen EP-64
 # slice, `cuda` backward): the host returned after 1.76 ms with reuse against 1.91 ms without, but the wall
 # was 2.78 against 2.74 ms (the backward is no longer host-bound there), while the kept buffers hold about
-# 0.5 GB that the next forward cannot use. So it stays opt-in, for host-bound callers.
+# 0.5 GB (their sizes at that shape, not a measurement) that the next forward cannot use. So it stays opt-in,
+# for host-bound callers.
 _REUSE = {"on": os.environ.get("MOK_TRITON_REUSE_BUFFERS", "0") == "1"}
 _FREE_BUFFERS: "OrderedDict[tuple, list[torch.Tensor]]" = OrderedDict()
-_FREE_BUFFERS_MAX = 16  # tensors kept in all (one backward takes at most 13: ring, scratch, chains)
+# Tensors kept in all. A backward takes at most 11 (8 scratch, 3 chains) plus two ring columns per local rank,
+# so an emulated group of more than two ranks keeps only part of its buffers (no bit changes, less reuse).
+_FREE_BUFFERS_MAX = 16
 _FREE_LOCK = threading.Lock()
 
 
@@ -167,7 +170,7 @@ def release_pass_buffers() -> None:
 
 
 def free_pass_buffers() -> dict[tuple, list[torch.Tensor]]:
-    """The kept per-pass buffers (a copy), by ``(device, stream, shape, dtype)``: for tests and experiments."""
+    """The kept per-pass buffers (a copy), by ``(device, stream, shape, dtype)``: for tests."""
     with _FREE_LOCK:
         return {key: list(free) for key, free in _FREE_BUFFERS.items()}
 
@@ -652,7 +655,8 @@ class TritonRanksRun:
         """Gradients from ``grad_out`` ``[L * T_local, H]``: ``(dx [L*T_local, H], d_topk_weights fp32
         [L*T_local, K], d_w_gate, d_w_up [L*E_local, I, H], d_w_down [L*E_local, H, I])``."""
         if not self.rings or self._rings_given_back:
-            raise RuntimeError("backward() follows this run's forward(); without one, call backward_without_forward()")
+            raise RuntimeError("backward() follows this run's forward(); a run without one computes its gradients "
+                               "once, with backward_without_forward()")
         if not self.emulated:
             # Another layer sharing the peer buffers may have used them since the forward: publish again what
             # the peers read (x only if some rank replays minibatches its ring has overwritten).
@@ -809,10 +813,10 @@ class TritonRankRun(TritonRanksRun):
     (``[E_local, I, H]``, ``[E_local, H, I]``). ``transport`` must be ``"peers"`` (or ``"peers-triton"``: the
     same thing here); ``peers`` is the group whose buffers the kernels read and write (default:
     :func:`mok.distributed.default_peers` of ``group``). ``precision``: ``None`` (x's dtype), ``"bf16"``,
-    ``"fp32"`` or ``"mxfp8"``. ``schedule``: the routing's :class:`mok.schedule.Schedule` if the caller has it
-    (``backend="cuda"``: completed from the megakernel's tables), else built here. ``forward()`` -> ``[T_local,
-    H]``; ``backward(grad)`` -> ``(dx, d_topk_weights, d_w_gate, d_w_up, d_w_down)`` of this rank. Collective:
-    every rank constructs, runs forward and backward.
+    ``"fp32"`` or ``"mxfp8"``. ``schedule``: the routing's schedule if the caller has it, as
+    :class:`TritonRanksRun` takes it (``backend="cuda"``: the megakernel's ``KernelSchedule``), else built here.
+    ``forward()`` -> ``[T_local, H]``; ``backward(grad)`` -> ``(dx, d_topk_weights, d_w_gate, d_w_up, d_w_down)``
+    of this rank. Collective: every rank constructs, runs forward and backward.
     """
 
     TRANSPORTS = ("peers", "peers-triton")  # the kernels read peer memory themselves: no collective transport

@@ -172,11 +172,11 @@ __device__ __forceinline__ void wait_combine_ready(const Sm90MoeParams& p, const
 // time. The tokens are positions t.tile.. of the rank's token order: the tokens themselves, or, with early
 // combine, entries of p.combine_tokens (tokens sorted by the step after which all their rows are pushed).
 // NOTE: without early combine this runs as the layer's tail (it waits for every push of its source rank), where
-// nothing else hides memory latency; with it, only the tokens ready in the last step do. With one item per
-// thread the compiler keeps 4 slot loads (k unrolled by 4) of 16 bytes in flight per thread, about 2 TB/s for
-// the whole GPU by Little's law (an estimate, not measured); kCombineItems independent items multiply the loads
-// in flight. The arithmetic of every output element is unchanged (k
-// ascending, product rounded before the add).
+// nothing else hides memory latency; with it, only the blocks placed in the last step do (their tokens are ready
+// after the last step or the one before). With one item per thread the compiler keeps 4 slot loads (k unrolled
+// by 4) of 16 bytes in flight per thread, about 2 TB/s for the whole GPU by Little's law (an estimate, not
+// measured); kCombineItems independent items multiply the loads in flight. The arithmetic of every output
+// element is unchanged (k ascending, product rounded before the add).
 template <class Tiles>
 __device__ __forceinline__ void combine_block(const Sm90MoeParams& p, const Task& t, int thread, int num_threads) {
   if (p.ablate & kAblateCombine) return;  // timing ablation
