@@ -32,6 +32,7 @@ the default worst-case capacity, no host synchronisation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -41,16 +42,16 @@ class ScheduleCapacityError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class RankSchedule:
-    """One expert-side rank's table (views into :class:`Schedule`).
+class RankTables:
+    """One expert-side rank's four tables (views): all that the transfer and GEMM kernels read of a schedule.
 
     Attributes:
         rank: the expert-side rank that owns this table.
+        top_k, tile: the layer's.
         src_rank: ``[capacity]`` int32, source rank of each row; -1 on padding and unused rows.
         src_slot: ``[capacity]`` int32, ``local_token * top_k + k`` on the source rank; -1 on padding.
         segment_offsets: ``[E_local + 1]`` int32, start row of each local expert's padded segment; the last
             entry is the number of rows in use.
-        segment_counts: ``[E_local]`` int32, real (unpadded) rows per local expert.
         tile_expert: ``[capacity // tile]`` int32, local expert of each tile; -1 for tiles past the last segment.
     """
 
@@ -60,20 +61,39 @@ class RankSchedule:
     src_rank: torch.Tensor
     src_slot: torch.Tensor
     segment_offsets: torch.Tensor
-    segment_counts: torch.Tensor
     tile_expert: torch.Tensor
+
+    @classmethod
+    def of(cls, tables: Any, rank: int) -> "RankTables":
+        """Rank ``rank``'s view of anything holding the four tables stacked ``[R, ...]`` with ``top_k`` and
+        ``tile`` (a :class:`Schedule`, or the megakernel's ``KernelSchedule``, which has no inverse map or
+        segment counts and needs none completed for this)."""
+        return cls(rank, tables.top_k, tables.tile, tables.src_rank[rank], tables.src_slot[rank],
+                   tables.segment_offsets[rank], tables.tile_expert[rank])
 
     @property
     def capacity(self) -> int:
         return self.src_rank.numel()
 
-    @property
-    def num_local_experts(self) -> int:
-        return self.segment_counts.numel()
-
     def rows_used(self) -> int:
         """Rows in use, padding included (synchronises with the device)."""
         return int(self.segment_offsets[-1])
+
+
+@dataclass(frozen=True)
+class RankSchedule(RankTables):
+    """One expert-side rank's table (views into :class:`Schedule`): its :class:`RankTables` and the real rows
+    per local expert.
+
+    Attributes:
+        segment_counts: ``[E_local]`` int32, real (unpadded) rows per local expert.
+    """
+
+    segment_counts: torch.Tensor
+
+    @property
+    def num_local_experts(self) -> int:
+        return self.segment_counts.numel()
 
 
 @dataclass(frozen=True)
@@ -111,8 +131,9 @@ class Schedule:
         return self.tokens_per_rank * self.top_k
 
     def rank(self, r: int) -> RankSchedule:
-        return RankSchedule(r, self.top_k, self.tile, self.src_rank[r], self.src_slot[r],
-                            self.segment_offsets[r], self.segment_counts[r], self.tile_expert[r])
+        return RankSchedule(rank=r, top_k=self.top_k, tile=self.tile, src_rank=self.src_rank[r],
+                            src_slot=self.src_slot[r], segment_offsets=self.segment_offsets[r],
+                            tile_expert=self.tile_expert[r], segment_counts=self.segment_counts[r])
 
     def ranks(self) -> list[RankSchedule]:
         return [self.rank(r) for r in range(self.ep_size)]

@@ -515,7 +515,7 @@ def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights
         needs: five bools, which of ``(x, topk_weights, w_gate, w_up, w_down)`` want a gradient.
         precision: the Triton pipeline's (``"bf16"`` or ``"mxfp8"``; its MXFP8 backward takes the bf16 weights).
         schedule: the forward's schedule tables for this routing (:class:`KernelSchedule`), which the pipeline
-            reads as they are (:class:`mok.triton_ref.pipeline.RankTables`) instead of building them again.
+            reads as they are (:class:`mok.schedule.RankTables`) instead of building them again.
 
     Returns:
         ``(dx [T, H] x's dtype, d_topk_weights [T, K] topk_weights' dtype, d_w_gate, d_w_up [E, I, H],

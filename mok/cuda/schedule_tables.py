@@ -11,8 +11,8 @@ device time (CUDA graph) and 0.08-0.14 ms per eager call, against 0.11-0.15 ms (
 about twenty PyTorch operations (build_schedule's computation without the inverse map) and 0.53-1.0 ms per eager
 call of ``build_schedule``.
 
-The backward (the Triton pipeline's) reads these four tables as they are (:class:`mok.triton_ref.pipeline.
-RankTables`). Where the whole :class:`mok.schedule.Schedule` is wanted, :meth:`KernelSchedule.full_schedule`
+The backward (the Triton pipeline's) reads these four tables as they are (:class:`mok.schedule.RankTables`).
+Where the whole :class:`mok.schedule.Schedule` is wanted, :meth:`KernelSchedule.full_schedule`
 completes them with a few scatters and gathers instead of building them again (no sort, no host
 synchronisation; bit for bit ``build_schedule``'s, tested).
 

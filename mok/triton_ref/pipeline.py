@@ -86,7 +86,7 @@ from ..comm import EmulatedPeers, PeerBuffer, PeerGroup
 from ..config import MoKConfig
 from ..heuristics import rank_minibatch_rows
 from ..ring import RingBuffer, RingPlan, plan_ring
-from ..schedule import Schedule, build_schedule
+from ..schedule import RankTables, Schedule, build_schedule
 from ._common import check_device, fresh, poison_
 from .grouped_gemm import grouped_gemm_dgrad, grouped_gemm_forward, grouped_wgrad
 from .pull_dispatch import pull_reverse_combine, pull_token_rows
@@ -262,47 +262,6 @@ class EmulatedRankGroup(EmulatedPeers):
     def block(self, buf: PeerBuffer) -> torch.Tensor:
         """Every rank's buffer ``buf`` as one tensor (rank-major)."""
         return self._blocks[buf.name]
-
-
-# ========================================================================================================
-# The schedule tables the kernels read
-# ========================================================================================================
-@dataclass(frozen=True)
-class RankTables:
-    """One expert-side rank's schedule tables as this pipeline's kernels read them (views): what
-    :class:`mok.schedule.RankSchedule` holds less ``segment_counts``, which none of them reads.
-
-    Made from a whole :class:`mok.schedule.Schedule` or from anything with its four expert-side tables and
-    sizes (``ep_size``, ``num_experts``, ``top_k``, ``tile``, ``capacity``, ``src_rank``, ``src_slot``,
-    ``segment_offsets``, ``tile_expert``; ``[R, ...]`` as in the Schedule), such as the megakernel's
-    :class:`mok.cuda.schedule_tables.KernelSchedule`: then nothing has to complete its inverse map and segment
-    counts first (about 35 tensor operations of host work on every ``backend="cuda"`` backward).
-
-    Attributes:
-        rank: the expert-side rank; top_k, tile: the layer's.
-        src_rank: ``[capacity]`` int32, source rank of each row; -1 on padding and unused rows.
-        src_slot: ``[capacity]`` int32, ``local_token * top_k + k`` on the source rank; -1 on padding.
-        segment_offsets: ``[E_local + 1]`` int32, start row of each local expert's padded segment; the last
-            entry is the number of rows in use.
-        tile_expert: ``[capacity // tile]`` int32, local expert of each tile; -1 past the last segment.
-    """
-
-    rank: int
-    top_k: int
-    tile: int
-    src_rank: torch.Tensor
-    src_slot: torch.Tensor
-    segment_offsets: torch.Tensor
-    tile_expert: torch.Tensor
-
-    @classmethod
-    def of(cls, schedule: Any, rank: int) -> "RankTables":
-        return cls(rank, schedule.top_k, schedule.tile, schedule.src_rank[rank], schedule.src_slot[rank],
-                   schedule.segment_offsets[rank], schedule.tile_expert[rank])
-
-    @property
-    def capacity(self) -> int:
-        return self.src_rank.numel()
 
 
 # ========================================================================================================

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from ..comm import PeerBuffer
-from ..schedule import RankSchedule
+from ..schedule import RankTables
 from ._common import INTERPRETING, check_device, peer_aligned, peer_base, tl_dtype
 
 
@@ -88,7 +88,7 @@ def _pull_rows_kernel(
             tl.store(weight_out_ptr + rows, weight, mask=in_window)
 
 
-def _launch_pull(table: RankSchedule, start: int, n_rows: int, src: PeerBuffer, out: torch.Tensor,
+def _launch_pull(table: RankTables, start: int, n_rows: int, src: PeerBuffer, out: torch.Tensor,
                  weights: PeerBuffer | None, weight_out: torch.Tensor | None) -> None:
     if n_rows <= 0:
         return
@@ -112,7 +112,7 @@ def _launch_pull(table: RankSchedule, start: int, n_rows: int, src: PeerBuffer, 
         BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=4)
 
 
-def pull_token_rows(table: RankSchedule, start: int, n_rows: int, src: PeerBuffer, out: torch.Tensor) -> None:
+def pull_token_rows(table: RankTables, start: int, n_rows: int, src: PeerBuffer, out: torch.Tensor) -> None:
     """Forward pull dispatch: ``out[j] = src[src_rank[start+j]][src_slot[start+j] // top_k]``, 0 on padding.
 
     Args:
@@ -127,7 +127,7 @@ def pull_token_rows(table: RankSchedule, start: int, n_rows: int, src: PeerBuffe
     _launch_pull(table, start, n_rows, src, out, None, None)
 
 
-def pull_reverse_combine(table: RankSchedule, start: int, n_rows: int, grad: PeerBuffer, weights: PeerBuffer,
+def pull_reverse_combine(table: RankTables, start: int, n_rows: int, grad: PeerBuffer, weights: PeerBuffer,
                          grad_out: torch.Tensor, weight_out: torch.Tensor) -> None:
     """Backward pull reverse-combine: the output gradient of each row's token, unscaled, and its router weight.
 

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from ..comm import PeerBuffer
-from ..schedule import RankSchedule
+from ..schedule import RankTables
 from ._common import INTERPRETING, check_device, column_halves, peer_aligned, peer_base, round_to, tl_dtype
 
 
@@ -48,7 +48,7 @@ class SlotPush:
     slots: PeerBuffer
 
     @classmethod
-    def window(cls, table: RankSchedule, start: int, slots: PeerBuffer) -> "SlotPush":
+    def window(cls, table: RankTables, start: int, slots: PeerBuffer) -> "SlotPush":
         return cls(table.src_rank[start:], table.src_slot[start:], slots)
 
     @property
@@ -113,7 +113,7 @@ def _push_rows_kernel(values_ptr, values_stride, src_rank_ptr, src_slot_ptr, slo
                        slot_stride, SLOT_DTYPE, SLOT_ALIGNED)
 
 
-def push_rows(table: RankSchedule, start: int, n_rows: int, values: torch.Tensor, slots: PeerBuffer) -> None:
+def push_rows(table: RankTables, start: int, n_rows: int, values: torch.Tensor, slots: PeerBuffer) -> None:
     """``slots[src_rank[r]][src_slot[r]] = values[r - start]`` for the real rows r of ``[start, start+n_rows)``.
 
     Args:
@@ -152,7 +152,7 @@ def _push_router_grad_kernel(partial_ptr, num_partials, src_rank_ptr, src_slot_p
     tl.store(dw_base + src_slot, dw, mask=real)
 
 
-def push_router_grad(table: RankSchedule, start: int, n_rows: int, partials: torch.Tensor,
+def push_router_grad(table: RankTables, start: int, n_rows: int, partials: torch.Tensor,
                      dw_slots: PeerBuffer) -> None:
     """Backward push reverse-dispatch of the router-weight gradient.
 
