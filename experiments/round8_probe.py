@@ -1,18 +1,20 @@
-"""EXPERIMENT (round 8): the megakernel alone, interleaved in rounds (median), in these configurations:
-ring mode (signal warp and store warps, the default); ring mode with consumer thread 0 signalling
-(MOK_CUDA_SIGNAL_WARP=0, round 7's hand-off); ring mode with the consumers storing the down rows themselves
-(MOK_CUDA_STORE_WARPS=0, before round 10); ring and gather mode with each token's weighted sum as soon as its
-rows are pushed (early_combine=True, round 11; skipped on top-1 layers, which have no combine tasks) or every sum
-after the last GEMM (early_combine=False); ring mode with round 7's red.release counter updates (probe bit
-"release_reds"); ring mode without the epilogues' global stores (probe bit "stores") and without the epilogues at
-all (ablation "epilogue"); ring mode without the combine tasks' wait and sum (ablation "combine": the
-combine tail's cost); gather mode; gather mode with the whole-row L2 bulk prefetch
-(MOK_CUDA_GATHER_ROW_PREFETCH). Checks that the configurations which must not change a bit do not. NOTE: every
-configuration with an ablation or probe bit runs without the store warps (round 10; the kernel turns them off
-whenever ``ablate`` is set), so its difference to "ring" includes their gain; compare it with
-"ring/consumer-stores" instead. ``--configs a,b`` picks configurations (the first is the bitwise reference; with
-two, the rotated order is balanced, so the pair is an unbiased A/B); ``--rounds N`` sets the rounds of the
-interleaved timing (default 8). Run on the H200 from the repository root:
+"""EXPERIMENT (round 8): the megakernel alone, interleaved in rounds (median), in these configurations: ring mode
+(signal warp and store warps, the default); ring mode with consumer thread 0 signalling (MOK_CUDA_SIGNAL_WARP=0,
+round 7's hand-off); ring mode with the consumers storing the down rows themselves (MOK_CUDA_STORE_WARPS=0, before
+round 10); ring and gather mode with each token's weighted sum as soon as its rows are pushed (early_combine=True,
+round 11; skipped on top-1 layers, which have no combine tasks) or every sum after the last GEMM
+(early_combine=False); ring mode with round 7's red.release counter updates (probe bit "release_reds"); ring mode
+without the epilogues' global stores (probe bit "stores") and without the epilogues at all (ablation "epilogue");
+ring mode without the combine tasks' wait and sum (ablation "combine": the combine tail's cost); gather mode;
+gather mode with the whole-row L2 bulk prefetch (MOK_CUDA_GATHER_ROW_PREFETCH); ring and gather mode with both
+consumer warpgroups multiplying tiles whose second half is padding (skip_padding_half=False, before round 12).
+Checks that the configurations which must not change a bit do not. NOTE: every configuration with an ablation or
+probe bit runs without the store warps (round 10; the kernel turns them off whenever ``ablate`` is set), so its
+difference to "ring" includes their gain; compare it with "ring/consumer-stores" instead. ``--configs a,b`` picks
+configurations (the first is the bitwise reference; with two, the rotated order is balanced, so the pair is an
+unbiased A/B); ``--rounds N`` sets the rounds of the interleaved timing (default 8).
+
+Run on the H200 from the repository root:
 
     python3 -m mok.cuda.build --jit && python3 experiments/round8_probe.py [SHAPE ...]
 """
@@ -42,7 +44,19 @@ CONFIGS = {
     "ring-combine": dict(dispatch="ring", ablate=backend.ABLATE["combine"]),
     "gather": dict(dispatch="gather", gather_row_prefetch=False),
     "gather+rows": dict(dispatch="gather", gather_row_prefetch=True),
+    "ring/no-skip": dict(dispatch="ring", skip_padding_half=False),
+    "gather/no-skip": dict(dispatch="gather", skip_padding_half=False),
 }
+
+
+
+def padding_halves(schedule) -> tuple[int, int]:
+    """(GEMM row tiles in use, those whose rows 64..127 are all padding) over every rank of a KernelSchedule."""
+    rows_used = schedule.segment_offsets[:, -1].long().tolist()
+    tiles = sum((rows + 127) // 128 for rows in rows_used)
+    halves = sum(int((schedule.src_rank[r, 64:rows:128] < 0).sum()) for r, rows in enumerate(rows_used))
+    return tiles, halves
+
 
 args = sys.argv[1:]
 rounds = 8
@@ -78,7 +92,9 @@ for name in args or ["anchor-1", "anchor-2", "anchor-3", "anchor-4", "anchor-5",
     med = {k: t.median_ms for k, t in time_interleaved(launches, device=preps[0].out.device, rounds=rounds).items()}
     backend.check_error(preps[0])
     line = ", ".join(f"{k} {v:.3f} ms ({shape.forward_flops / v / 1e9:.0f} TFLOP/s)" for k, v in med.items())
-    print(f"{name}: {line}; {', '.join(exact)} bitwise equal: {same}", flush=True)
+    tiles, halves = padding_halves(preps[0].schedule)
+    print(f"{name}: {line}; {', '.join(exact)} bitwise equal: {same}; tiles {tiles}, with a padding half "
+          f"{halves} ({100 * halves / max(tiles, 1):.1f}%)", flush=True)
     del preps, p, outs
     release_workspaces()
     torch.cuda.empty_cache()

@@ -492,3 +492,63 @@ def test_gather_dispatch_reports_a_bad_schedule_row():
     with pytest.raises(Sm90KernelError, match="schedule"):
         check_error(prep)
 
+
+
+def padding_halves(prep) -> int:
+    """GEMM tiles (all ranks) whose rows 64..127 are all padding: the tiles whose second consumer warpgroup skips
+    its wgmma (Task::padding_half)."""
+    s = prep.schedule
+    rows_used = s.segment_offsets[:, -1].long().tolist()
+    count = 0
+    for rank, rows in enumerate(rows_used):
+        upper = s.src_rank[rank, 64:rows:128]  # row 64 of every used tile
+        count += int((upper < 0).sum())
+    return count
+
+
+# The small shapes (random routing: most have tiles with a padding half), and "short-last-tiles", whose routing is
+# built so that every expert's last tile has 19 rows (token j -> experts j % 8 and (j + 1) % 8: 275 rows each).
+SKIP_SHAPES = {name: SMALL_SHAPES[name] for name in ("basic", "tiny-hidden", "ragged-tokens", "h-not-256",
+                                                      "empty-experts", "one-hot-expert", "wide")}
+SKIP_SHAPES["short-last-tiles"] = (1100, 256, 192, 8, 2, 0.0)
+
+
+@pytest.mark.parametrize("name", list(SKIP_SHAPES))
+def test_skipping_padding_halves_changes_no_bit(name):
+    """A tile whose rows 64..127 are all padding runs only the first consumer warpgroup's wgmma
+    (MOK_CUDA_SKIP_PADDING_HALF, default on); the second keeps zero accumulators, which is what its zero rows
+    give, so the output and the saved gate/up rows are the same bits as with both multiplying: both variants,
+    both dispatch modes (bf16) and MXFP8 (ring), every EP degree, ring size and CTA count of hand_off_cases.
+    Poisoned buffers: a skipped half whose epilogue did not run, or a stage released too early, would show."""
+    from mok.cuda.backend import check_error, launch, prepare, saved_gate_up_buffer
+    t, h, i, e, k, skew = SKIP_SHAPES[name]
+    problem = make_inputs(t, h, i, e, k, skew=skew, seed=500 + list(SKIP_SHAPES).index(name))
+    if name == "short-last-tiles":
+        token = torch.arange(t, device=problem[1].device)
+        ids = torch.stack([token % e, (token + 1) % e], dim=1).to(problem[1].dtype)
+        problem = (problem[0], ids, *problem[2:])
+    skipped = 0
+    for precision in ("bf16", "mxfp8"):
+        if precision == "mxfp8" and name == "tiny-hidden":
+            continue  # as test_cuda_mxfp8's shapes
+        for ep_size, config, num_ctas in hand_off_cases(t, e):
+            prep = prepare(*problem, ep_size=ep_size, config=config, poison=True, precision=precision)
+            skipped += padding_halves(prep)
+            for variant in VARIANTS:
+                for dispatch in (("ring", "gather") if precision == "bf16" else ("ring",)):
+                    runs = {}
+                    for skip in (False, True):
+                        prep.out.fill_(float("nan"))
+                        prep.workspace.poison()
+                        saved = saved_gate_up_buffer(prep, poison=True)
+                        out = launch(prep, variant=variant, num_ctas=num_ctas, dispatch=dispatch, saved_gate_up=saved,
+                                     skip_padding_half=skip).clone()
+                        check_error(prep)
+                        runs[skip] = (out, saved)
+                    what = f"skip padding half {precision} {variant} {dispatch} ep={ep_size} ring={config} ctas={num_ctas}"
+                    assert_bitwise_equal(runs[True][0], runs[False][0], what + " (output)")
+                    assert_bitwise_equal(runs[True][1], runs[False][1], what + " (saved gate/up rows)")
+            if precision == "bf16":
+                check_accuracy(runs[True][0], problem, ep_size=ep_size, config=config, with_oracle=False)
+    if name == "short-last-tiles":
+        assert skipped > 0, "no tile had a padding half: the skip was not exercised"

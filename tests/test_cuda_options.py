@@ -53,7 +53,7 @@ def test_early_combine_order_reaches_the_launch_only_when_asked(monkeypatch):
     def passed_order(prep, **kw):
         ext = _RecordingExtension()
         launch(prep, extension=ext, **kw)
-        tokens_arg, offsets_arg = ext.args[-2:]
+        tokens_arg, offsets_arg = ext.args[-3:-1]  # the binding's last arguments: order, then skip_padding_half
         assert (tokens_arg.numel() > 0) == (offsets_arg.numel() > 0)
         return tokens_arg.numel() > 0
 
@@ -74,3 +74,32 @@ def test_early_combine_order_reaches_the_launch_only_when_asked(monkeypatch):
     assert top1.combine_tokens is None
     with pytest.raises(ValueError, match="early-combine order"):
         launch(top1, extension=_RecordingExtension(), early_combine=True)
+
+
+def test_skip_padding_half_reaches_the_launch(monkeypatch):
+    """launch() passes skip_padding_half last: on by default, off with MOK_CUDA_SKIP_PADDING_HALF=0, and its own
+    argument wins over the environment."""
+    import torch
+
+    import mok
+    from mok.cuda.backend import launch, prepare
+
+    gen = torch.Generator().manual_seed(5)
+    tokens, hidden, inter, experts = 128, 64, 64, 4
+    x = torch.randn(tokens, hidden, generator=gen).to(torch.bfloat16)
+    w_gate, w_up = (torch.randn(experts, inter, hidden, generator=gen).to(torch.bfloat16) for _ in range(2))
+    w_down = torch.randn(experts, hidden, inter, generator=gen).to(torch.bfloat16)
+    w, ids = mok.route(torch.randn(tokens, experts, generator=gen), 2)
+    prep = prepare(x, ids, w, w_gate, w_up, w_down)
+
+    def passed(**kw):
+        ext = _RecordingExtension()
+        launch(prep, extension=ext, **kw)
+        assert isinstance(ext.args[-1], bool)
+        return ext.args[-1]
+
+    monkeypatch.delenv("MOK_CUDA_SKIP_PADDING_HALF", raising=False)
+    assert passed() is True
+    monkeypatch.setenv("MOK_CUDA_SKIP_PADDING_HALF", "0")
+    assert passed() is False
+    assert passed(skip_padding_half=True) is True

@@ -59,7 +59,9 @@ Environment:
 * ``MOK_CUDA_TIMEOUT_S`` (default 10): bound of every in-kernel wait;
 * ``MOK_CUDA_FUSE_TOP1`` (default 1): fuse the top-1 combine into the down epilogue;
 * ``MOK_CUDA_EARLY_COMBINE`` (default off): sum each token as soon as its K rows are pushed, during later GEMMs
-  (:func:`default_early_combine`).
+  (:func:`default_early_combine`);
+* ``MOK_CUDA_SKIP_PADDING_HALF`` (default on): a tile whose second 64 rows are all padding multiplies only its
+  first 64 (:func:`default_skip_padding_half`).
 """
 
 from __future__ import annotations
@@ -148,6 +150,14 @@ def default_store_warps() -> bool:
     tiles' staged rows, so the consumer warpgroups start their next mainloop while the rows go out
     (include/mok/store_warps.cuh, mok/cuda/README.md round 10). Changes no bit."""
     return _env_on("MOK_CUDA_STORE_WARPS", "1")
+
+
+def default_skip_padding_half() -> bool:
+    """``MOK_CUDA_SKIP_PADDING_HALF`` (default on; pipelined variant): a GEMM tile whose rows 64..127 are all
+    padding (the last tile of an expert with at most 64 rows left) runs only the first consumer warpgroup's wgmma;
+    the second waits for and releases each stage without multiplying, its accumulators stay zero (what its zero
+    rows give), and its epilogue runs as always. Changes no bit (GPU test); mok/cuda/README.md, round 12."""
+    return _env_on("MOK_CUDA_SKIP_PADDING_HALF", "1")
 
 
 def default_early_combine() -> bool:
@@ -350,7 +360,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
            ablate: int = 0, dispatch: str | None = None, gather_prefetch: int | None = None,
            saved_gate_up: torch.Tensor | None = None, gather_row_prefetch: bool | None = None,
            signal_warp: bool | None = None, store_warps: bool | None = None, early_combine: bool | None = None,
-           extension=None) -> torch.Tensor:
+           skip_padding_half: bool | None = None, extension=None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -364,7 +374,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     :func:`default_signal_warp` and :func:`default_store_warps` (their defaults); none changes a bit.
     ``early_combine``: use the launch's early-combine order (default :func:`default_early_combine`; ``True``
     requires that :func:`prepare` built one); ``False`` runs every weighted sum after the last GEMM. Changes no
-    bit. ``extension``: another build of the
+    bit. ``skip_padding_half``: see :func:`default_skip_padding_half` (its default); changes no bit.
+    ``extension``: another build of the
     kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to launch instead of the default one, for
     A/B timing (experiments/ab_kernels.py).
     """
@@ -399,7 +410,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         default_gather_row_prefetch() if gather_row_prefetch is None else bool(gather_row_prefetch),
         default_signal_warp() if signal_warp is None else bool(signal_warp), prep.mxfp8, prep.x_row_bytes,
         prep.local_rank, prep.phases, default_store_warps() if store_warps is None else bool(store_warps),
-        prep.combine_tokens if use_order else _NO_INT_TENSOR, prep.combine_offsets if use_order else _NO_INT_TENSOR)
+        prep.combine_tokens if use_order else _NO_INT_TENSOR, prep.combine_offsets if use_order else _NO_INT_TENSOR,
+        default_skip_padding_half() if skip_padding_half is None else bool(skip_padding_half))
     return prep.out
 
 

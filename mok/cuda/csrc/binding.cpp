@@ -48,6 +48,7 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //     and saved_gate_up is [C, 2I]; phases 1 runs its expert tasks, 2 the combine of its own tokens
 //   combine_tokens [R, T_local], combine_offsets [R, ceil(C / minibatch_rows) + 1] int32: early combine (each rank's
 //     tokens by ready step; mok/cuda/schedule_tables.py, combine_order), or two empty tensors for none
+//   skip_padding_half: a GEMM tile whose rows 64..127 are all padding runs one consumer warpgroup's MMA
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
@@ -57,7 +58,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
              int64_t ablate, bool gather_x, int64_t gather_prefetch, const at::Tensor& saved_gate_up,
              bool gather_row_prefetch, bool signal_warp, bool mxfp8, int64_t x_row_bytes, int64_t local_rank,
              int64_t phases, bool store_warps, const at::Tensor& combine_tokens,
-             const at::Tensor& combine_offsets) {
+             const at::Tensor& combine_offsets, bool skip_padding_half) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -160,6 +161,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.gather_row_prefetch = gather_row_prefetch;
   q.signal_warp = signal_warp;
   q.store_warps = store_warps;
+  q.skip_padding_half = skip_padding_half;
   q.mxfp8 = mxfp8;
   q.x_row_bytes = static_cast<int>(x_row_bytes);
   q.local_rank = static_cast<int>(local_rank);

@@ -195,6 +195,7 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   // The store warps are idle producer warps too, and hand-offs with the signal warp; the timing ablations skip
   // epilogue work the hand-off expects, so they run without them.
   p.store_warps = (q.store_warps && p.signal_warp && q.ablate == 0) ? 1 : 0;
+  p.skip_padding_half = q.skip_padding_half ? 1 : 0;
   p.local_rank = q.local_rank;
   p.phases = q.phases;
   p.src_rank = q.src_rank;

@@ -321,4 +321,23 @@ __device__ __forceinline__ void consume_tile(const Sm90MoeParams& p, SharedStora
   }
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Consumer (one warpgroup): wait for and release `num_kblocks` stages without reading them. A warpgroup whose 64
+// rows of the tile are all padding (Task::padding_half) runs consume_tile over 0 K blocks (acc = 0, what its zero
+// rows would give) and then this over all of them, so the other warpgroup has the SM's tensor cores alone. Each
+// stage is still waited for before it is released, so that the arrival counts toward the stage's current phase.
+// NOTE: a loop count rather than a branch around the wgmma: ptxas serialises every wgmma behind such a branch
+// (C7520, "WG.AR in divergent path").
+// ---------------------------------------------------------------------------------------------------------
+template <class Tiles>
+__device__ __forceinline__ void pass_stages(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
+                                            int num_kblocks) {
+  const int lane = threadIdx.x & 31;
+  for (int kb = 0; kb < num_kblocks; ++kb) {
+    mbar_wait(p, &s.full[pipe.stage], pipe.phase, kCtrMbarFull, static_cast<int>(pipe.stage));
+    release_stage(&s.empty[pipe.stage], lane);
+    pipe.advance();
+  }
+}
+
 }  // namespace mok::sm90

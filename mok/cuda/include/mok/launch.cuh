@@ -71,6 +71,8 @@ struct Sm90MoeProblem {
                                  // consumer thread does, and its warpgroup waits for the fence)
   bool store_warps = true;       // with the signal warp: two producer warps store the down tiles' rows, so the
                                  // consumers start the next mainloop at once (store_warps.cuh); not with ablate
+  bool skip_padding_half = true; // pipelined variant: a GEMM tile whose rows 64..127 are all padding runs one
+                                 // consumer warpgroup's MMA (Task::padding_half); changes no bit
   // One real rank per launch (expert parallelism across GPUs; mok/cuda/rank_run.py). -1: all R ranks are emulated
   // in this launch (the default). r >= 0: this launch is rank r of R, one per GPU: it runs rank r's expert tasks
   // and/or the combine of rank r's own tokens (`phases`); the weights ([E_local, ...]: E is then the rank's own

@@ -94,6 +94,19 @@ __device__ __forceinline__ Task claim_task(const Sm90MoeParams& p, const Schedul
   return t;
 }
 
+// Task::padding_half of a claimed GEMM task. A segment's padding rows trail its real rows, so row 64 being padding
+// means rows 64..127 all are: the second consumer warpgroup's wgmma would multiply zeros.
+// The pipelined producer sets it just before it queues the task (the simple variant never skips).
+// NOTE: not in claim_task: a value live across the producer's waits spills (56 registers); the queue's other task
+// hides the load's latency from the consumers.
+template <class Tiles>
+__device__ __forceinline__ void mark_padding_half(const Sm90MoeParams& p, Task& t) {
+  static_assert(Tiles::kBlockM == 128 && Tiles::kNumConsumerWG == 2, "one half of the tile per consumer warpgroup");
+  if (!p.skip_padding_half || !is_gemm_task(t)) return;
+  const long long upper_row = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM + 64;
+  t.padding_half = p.src_rank[upper_row] < 0 ? 1 : 0;
+}
+
 // After every thread of the task published its writes and met at a barrier, and this thread ran
 // release_task_writes(): bump the task's counters.
 template <class Tiles>
@@ -149,6 +162,21 @@ __device__ __forceinline__ TileLoad tile_load(const Sm90MoeParams& p, const Sche
 // ---------------------------------------------------------------------------------------------------------
 // Consumer side of one task (256 threads; `consumer_thread` in [0, 256)).
 // ---------------------------------------------------------------------------------------------------------
+
+// Whether this thread's consumer warpgroup multiplies its 64 rows of a GEMM task: not when they are all padding
+// (Task::padding_half, warpgroup 1). It then skips the wgmma (acc stays zero, what zero rows give) but runs the
+// epilogue as always, so the ring, the saved rows and the outputs get the same bits, and the other warpgroup has
+// the tensor cores alone. Pipelined variant only (the simple one is the plain reference).
+// NOTE: the warpgroup is read from %tid.x here (volatile, so not hoisted): a loop-invariant "am I warpgroup 1"
+// kept across the task loop cost the consumers a register that the epilogue then spilled.
+template <bool kOverlap>
+__device__ __forceinline__ bool multiplies(const Task& t) {
+  if (!kOverlap || !t.padding_half) return true;
+  uint32_t thread;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread));
+  return thread < 128 * 2;  // producer warpgroup, then consumer warpgroup 0; consumer warpgroup 1 skips
+}
+
 template <class Tiles, bool kOverlap>
 __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
                                                   const ScheduleView& v, const Task& t, PipeState<Tiles>& pipe,
@@ -171,14 +199,20 @@ __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, Shared
       break;
     case kTaskGateUp: {
       float acc[128];
-      consume_tile<Tiles, kOverlap>(p, s, pipe, p.hidden / Tiles::kBlockK, consumer_wg, p.gather_x != 0, acc);
+      const int kblocks = p.hidden / Tiles::kBlockK;
+      const int mma_kblocks = multiplies<kOverlap>(t) ? kblocks : 0;
+      pass_stages<Tiles>(p, s, pipe, kblocks - mma_kblocks);  // first: acc is not live yet
+      consume_tile<Tiles, kOverlap>(p, s, pipe, mma_kblocks, consumer_wg, p.gather_x != 0, acc);
       wait_staging_free<Tiles>(p, s, consumer_wg, handoff);  // the store warp has read the last down rows
       gate_up_epilogue<Tiles>(p, v, t, s, acc, consumer_wg);
       break;
     }
     case kTaskDown: {
       float acc[128];
-      consume_tile<Tiles, kOverlap>(p, s, pipe, p.intermediate / Tiles::kBlockK, consumer_wg, false, acc);
+      const int kblocks = p.intermediate / Tiles::kBlockK;
+      const int mma_kblocks = multiplies<kOverlap>(t) ? kblocks : 0;
+      pass_stages<Tiles>(p, s, pipe, kblocks - mma_kblocks);  // first: acc is not live yet
+      consume_tile<Tiles, kOverlap>(p, s, pipe, mma_kblocks, consumer_wg, false, acc);
       if (kOverlap && p.store_warps) {  // store warps: the pipelined variant only (compiled out of the simple one)
         down_epilogue_staged<Tiles>(p, s, acc, consumer_wg, handoff);  // the store warps push the rows
       } else {
@@ -295,6 +329,7 @@ __device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, Share
       // dependency, so the consumers can always finish the tasks this wait might depend on.
       t = claim_task<Tiles>(p, v, cursor);
       mbar_wait(p, &s.task_empty[slot], parity ^ 1u, kCtrMbarTaskEmpty, static_cast<int>(slot));
+      mark_padding_half<Tiles>(p, t);
       s.tasks[slot] = t;
       mbar_arrive(&s.task_full[slot]);  // release (CTA scope): the task and the acquired dependencies
     }

@@ -173,6 +173,8 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int signal_warp;           // 1: warp 1 of the producer warpgroup signals finished tasks (pipelined, ring mode)
   int store_warps;           // 1: warps 2-3 of the producer warpgroup store the down tiles' staged rows
                              //    (store_warps.cuh; needs signal_warp, and ablate == 0)
+  int skip_padding_half;     // 1: a GEMM tile whose rows 64..127 are all padding runs one warpgroup's MMA
+                             //    (pipelined variant; Task::padding_half; the other's accumulators stay zero)
   int mxfp8;                 // 1: token rows are packed MXFP8 rows (mxfp8.cuh), h is MX-rounded (ring mode only)
   int x_row_bytes;           // bytes from one token row to the next in x_ptrs' buffers (bf16: 2H)
   int local_rank;            // -1: every rank emulated here; r >= 0: this launch is real rank r (launch.cuh)
@@ -234,7 +236,9 @@ struct Task {
   int nblock;     // column block (gate/up: of I in kHalfN; down: of H in kBlockN)
   int expert;     // global expert of the tile (gate/up, down)
   int ticket;
-  int pad_;
+  // GEMM tasks: 1 if rows 64..127 of the tile are all padding (its expert's rows end in the first half), so
+  // consumer warpgroup 1 has nothing to multiply (set by the pipelined producer when p.skip_padding_half; else 0).
+  int padding_half;
 };
 
 // ---------------------------------------------------------------------------------------------------------
