@@ -5,14 +5,15 @@ round 10); ring and gather mode with each token's weighted sum as soon as its ro
 round 11; skipped on top-1 layers, which have no combine tasks) or every sum after the last GEMM
 (early_combine=False); ring mode with round 7's red.release counter updates (probe bit "release_reds"); ring mode
 without the epilogues' global stores (probe bit "stores") and without the epilogues at all (ablation "epilogue");
-ring mode without the combine tasks' wait and sum (ablation "combine": the combine tail's cost); gather mode;
-gather mode with the whole-row L2 bulk prefetch (MOK_CUDA_GATHER_ROW_PREFETCH); ring and gather mode with both
-consumer warpgroups multiplying tiles whose second half is padding (skip_padding_half=False, before round 12).
-Checks that the configurations which must not change a bit do not. NOTE: every configuration with an ablation or
-probe bit runs without the store warps (round 10; the kernel turns them off whenever ``ablate`` is set), so its
-difference to "ring" includes their gain; compare it with "ring/consumer-stores" instead. ``--configs a,b`` picks
-configurations (the first is the bitwise reference; with two, the rotated order is balanced, so the pair is an
-unbiased A/B); ``--rounds N`` sets the rounds of the interleaved timing (default 8).
+ring mode without the combine tasks' wait and sum (ablation "combine": the combine tail's cost) and without the
+dispatch tasks' copies (ablation "dispatch"); gather mode; gather mode with the whole-row L2 bulk prefetch
+(MOK_CUDA_GATHER_ROW_PREFETCH); ring and gather mode with both consumer warpgroups multiplying tiles whose second
+half is padding (skip_padding_half=False, before round 12). Checks that the configurations which must not change a
+bit do not. NOTE: every configuration with an ablation or probe bit runs without the store warps (round 10; the
+kernel turns them off whenever ``ablate`` is set), so its difference to "ring" includes their gain; compare it with
+"ring/consumer-stores" instead. ``--configs a,b`` picks configurations (the first is the bitwise reference; with
+two, the rotated order is balanced, so the pair is an unbiased A/B); ``--rounds N`` sets the rounds of the
+interleaved timing (default 8).
 
 Run on the H200 from the repository root:
 
@@ -42,6 +43,7 @@ CONFIGS = {
     "ring-stores": dict(dispatch="ring", ablate=backend.PROBE["stores"]),
     "ring-epilogue": dict(dispatch="ring", ablate=backend.ABLATE["epilogue"]),
     "ring-combine": dict(dispatch="ring", ablate=backend.ABLATE["combine"]),
+    "ring-dispatch": dict(dispatch="ring", ablate=backend.ABLATE["dispatch"]),
     "gather": dict(dispatch="gather", gather_row_prefetch=False),
     "gather+rows": dict(dispatch="gather", gather_row_prefetch=True),
     "ring/no-skip": dict(dispatch="ring", skip_padding_half=False),
