@@ -52,14 +52,6 @@ CONFIGS = {
 
 
 
-def padding_halves(schedule) -> tuple[int, int]:
-    """(GEMM row tiles in use, those whose rows 64..127 are all padding) over every rank of a KernelSchedule."""
-    rows_used = schedule.segment_offsets[:, -1].long().tolist()
-    tiles = sum((rows + 127) // 128 for rows in rows_used)
-    halves = sum(int((schedule.src_rank[r, 64:rows:128] < 0).sum()) for r, rows in enumerate(rows_used))
-    return tiles, halves
-
-
 args = sys.argv[1:]
 rounds = 8
 if "--rounds" in args:
@@ -94,7 +86,7 @@ for name in args or ["anchor-1", "anchor-2", "anchor-3", "anchor-4", "anchor-5",
     med = {k: t.median_ms for k, t in time_interleaved(launches, device=preps[0].out.device, rounds=rounds).items()}
     backend.check_error(preps[0])
     line = ", ".join(f"{k} {v:.3f} ms ({shape.forward_flops / v / 1e9:.0f} TFLOP/s)" for k, v in med.items())
-    tiles, halves = padding_halves(preps[0].schedule)
+    tiles, halves = preps[0].schedule.padding_half_tiles()
     print(f"{name}: {line}; {', '.join(exact)} bitwise equal: {same}; tiles {tiles}, with a padding half "
           f"{halves} ({100 * halves / max(tiles, 1):.1f}%)", flush=True)
     del preps, p, outs

@@ -494,18 +494,6 @@ def test_gather_dispatch_reports_a_bad_schedule_row():
 
 
 
-def padding_halves(prep) -> int:
-    """GEMM tiles (all ranks) whose rows 64..127 are all padding: the tiles whose second consumer warpgroup skips
-    its wgmma (Task::padding_half)."""
-    s = prep.schedule
-    rows_used = s.segment_offsets[:, -1].long().tolist()
-    count = 0
-    for rank, rows in enumerate(rows_used):
-        upper = s.src_rank[rank, 64:rows:128]  # row 64 of every used tile
-        count += int((upper < 0).sum())
-    return count
-
-
 # The small shapes (random routing: most have tiles with a padding half), and "short-last-tiles", whose routing is
 # built so that every expert's last tile has 19 rows (token j -> experts j % 8 and (j + 1) % 8: 275 rows each).
 SKIP_SHAPES = {name: SMALL_SHAPES[name] for name in ("basic", "tiny-hidden", "ragged-tokens", "h-not-256",
@@ -533,7 +521,7 @@ def test_skipping_padding_halves_changes_no_bit(name):
             continue  # as test_cuda_mxfp8's shapes
         for ep_size, config, num_ctas in hand_off_cases(t, e):
             prep = prepare(*problem, ep_size=ep_size, config=config, poison=True, precision=precision)
-            skipped += padding_halves(prep)
+            skipped += prep.schedule.padding_half_tiles()[1]
             for variant in VARIANTS:
                 for dispatch in (("ring", "gather") if precision == "bf16" else ("ring",)):
                     runs = {}

@@ -103,3 +103,28 @@ def test_skip_padding_half_reaches_the_launch(monkeypatch):
     monkeypatch.setenv("MOK_CUDA_SKIP_PADDING_HALF", "0")
     assert passed() is False
     assert passed(skip_padding_half=True) is True
+
+
+def test_padding_half_tiles_counts_the_tiles_whose_second_half_is_padding():
+    """KernelSchedule.padding_half_tiles (what the GPU test and the probe count): on routing built so that every
+    expert gets 275 rows (3 tiles, the last with 19 rows), one per expert at every EP degree; on random routing,
+    the segments whose real rows end 1..64 rows into a tile, from build_schedule's segment counts."""
+    import torch
+
+    import mok
+    from mok.cuda.schedule_tables import build_kernel_schedule
+
+    tokens, experts = 1100, 8
+    token = torch.arange(tokens)
+    ids = torch.stack([token % experts, (token + 1) % experts], dim=1)
+    for ep_size in (1, 2, 4):
+        assert build_kernel_schedule(ids, experts, ep_size).padding_half_tiles() == (3 * experts, experts)
+
+    gen = torch.Generator().manual_seed(11)
+    _, ids = mok.route(torch.randn(1024, 16, generator=gen), 4)
+    for ep_size in (1, 2, 4):
+        schedule = build_kernel_schedule(ids, 16, ep_size)
+        counts = schedule.full_schedule().segment_counts.flatten().tolist()
+        expected_tiles = sum((c + 127) // 128 for c in counts)
+        expected_halves = sum(1 for c in counts if 1 <= c % 128 <= 64)
+        assert schedule.padding_half_tiles() == (expected_tiles, expected_halves)

@@ -61,6 +61,17 @@ class KernelSchedule:
     def capacity(self) -> int:
         return self.src_rank.shape[1]
 
+    def padding_half_tiles(self) -> tuple[int, int]:
+        """(tiles in use, those whose second half of rows is all padding), over every rank: the GEMM tiles whose
+        second consumer warpgroup skips its MMA in the megakernel (``Task::padding_half``). A segment's padding
+        trails its real rows, so the first row of the second half tells. Reads the tables on the host (tests and
+        experiments only)."""
+        rows_used = self.segment_offsets[:, -1].tolist()
+        half = self.tile // 2
+        tiles = sum((rows + self.tile - 1) // self.tile for rows in rows_used)
+        halves = sum(int((self.src_rank[r, half:rows:self.tile] < 0).sum()) for r, rows in enumerate(rows_used))
+        return tiles, halves
+
     def full_schedule(self) -> Schedule:
         """The whole :class:`mok.schedule.Schedule` of this routing (what the Triton pipeline reads), completed
         from these tables on the device: ``segment_counts`` counts each segment's real rows, and the inverse map
