@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None) -> None:
             outs[label] = (out,) if saved[0] is None else (out, saved[0].clone())
             backend.check_error(preps[0])
         same = all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(outs["A"], outs["B"]))
-        launches = {label: (lambda j, ext=ext, preps=preps: backend.launch(preps[j], dispatch=args.dispatch,
-                                                                           extension=ext, saved_gate_up=saved[j]))
+        launches = {label: (lambda j, ext=ext, preps=preps, saved=saved: backend.launch(
+                                preps[j], dispatch=args.dispatch, extension=ext, saved_gate_up=saved[j]))
                     for label, ext in builds.items()}
         timings = time_interleaved(launches, device=preps[0].out.device, rounds=args.rounds, calls=args.launches)
         backend.check_error(preps[0])

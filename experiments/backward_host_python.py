@@ -86,25 +86,24 @@ def main() -> None:
     tables = dataclasses.replace(build_kernel_schedule(ids, experts, 1, 128, None), source=None)
     saved = torch.zeros(tables.capacity, 2 * inter, dtype=torch.bfloat16)
 
-    def cuda_path() -> None:
-        cuda_backend.triton_layer_gradients(x, ids, weights, w_gate, w_up, w_down, grad, ep_size=1, config=config,
-                                            saved_gate_up=saved, schedule=tables)
+    # Each path: the set-up that is not part of its backward (the triton backend's forward), then a zero-argument
+    # callable that runs one backward.
+    def cuda_path():
+        return lambda: cuda_backend.triton_layer_gradients(x, ids, weights, w_gate, w_up, w_down, grad, ep_size=1,
+                                                           config=config, saved_gate_up=saved, schedule=tables)
 
-    def triton_forward():
+    def triton_path():
         leaves = [t.detach().requires_grad_(True) for t in (x, weights, w_gate, w_up, w_down)]
-        return mok.moe(leaves[0], ids, *leaves[1:], backend="triton", check_inputs=False)
+        out = mok.moe(leaves[0], ids, *leaves[1:], backend="triton", check_inputs=False)
+        return lambda: out.backward(grad)
 
     def timed(path) -> float:
-        if path is None:  # the triton backend: time its backward only
-            out = triton_forward()
-            start = time.perf_counter()
-            out.backward(grad)
-            return time.perf_counter() - start
+        run = path()
         start = time.perf_counter()
-        path()
+        run()
         return time.perf_counter() - start
 
-    paths = {"cuda": cuda_path, "triton": None}
+    paths = {"cuda": cuda_path, "triton": triton_path}
     for path in paths.values():
         for _ in range(3):
             timed(path)
@@ -114,13 +113,10 @@ def main() -> None:
 
     if args.count_ops:
         for name, path in paths.items():
-            out = triton_forward() if path is None else None
+            run = path()
             LAUNCHES.clear()
             with CountOps() as counted:
-                if path is None:
-                    out.backward(grad)
-                else:
-                    path()
+                run()
             print(f"{name}: {sum(counted.ops.values())} aten ops, {sum(LAUNCHES.values())} Triton launches; "
                   f"{dict(counted.ops.most_common())}")
             if args.where:
@@ -128,8 +124,9 @@ def main() -> None:
                     print(f"  {n:3d} {line}")
     if args.profile:
         prof = cProfile.Profile()
+        run = cuda_path()
         prof.enable()
-        cuda_path()
+        run()
         prof.disable()
         pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
 

@@ -3,10 +3,11 @@
 For each backend, runs forward + backward at one shape a few times (warm-up), then profiles one more step and
 prints: the backward's wall time (forward finished first), when backward() returned to the host, the GPU time of
 the kernels it launched (wall minus GPU time: the GPU waiting for the host or idle), and the ten operators with
-the most GPU time. Run on the H200
-from the repository root:
+the most GPU time and with the most host time. ``--sync-debug``: every host synchronisation of one more backward,
+with the mok lines that caused it; ``--python``: cProfile of one more backward. Run on the H200 from the
+repository root:
 
-    python3 experiments/profile_backward.py qwen3.5-397b/ep64 [--backends cuda,triton]
+    python3 experiments/profile_backward.py qwen3.5-397b/ep64 [--backends cuda,triton] [--sync-debug] [--python]
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import traceback
 import warnings
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 import mok
@@ -38,6 +40,14 @@ def backward(out, grad):
     host = time.perf_counter() - start
     torch.cuda.synchronize()
     return host, time.perf_counter() - start
+
+
+def kernel_time_us(events) -> float:
+    """GPU time of the kernels (and copies) among profiler ``events``, as the table's "Self CUDA time total" counts
+    it: device events only, without the GPU-side ranges of record_function/autograd annotations (each such range
+    repeats the time of the kernels inside it; summing every event counted the backward's kernels twice)."""
+    return sum(e.self_device_time_total for e in events
+               if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False))
 
 
 def report_syncs(backend: str, out: torch.Tensor, grad: torch.Tensor) -> None:
@@ -86,7 +96,7 @@ def main() -> None:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             backward(out, grad)
         events = prof.key_averages()
-        gpu_us = sum(e.self_device_time_total for e in events)
+        gpu_us = kernel_time_us(events)
         print(f"{shape.name} {backend}: backward wall {unprofiled[1] * 1e3:.3f} ms (backward() returned to the host "
               f"after {unprofiled[0] * 1e3:.3f} ms); kernels of the profiled backward {gpu_us / 1e3:.3f} ms "
               "of GPU time")

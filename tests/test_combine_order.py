@@ -55,10 +55,10 @@ def test_combine_order_matches_brute_force(case):
         assert int(offsets[q, -1]) == blocks
 
 
-def test_combine_order_places_most_blocks_before_the_last_step():
+def test_combine_order_places_many_blocks_before_the_last_step():
     """The point of the order: with many steps, many blocks are summed while GEMMs still run. At EP 1, 64
     experts, top-8 and minibatches of about a sixteenth of the rows (18 steps here), a token is ready before the
-    last step unless one of its 8 experts lies in it; 59 of the 128 blocks are placed before it."""
+    last step unless one of its 8 rows lies in it; 59 of the 128 blocks are placed before it."""
     sched = _schedule(1, 2048, 8, 64, 0.0, seed=5)
     minibatch_rows = sched.segment_offsets[0, -1].item() // 16 // 128 * 128
     _, offsets = combine_order(KernelSchedule.from_schedule(sched), minibatch_rows)
@@ -71,3 +71,15 @@ def test_combine_order_rejects_a_minibatch_off_the_tile():
     sched = _schedule(1, 256, 2, 8, 0.0, seed=1)
     with pytest.raises(ValueError, match="multiple of the tile"):
         combine_order(KernelSchedule.from_schedule(sched), 100)
+
+
+def test_combine_block_is_the_kernels_combine_task():
+    """COMBINE_BLOCK_TOKENS mirrors Sm90Tiles::kCombineTokens (include/mok/workspace.cuh): the kernel cuts the
+    order into blocks of its own size, so a different Python value would place blocks by the wrong last token."""
+    import re
+    from pathlib import Path
+
+    from mok.cuda import schedule_tables
+
+    header = (Path(schedule_tables.__file__).parent / "include/mok/workspace.cuh").read_text()
+    assert int(re.search(r"kCombineTokens = (\d+);", header).group(1)) == COMBINE_BLOCK_TOKENS

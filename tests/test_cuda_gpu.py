@@ -493,7 +493,6 @@ def test_gather_dispatch_reports_a_bad_schedule_row():
         check_error(prep)
 
 
-
 # The small shapes (random routing: most have tiles with a padding half), and "short-last-tiles", whose routing is
 # built so that every expert's last tile has 19 rows (token j -> experts j % 8 and (j + 1) % 8: 275 rows each).
 SKIP_SHAPES = {name: SMALL_SHAPES[name] for name in ("basic", "tiny-hidden", "ragged-tokens", "h-not-256",
@@ -533,7 +532,8 @@ def test_skipping_padding_halves_changes_no_bit(name):
                                      skip_padding_half=skip).clone()
                         check_error(prep)
                         runs[skip] = (out, saved)
-                    what = f"skip padding half {precision} {variant} {dispatch} ep={ep_size} ring={config} ctas={num_ctas}"
+                    what = (f"skip padding half {precision} {variant} {dispatch} ep={ep_size} ring={config} "
+                            f"ctas={num_ctas}")
                     assert_bitwise_equal(runs[True][0], runs[False][0], what + " (output)")
                     assert_bitwise_equal(runs[True][1], runs[False][1], what + " (saved gate/up rows)")
             if precision == "bf16":

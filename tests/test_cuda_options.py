@@ -128,3 +128,17 @@ def test_padding_half_tiles_counts_the_tiles_whose_second_half_is_padding():
         expected_tiles = sum((c + 127) // 128 for c in counts)
         expected_halves = sum(1 for c in counts if 1 <= c % 128 <= 64)
         assert schedule.padding_half_tiles() == (expected_tiles, expected_halves)
+
+
+def test_error_reports_name_every_counter_of_the_kernel():
+    """mok.cuda.errors.COUNTER_NAMES has an entry for each CounterId of include/mok/workspace.cuh (a new wait
+    would otherwise be reported by number only)."""
+    import re
+    from pathlib import Path
+
+    from mok.cuda import errors
+
+    header = (Path(errors.__file__).parent / "include/mok/workspace.cuh").read_text()
+    enum = header.split("enum CounterId", 1)[1].split("};", 1)[0]
+    ids = sorted(int(v) for v in re.findall(r"kCtr\w+ = (\d+)", enum))
+    assert ids and ids == sorted(errors.COUNTER_NAMES)

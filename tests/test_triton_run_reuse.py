@@ -171,7 +171,7 @@ def test_consecutive_backwards_without_forward_reuse_buffers_bitwise(ep_size, co
     assert_same(second, want, "second reuse vs fresh")
 
 
-def test_backward_without_forward_with_saved_rows_reuses_buffers_bitwise():
+def test_backward_without_forward_with_saved_rows_reuses_buffers_bitwise(poisoned_triton_buffers):
     p, grad = problem(5)
     run = TritonLayerRun(*p, 1, CONFIG, "bf16")
     run.forward()
@@ -184,7 +184,7 @@ def test_backward_without_forward_with_saved_rows_reuses_buffers_bitwise():
 
 
 @pytest.mark.parametrize("ep_size,config", SETUPS, ids=SETUP_IDS)
-def test_consecutive_triton_backend_steps_reuse_buffers_bitwise(ep_size, config):
+def test_consecutive_triton_backend_steps_reuse_buffers_bitwise(ep_size, config, poisoned_triton_buffers):
     p, grad = problem(6)
 
     def step():

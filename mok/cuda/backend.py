@@ -368,16 +368,16 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     :data:`ABLATE` values for timing experiments (the results are then garbage). ``dispatch``: ``"ring"``,
     ``"gather"`` or ``"auto"`` (module docstring; default ``MOK_CUDA_DISPATCH``); ``gather_prefetch``: K blocks
     of L2 prefetch ahead in gather mode (default ``MOK_CUDA_GATHER_PREFETCH``). Neither changes a bit.
-    ``saved_gate_up``: a bf16 ``[R * capacity, 2I]`` buffer (:func:`saved_gate_up_buffer`) that receives gate | up,
-    rounded to bf16, of every schedule row the kernel computes (for the backward), or ``None``.
+    ``saved_gate_up``: a bf16 ``[R * capacity, 2I]`` buffer (``[capacity, 2I]`` for one real rank's launch;
+    :func:`saved_gate_up_buffer`) that receives gate | up, rounded to bf16, of every schedule row the kernel computes
+    (for the backward), or ``None``.
     ``gather_row_prefetch``, ``signal_warp`` and ``store_warps``: see :func:`default_gather_row_prefetch`,
     :func:`default_signal_warp` and :func:`default_store_warps` (their defaults); none changes a bit.
     ``early_combine``: use the launch's early-combine order (default :func:`default_early_combine`; ``True``
     requires that :func:`prepare` built one); ``False`` runs every weighted sum after the last GEMM. Changes no
     bit. ``skip_padding_half``: see :func:`default_skip_padding_half` (its default); changes no bit.
-    ``extension``: another build of the
-    kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to launch instead of the default one, for
-    A/B timing (experiments/ab_kernels.py).
+    ``extension``: another build of the kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to
+    launch instead of the default one, for A/B timing (experiments/ab_kernels.py).
     """
     variant = variant or default_variant()
     if variant not in VARIANTS:

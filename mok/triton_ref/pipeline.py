@@ -486,7 +486,8 @@ class TritonRanksRun:
             return [RingPlan(capacity, capacity, capacity) for _ in range(self.world)]
         mb_rows = rank_minibatch_rows(self.tokens_local, self.hidden, self.intermediate, self.local_experts,
                                       self.top_k, self.device, config)
-        # RingPlan checks that the ring holds whole minibatches. NOTE: host synchronisation: the host walks the ring, so it needs each rank's minibatch count.
+        # RingPlan checks that the ring holds whole minibatches. NOTE: host synchronisation: the host walks the
+        # ring, so it needs each rank's minibatch count. (Schedule.rows_used() inline: a KernelSchedule has none.)
         rows_used = [int(v) for v in self.schedule.segment_offsets[:, -1].tolist()]  # each rank's rows in use
         return [plan_ring(rows, mb_rows, config.ring_rows) for rows in rows_used]
 

@@ -323,9 +323,10 @@ __device__ __forceinline__ void consume_tile(const Sm90MoeParams& p, SharedStora
 
 // ---------------------------------------------------------------------------------------------------------
 // Consumer (one warpgroup): wait for and release `num_kblocks` stages without reading them. A warpgroup whose 64
-// rows of the tile are all padding (Task::padding_half) runs consume_tile over 0 K blocks (acc = 0, what its zero
-// rows would give) and then this over all of them, so the other warpgroup has the SM's tensor cores alone. Each
-// stage is still waited for before it is released, so that the arrival counts toward the stage's current phase.
+// rows of the tile are all padding (Task::padding_half) runs this over all of them and then consume_tile over 0 K
+// blocks (acc = 0, what its zero rows would give; task_mainloop), so the other warpgroup has the SM's tensor cores
+// alone. Each stage is still waited for before it is released, so that the arrival counts toward the stage's current
+// phase.
 // NOTE: a loop count rather than a branch around the wgmma: ptxas serialises every wgmma behind such a branch
 // (C7520, "WG.AR in divergent path").
 // ---------------------------------------------------------------------------------------------------------

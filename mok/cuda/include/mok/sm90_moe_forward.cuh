@@ -74,10 +74,10 @@ __device__ __forceinline__ Task claim_task(const Sm90MoeParams& p, const Schedul
   // A combine-only launch (one real rank, after a barrier behind every GPU's expert launch) waits for nothing:
   // the pushes came from other launches, on other GPUs, which this launch's counters never saw.
   const int pushed_expected = (p.phases & kPhaseExperts) ? p.tokens_per_rank * p.top_k * p.down_nblocks : 0;
-  Dependency deps[2];
-  int n = task_dependencies(v, p.ctr, t, pushed_expected, deps);
   // An early-combine block waits in the consumers instead (wait_combine_ready), and an ablated one not at all.
-  if (t.kind == kTaskCombine && (t.minibatch >= 0 || (p.ablate & kAblateCombine))) n = 0;
+  const bool waits_here = !(t.kind == kTaskCombine && (t.minibatch >= 0 || (p.ablate & kAblateCombine)));
+  Dependency deps[2];
+  const int n = waits_here ? task_dependencies(v, p.ctr, t, pushed_expected, deps) : 0;
   // NOTE: unrolled with a guard so that `deps` is indexed by constants and stays in registers.
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -177,6 +177,17 @@ __device__ __forceinline__ bool multiplies(const Task& t) {
   return thread < 128 * 2;  // producer warpgroup, then consumer warpgroup 0; consumer warpgroup 1 skips
 }
 
+// This warpgroup's mainloop over `kblocks` K blocks of a GEMM task: the stages passed without a wgmma when its
+// rows are all padding (first: acc is not live yet), then consume_tile over the rest (0 K blocks: acc = 0).
+template <class Tiles, bool kOverlap>
+__device__ __forceinline__ void task_mainloop(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
+                                              const Task& t, int kblocks, int consumer_wg, bool gathered_a,
+                                              float (&acc)[128]) {
+  const int mma_kblocks = multiplies<kOverlap>(t) ? kblocks : 0;
+  pass_stages<Tiles>(p, s, pipe, kblocks - mma_kblocks);
+  consume_tile<Tiles, kOverlap>(p, s, pipe, mma_kblocks, consumer_wg, gathered_a, acc);
+}
+
 template <class Tiles, bool kOverlap>
 __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
                                                   const ScheduleView& v, const Task& t, PipeState<Tiles>& pipe,
@@ -199,20 +210,14 @@ __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, Shared
       break;
     case kTaskGateUp: {
       float acc[128];
-      const int kblocks = p.hidden / Tiles::kBlockK;
-      const int mma_kblocks = multiplies<kOverlap>(t) ? kblocks : 0;
-      pass_stages<Tiles>(p, s, pipe, kblocks - mma_kblocks);  // first: acc is not live yet
-      consume_tile<Tiles, kOverlap>(p, s, pipe, mma_kblocks, consumer_wg, p.gather_x != 0, acc);
+      task_mainloop<Tiles, kOverlap>(p, s, pipe, t, p.hidden / Tiles::kBlockK, consumer_wg, p.gather_x != 0, acc);
       wait_staging_free<Tiles>(p, s, consumer_wg, handoff);  // the store warp has read the last down rows
       gate_up_epilogue<Tiles>(p, v, t, s, acc, consumer_wg);
       break;
     }
     case kTaskDown: {
       float acc[128];
-      const int kblocks = p.intermediate / Tiles::kBlockK;
-      const int mma_kblocks = multiplies<kOverlap>(t) ? kblocks : 0;
-      pass_stages<Tiles>(p, s, pipe, kblocks - mma_kblocks);  // first: acc is not live yet
-      consume_tile<Tiles, kOverlap>(p, s, pipe, mma_kblocks, consumer_wg, false, acc);
+      task_mainloop<Tiles, kOverlap>(p, s, pipe, t, p.intermediate / Tiles::kBlockK, consumer_wg, false, acc);
       if (kOverlap && p.store_warps) {  // store warps: the pipelined variant only (compiled out of the simple one)
         down_epilogue_staged<Tiles>(p, s, acc, consumer_wg, handoff);  // the store warps push the rows
       } else {
