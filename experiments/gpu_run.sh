@@ -19,6 +19,9 @@
 #   mbench     issue #6: torchrun bench on all GPUs ($MOK_MBENCH_ARGS, $MOK_MBENCH_TAG)
 #   ab         experiments/ab_kernels.py $MOK_AB_ARGS (two megakernel builds, interleaved, bitwise compared)
 #   profile    experiments/profile_backward.py --sync-debug at $MOK_PROFILE_SHAPES: host vs kernel time of a backward
+#   roofline   experiments/mainloop_roofline_probe.cu and experiments/mainloop_gap.py: the bare GEMM mainloop (loads
+#              by TMA, cp.async gather, 2-CTA multicast, none) and the megakernel, with the SM clock and power
+#              ($MOK_ROOFLINE_SHAPES, default "anchor-5 kimi-k2.7/ep64")
 #   pushpull   experiments/push_pull.py (push vs pull kernels; the notebook stage measures this too)
 #   notebooks  notebooks/*.ipynb in full mode (re-measured: MOK_NOTEBOOK_REFRESH=1), executed copies in $OUT/notebooks
 #   train      experiments/train_tiny_moe.py (tokens/s per backend; bitwise loss curves, EP 1 vs EP 4)
@@ -28,8 +31,8 @@
 #   MOK_DEADLINE_S        seconds from start by which every stage must be done (default 560: the call's hard
 #                         limit is 600 s, and the summary and file transfer need the rest)
 #   MOK_TIMEOUT_<STAGE>   cap for one stage in seconds (TESTS 240, BENCH 300 or 540 with SonicMoE, CUDA 200,
-#                         SANITIZE 200, BREAKDOWN 150, TUNE 200, PUSHPULL 120, NOTEBOOKS 240, TRAIN 180); a stage
-#                         also never runs past the deadline
+#                         SANITIZE 200, BREAKDOWN 150, TUNE 200, ROOFLINE 200, PUSHPULL 120, NOTEBOOKS 240,
+#                         TRAIN 180); a stage also never runs past the deadline
 #   MOK_BENCH_SHAPES      shapes for the bench stage (presets/groups, see python3 -m mok.bench --help)
 #   MOK_BENCH_ARGS        extra arguments for the bench stage (e.g. "--iters 50 --backends torch,triton")
 #   MOK_CUDA_BENCH        shapes the cuda stage times the megakernel on (default "kimi-k2.7/ep64 anchor-4")
@@ -216,6 +219,16 @@ for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
         for shape in ${MOK_PROFILE_SHAPES:-qwen3.5-397b/ep64}; do
           python3 experiments/profile_backward.py "$shape" --sync-debug || exit 1
         done' ;;
+    roofline)
+      # Round 13: the bare GEMM mainloop (experiments/mainloop_roofline_probe.cu, its modes interleaved at 16 and 160
+      # tiles per CTA) and then, one workload at a time with the SM clock sampled, the probe's modes against the
+      # megakernel at $MOK_ROOFLINE_SHAPES (experiments/mainloop_gap.py): TFLOP/s, clock, power, TFLOP/s per GHz.
+      run_stage roofline "${MOK_TIMEOUT_ROOFLINE:-200}" bash -c '
+        nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I mok/cuda/include \
+          -o build/mainloop_roofline_probe experiments/mainloop_roofline_probe.cu || exit 1
+        build/mainloop_roofline_probe 16 && build/mainloop_roofline_probe 160 || exit 1
+        python3 -m mok.cuda.build --jit \
+        && python3 experiments/mainloop_gap.py --seconds 2 ${MOK_ROOFLINE_SHAPES:-anchor-5 kimi-k2.7/ep64}' ;;
     pushpull)
       run_stage pushpull "${MOK_TIMEOUT_PUSHPULL:-120}" python3 experiments/push_pull.py ;;
     notebooks)
@@ -225,7 +238,7 @@ for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
     train)
       run_stage train "${MOK_TIMEOUT_TRAIN:-180}" python3 experiments/train_tiny_moe.py ;;
     *)
-      echo "=== unknown stage '$stage' (tests, bench, cuda, sanitize, breakdown, ncu, tune, mvalidate, mbench, ab, profile, pushpull, notebooks, train)"
+      echo "=== unknown stage '$stage' (tests, bench, cuda, sanitize, breakdown, ncu, tune, mvalidate, mbench, ab, profile, roofline, pushpull, notebooks, train)"
       SUMMARY+=("$(printf '%-10s %-8s %6s  %s' "$stage" unknown - "")") ;;
   esac
 done

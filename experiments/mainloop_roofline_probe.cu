@@ -1,0 +1,301 @@
+// How fast can the megakernel's GEMM mainloop go on one H200, and what do its loads cost?
+//
+// The megakernel's tile is 128 x 256 x 64 per stage (two consumer warpgroups, wgmma m64n256k16 with both operands
+// from shared memory, 4 stages). This probe runs that mainloop with nothing else around it (no tasks, no
+// dependencies, no epilogue), 132 CTAs, anchor-5's sizes (K = 7168, 16 column blocks of 256 per 128-row tile):
+//
+//   noload                  the consumers multiply whatever sits in the stages, no loads at all: wgmma's own rate
+//   box                     A and B by TMA, one box each (ring mode's loads)
+//   cpasync                 A gathered from token rows by the producer warpgroup with cp.async (gather mode's
+//                           loads), B by TMA; the consumers fence the generic-proxy writes before wgmma
+//   cpasync-nofence         the same without the fence (not a correct ordering in general; timing only)
+//   cpasync-contiguous      the same copies from 128 consecutive token rows (the scatter, or the copy path?)
+//   mcastB                  2-CTA clusters on one column block: each CTA loads half of B and multicasts it to both,
+//                           A its own; consumers release a stage on both CTAs' `empty` with mbarrier.arrive's
+//                           default semantics
+//   mcastB-release.cluster  the same with `mbarrier.arrive.release.cluster` for the remote release (round 9's
+//                           cluster draft did this: 1.8x slower here)
+//   box@mcastB-grid         box on the cluster grid's CTA count (fewer when pairs do not fit a GPC)
+//
+// Modes run interleaved (rotated), so they share one power state: experiments/mainloop_gap.py runs them one at a
+// time for seconds each with the SM clock sampled, which is where the power limit shows (mok/cuda/README.md,
+// "Round 13").
+//
+// Build and run (H200):
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I mok/cuda/include \
+//     -o build/mainloop_roofline_probe experiments/mainloop_roofline_probe.cu
+//   build/mainloop_roofline_probe [tiles per CTA [mode [runs]]]
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "mok/gemm_mainloop.cuh"  // the kernel's own wgmma wrapper, SW128 descriptors, mbarrier and TMA helpers
+#include "sm90_probe_util.cuh"
+
+namespace probe {
+
+constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+enum Mode {
+  kNoLoad = 0,
+  kBox = 1,
+  kCpAsync = 2,
+  kMcastB = 3,
+  kBoxClusterGrid = 4,
+  kMcastBClusterRelease = 5,
+  kCpAsyncNoFence = 6,
+  kCpAsyncContiguous = 7,
+};
+const char* kNames[] = {"noload", "box", "cpasync", "mcastB", "box@mcastB-grid", "mcastB-release.cluster",
+                        "cpasync-nofence", "cpasync-contiguous"};
+constexpr int kModes = 8;
+
+using mok::sm90::cp_async_mbar_arrive_noinc;
+using mok::sm90::fence_proxy_async_shared;
+using mok::sm90::mbar_arrive;
+using mok::sm90::mbar_arrive_expect_tx;
+using mok::sm90::mbar_init;
+using mok::sm90::smem_addr;
+using mok::sm90::tma_load_2d;
+
+struct Problem {
+  const char* x;       // [tokens, H] bf16 token rows (cpasync's source)
+  int tokens;
+  int hidden;
+  int num_rowsets;
+  const int* rowsets;  // [num_rowsets, 128]
+  int tasks_per_cta;
+  int col_blocks;
+};
+
+template <int kMode, int kClusterSize, bool kClusterRelease = false>
+__device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CUtensorMap& w_map,
+                         const CUtensorMap& w_half_map, float* sink) {
+  // cpasync-nofence: the same copies without the consumers' proxy fence (wrong ordering in general; timing only).
+  // cpasync-contiguous: the copies of cpasync from 128 consecutive token rows (is it the scatter or the copy path?).
+  constexpr bool kGathers = kMode == kCpAsync || kMode == kCpAsyncNoFence || kMode == kCpAsyncContiguous;
+  extern __shared__ uint8_t raw[];
+  Shared& s = *reinterpret_cast<Shared*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+  const int tid = threadIdx.x;
+  const uint32_t crank = kClusterSize > 1 ? cluster_rank() : 0;
+  if (tid == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(&s.full[i], kGathers ? 1 + 128 : 1);
+      mbar_init(&s.empty[i], 8 * kClusterSize);  // one arrival per consumer warp of every CTA the stage feeds
+    }
+    mok::sm90::fence_mbarrier_init();
+  }
+  if constexpr (kClusterSize > 1) cluster_sync(); else __syncthreads();
+  const int kblocks = p.hidden / kBlockK;
+  uint32_t stage = 0, phase = 0;
+  auto advance = [&] {
+    if (++stage == kStages) { stage = 0; phase ^= 1u; }
+  };
+  if (tid < 128) {
+    if (kMode == kNoLoad || (!kGathers && tid != 0)) {
+      // nothing to load, or not the TMA thread
+    } else {
+      for (int j = 0; j < p.tasks_per_cta; ++j) {
+        // A cluster's two CTAs run the same column block (they share B) on neighbouring row sets.
+        const int task = (kClusterSize > 1) ? (blockIdx.x / 2) + j * (gridDim.x / 2) : blockIdx.x + j * gridDim.x;
+        const int rowset = ((task / p.col_blocks) * kClusterSize + static_cast<int>(crank)) % p.num_rowsets;
+        const int b_row = (task % p.col_blocks) * kBRows;
+        if constexpr (kGathers) {
+          asm volatile("bar.sync 1, 128;" ::: "memory");
+          s.rows[tid] = kMode == kCpAsyncContiguous ? (rowset * kRows + tid) % p.tokens : p.rowsets[rowset * kRows + tid];
+          asm volatile("bar.sync 1, 128;" ::: "memory");
+        }
+        for (int kb = 0; kb < kblocks; ++kb) {
+          const int k0 = kb * kBlockK;
+          mbar_wait_spin(&s.empty[stage], phase ^ 1u);
+          if constexpr (kGathers) {
+            if (tid == 0) {
+              mbar_arrive_expect_tx(&s.full[stage], kBBytes);
+              tma_load_2d(s.b[stage], &w_map, &s.full[stage], k0, b_row);
+            }
+            probe::gather_kblock(smem_addr(s.a[stage]), p.x, p.hidden, s.rows, kb, tid);
+            cp_async_mbar_arrive_noinc(&s.full[stage]);
+          } else {
+            mbar_arrive_expect_tx(&s.full[stage], kABytes + kBBytes);
+            tma_load_2d(s.a[stage], &ring_map, &s.full[stage], k0, rowset * kRows);
+            if constexpr (kMode == kMcastB) {
+              // This CTA's half of B, into the same offset of both CTAs' stage; each full barrier counts both halves.
+              tma_load_2d_multicast(s.b[stage] + crank * (kBBytes / 2), &w_half_map, &s.full[stage], k0,
+                               b_row + static_cast<int>(crank) * (kBRows / 2), 0x3);
+            } else {
+              tma_load_2d(s.b[stage], &w_map, &s.full[stage], k0, b_row);
+            }
+          }
+          advance();
+        }
+      }
+    }
+  } else {
+    const int wg = tid / 128 - 1, lane = tid & 31;
+    float keep = 0.0f;
+    float acc[128];
+    for (int j = 0; j < p.tasks_per_cta; ++j) {
+#pragma unroll
+      for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+      mok::sm90::fence_accumulators(acc);
+      uint32_t prev = 0;
+      for (int kb = 0; kb < kblocks; ++kb) {
+        if constexpr (kMode != kNoLoad) mbar_wait_spin(&s.full[stage], phase);
+        if constexpr (kGathers && kMode != kCpAsyncNoFence) fence_proxy_async_shared();
+        __syncwarp();
+        const uint64_t da = mok::sm90::make_sw128_kmajor_desc(smem_addr(s.a[stage]) + wg * 64 * 128);
+        const uint64_t db = mok::sm90::make_sw128_kmajor_desc(smem_addr(s.b[stage]));
+        mok::sm90::wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < kBlockK / 16; ++k)
+          mok::sm90::wgmma_m64n256k16_bf16(acc, mok::sm90::desc_advance_bytes(da, k * 32),
+                                           mok::sm90::desc_advance_bytes(db, k * 32), 1);
+        mok::sm90::wgmma_commit();
+        mok::sm90::wgmma_wait<1>();
+        mok::sm90::fence_accumulators(acc);
+        if (kMode != kNoLoad && kb > 0 && lane == 0) {
+          for (uint32_t c = 0; c < kClusterSize; ++c) {
+            if (kClusterSize > 1) mbar_arrive_cluster<kClusterRelease>(&s.empty[prev], c); else mbar_arrive(&s.empty[prev]);
+          }
+        }
+        __syncwarp();
+        prev = stage;
+        advance();
+      }
+      mok::sm90::wgmma_wait<0>();
+      mok::sm90::fence_accumulators(acc);
+      if (kMode != kNoLoad && lane == 0) {
+        for (uint32_t c = 0; c < kClusterSize; ++c) {
+          if (kClusterSize > 1) mbar_arrive_cluster<kClusterRelease>(&s.empty[prev], c); else mbar_arrive(&s.empty[prev]);
+        }
+      }
+      __syncwarp();
+      keep += acc[0] + acc[127];  // constant indices: a run-time index would put acc in local memory
+    }
+    if (keep == 1234.5f) sink[0] = keep;
+  }
+  if constexpr (kClusterSize > 1) cluster_sync();  // no CTA leaves while its peer may still write into it
+}
+
+template <int kMode>
+__global__ void __launch_bounds__(kThreads, 1)
+    single_kernel(Problem p, const __grid_constant__ CUtensorMap ring_map, const __grid_constant__ CUtensorMap w_map,
+                  const __grid_constant__ CUtensorMap w_half_map, float* sink) {
+  mainloop<kMode, 1>(p, ring_map, w_map, w_half_map, sink);
+}
+
+template <bool kClusterRelease>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
+    cluster_kernel(Problem p, const __grid_constant__ CUtensorMap ring_map, const __grid_constant__ CUtensorMap w_map,
+                   const __grid_constant__ CUtensorMap w_half_map, float* sink) {
+  mainloop<kMcastB, 2, kClusterRelease>(p, ring_map, w_map, w_half_map, sink);
+}
+
+}  // namespace probe
+
+int main(int argc, char** argv) {
+  using namespace probe;
+  // argv[1]: tiles per CTA (16: about 1 ms per run, at the top clock; 160: long enough to reach the power limit);
+  // argv[2]: one mode only (its name), argv[3]: its runs (experiments/mainloop_gap.py samples the clock meanwhile).
+  const int tokens = 8192, hidden = 7168, col_blocks = 16, num_rowsets = 512;
+  const int ctas = 132, tasks_per_cta = argc > 1 ? std::atoi(argv[1]) : 16;
+  int only = -1;
+  for (int m = 0; argc > 2 && m < kModes; ++m)
+    if (std::strcmp(argv[2], kNames[m]) == 0) only = m;
+  if (argc > 2 && only < 0) {
+    std::fprintf(stderr, "unknown mode %s\n", argv[2]);
+    return 2;
+  }
+  const int iters = argc > 3 ? std::atoi(argv[3]) : 7;
+  const std::vector<int> rowsets = random_tile_rows(tokens, num_rowsets, 7);
+  std::mt19937 rng(7);
+  // Small values, so the fp32 sums stay finite whatever the bits are.
+  std::vector<uint16_t> fill_x((size_t)tokens * hidden), fill_w((size_t)col_blocks * kBRows * hidden);
+  for (auto& v : fill_x) v = 0x3c00 + (rng() & 0xff);  // bf16 in [2^-7, 2^-6)
+  for (auto& v : fill_w) v = 0x3c00 + (rng() & 0xff);
+  char *x, *ring, *w;
+  int* d_rowsets;
+  float* sink;
+  const size_t ring_bytes = (size_t)num_rowsets * kRows * hidden * 2;
+  PROBE_CHECK(cudaMalloc(&x, fill_x.size() * 2));
+  PROBE_CHECK(cudaMemcpy(x, fill_x.data(), fill_x.size() * 2, cudaMemcpyHostToDevice));
+  PROBE_CHECK(cudaMalloc(&ring, ring_bytes));
+  PROBE_CHECK(cudaMemset(ring, 0x3c, ring_bytes));
+  PROBE_CHECK(cudaMalloc(&w, fill_w.size() * 2));
+  PROBE_CHECK(cudaMemcpy(w, fill_w.data(), fill_w.size() * 2, cudaMemcpyHostToDevice));
+  PROBE_CHECK(cudaMalloc(&d_rowsets, rowsets.size() * 4));
+  PROBE_CHECK(cudaMemcpy(d_rowsets, rowsets.data(), rowsets.size() * 4, cudaMemcpyHostToDevice));
+  PROBE_CHECK(cudaMalloc(&sink, 4));
+  const CUtensorMap ring_map = encode_bf16_2d(ring, (uint64_t)num_rowsets * kRows, hidden, kRows);
+  const CUtensorMap w_map = encode_bf16_2d(w, (uint64_t)col_blocks * kBRows, hidden, kBRows);
+  const CUtensorMap w_half_map = encode_bf16_2d(w, (uint64_t)col_blocks * kBRows, hidden, kBRows / 2);
+  const size_t smem_bytes = sizeof(Shared) + 1024;
+  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kNoLoad>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kBox>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kCpAsync>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kCpAsyncContiguous>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kCpAsyncNoFence>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(cluster_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(cluster_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
+  const Problem p{x, tokens, hidden, num_rowsets, d_rowsets, tasks_per_cta, col_blocks};
+  // Pairs of SMs must sit in one GPC: fewer than 66 clusters of two may fit at once, and a cluster that does not
+  // fit would run in a second wave. The cluster grid is what fits; box@mcastB-grid is box on as many CTAs.
+  cudaLaunchConfig_t occ{};
+  occ.gridDim = dim3(ctas);
+  occ.blockDim = dim3(kThreads);
+  occ.dynamicSmemBytes = smem_bytes;
+  int max_clusters = 0;
+  PROBE_CHECK(cudaOccupancyMaxActiveClusters(&max_clusters, cluster_kernel<false>, &occ));
+  const int cluster_ctas = std::min(ctas, 2 * max_clusters);
+  std::printf("clusters of 2 resident at once: %d (cluster grid %d CTAs)\n", max_clusters, cluster_ctas);
+  cudaEvent_t e0, e1;
+  PROBE_CHECK(cudaEventCreate(&e0));
+  PROBE_CHECK(cudaEventCreate(&e1));
+  const double flops = 2.0 * ctas * tasks_per_cta * (double)kRows * kBRows * hidden;
+  std::printf("132 CTAs x %d tiles of 128 x 256 x %d; median of %d runs, modes interleaved\n", tasks_per_cta, hidden, iters);
+  std::vector<std::vector<float>> ms(kModes);
+  for (int it = 0; it < iters + 1; ++it) {
+    for (int m = 0; m < kModes; ++m) {
+      const int mode = (m + it) % kModes;
+      if (only >= 0 && mode != only) continue;  // rotate the order so no mode always follows the same one
+      PROBE_CHECK(cudaEventRecord(e0));
+      switch (mode) {
+        case kNoLoad: single_kernel<kNoLoad><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
+        case kBox: single_kernel<kBox><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
+        case kCpAsync: single_kernel<kCpAsync><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
+        case kCpAsyncContiguous:
+          single_kernel<kCpAsyncContiguous><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+          break;
+        case kCpAsyncNoFence:
+          single_kernel<kCpAsyncNoFence><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+          break;
+        case kMcastB: cluster_kernel<false><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
+        case kMcastBClusterRelease:
+          cluster_kernel<true><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+          break;
+        default: single_kernel<kBox><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
+      }
+      PROBE_CHECK(cudaEventRecord(e1));
+      PROBE_CHECK(cudaEventSynchronize(e1));
+      PROBE_CHECK(cudaGetLastError());
+      float t;
+      PROBE_CHECK(cudaEventElapsedTime(&t, e0, e1));
+      if (it > 0) ms[mode].push_back(t);
+    }
+  }
+  std::printf("%-24s %6s %10s %10s %12s\n", "mode", "CTAs", "ms", "TFLOP/s", "TFLOP/s/SM");
+  for (int m = 0; m < kModes; ++m) {
+    if (ms[m].empty()) continue;
+    std::sort(ms[m].begin(), ms[m].end());
+    const int grid = (m == kMcastB || m == kBoxClusterGrid || m == kMcastBClusterRelease) ? cluster_ctas : ctas;
+    const double med = ms[m][ms[m].size() / 2];
+    const double tflops = flops * grid / ctas / (med * 1e-3) / 1e12;
+    std::printf("%-24s %6d %10.3f %10.1f %12.2f\n", kNames[m], grid, med, tflops, tflops / grid);
+  }
+  return 0;
+}
