@@ -22,6 +22,8 @@
 #   roofline   experiments/mainloop_roofline_probe.cu and experiments/mainloop_gap.py: the bare GEMM mainloop (loads
 #              by TMA, cp.async gather, 2-CTA multicast, none) and the megakernel, with the SM clock and power
 #              ($MOK_ROOFLINE_SHAPES, default "anchor-5 kimi-k2.7/ep64")
+#   timeline   experiments/task_timeline.py at $MOK_TIMELINE_SHAPES: the megakernel's task timeline, per kind of task
+#              its share of the SMs' time, rate, dependency waits, and the tail
 #   pushpull   experiments/push_pull.py (push vs pull kernels; the notebook stage measures this too)
 #   notebooks  notebooks/*.ipynb in full mode (re-measured: MOK_NOTEBOOK_REFRESH=1), executed copies in $OUT/notebooks
 #   train      experiments/train_tiny_moe.py (tokens/s per backend; bitwise loss curves, EP 1 vs EP 4)
@@ -31,7 +33,8 @@
 #   MOK_DEADLINE_S        seconds from start by which every stage must be done (default 560: the call's hard
 #                         limit is 600 s, and the summary and file transfer need the rest)
 #   MOK_TIMEOUT_<STAGE>   cap for one stage in seconds (TESTS 240, BENCH 300 or 540 with SonicMoE, CUDA 200,
-#                         SANITIZE 200, BREAKDOWN 150, TUNE 200, ROOFLINE 200, PUSHPULL 120, NOTEBOOKS 240,
+#                         SANITIZE 200, BREAKDOWN 150, TUNE 200, ROOFLINE 200, TIMELINE 150, PUSHPULL 120,
+#                         NOTEBOOKS 240,
 #                         TRAIN 180); a stage also never runs past the deadline
 #   MOK_BENCH_SHAPES      shapes for the bench stage (presets/groups, see python3 -m mok.bench --help)
 #   MOK_BENCH_ARGS        extra arguments for the bench stage (e.g. "--iters 50 --backends torch,triton")
@@ -229,6 +232,11 @@ for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
         build/mainloop_roofline_probe 16 && build/mainloop_roofline_probe 160 || exit 1
         python3 -m mok.cuda.build --jit \
         && python3 experiments/mainloop_gap.py --seconds 2 ${MOK_ROOFLINE_SHAPES:-anchor-5 kimi-k2.7/ep64}' ;;
+    timeline)
+      # Round 13: the megakernel's task timeline (launch(trace=...)) at $MOK_TIMELINE_SHAPES: per kind of task its
+      # share of the SMs' time, its rate, its dependency waits, and the tail (experiments/task_timeline.py).
+      run_stage timeline "${MOK_TIMEOUT_TIMELINE:-150}" bash -c "python3 -m mok.cuda.build --jit \
+        && python3 experiments/task_timeline.py ${MOK_TIMELINE_ARGS:-} ${MOK_TIMELINE_SHAPES:-anchor-2 anchor-5 kimi-k2.7/ep64}" ;;
     pushpull)
       run_stage pushpull "${MOK_TIMEOUT_PUSHPULL:-120}" python3 experiments/push_pull.py ;;
     notebooks)
@@ -238,7 +246,7 @@ for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
     train)
       run_stage train "${MOK_TIMEOUT_TRAIN:-180}" python3 experiments/train_tiny_moe.py ;;
     *)
-      echo "=== unknown stage '$stage' (tests, bench, cuda, sanitize, breakdown, ncu, tune, mvalidate, mbench, ab, profile, roofline, pushpull, notebooks, train)"
+      echo "=== unknown stage '$stage' (see the stage list at the top of this script)"
       SUMMARY+=("$(printf '%-10s %-8s %6s  %s' "$stage" unknown - "")") ;;
   esac
 done

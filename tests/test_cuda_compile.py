@@ -509,17 +509,23 @@ def test_counter_block_size_matches_the_kernel_layout(tmp_path):
 
 TILE_SOURCE = r"""
 #include <cstdio>
+#include "mok/launch.cuh"
 #include "mok/workspace.cuh"
-int main() { printf("%d %d\n", mok::sm90::Sm90Tiles::kBlockM, mok::sm90::Sm90Tiles::kHalfN); return 0; }
+int main() {
+  printf("%d %d %d %d\n", mok::sm90::Sm90Tiles::kBlockM, mok::sm90::Sm90Tiles::kHalfN, mok::sm90::Sm90Tiles::kBlockN,
+         mok::sm90::kSm90TraceFields);
+  return 0;
+}
 """
 
 
 @needs_nvcc
 def test_python_tile_sizes_match_the_kernel(tmp_path):
-    from mok.cuda.workspace import BLOCK_M, GATE_UP_COLUMNS
+    from mok.cuda.backend import TRACE_FIELDS
+    from mok.cuda.workspace import BLOCK_M, DOWN_COLUMNS, GATE_UP_COLUMNS
     run = subprocess.run([str(compile_host_program(TILE_SOURCE, tmp_path, "tiles"))], capture_output=True, text=True,
                          timeout=60)
-    assert [int(v) for v in run.stdout.split()] == [BLOCK_M, GATE_UP_COLUMNS]
+    assert [int(v) for v in run.stdout.split()] == [BLOCK_M, GATE_UP_COLUMNS, DOWN_COLUMNS, len(TRACE_FIELDS)]
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -77,8 +77,9 @@ from ..heuristics import rank_minibatch_rows
 from ..config import MoKConfig
 from .build import load_extension
 from .errors import DEFERRED, Sm90KernelError, describe_error, raise_if_error  # noqa: F401 (re-exported)
-from .schedule_tables import KernelSchedule, build_kernel_schedule, combine_order
-from .workspace import BLOCK_M, GATE_UP_COLUMNS, Sm90Workspace, WorkspaceKey, current_stream_handle, get_workspace
+from .schedule_tables import COMBINE_BLOCK_TOKENS, KernelSchedule, build_kernel_schedule, combine_order
+from .workspace import (BLOCK_M, DOWN_COLUMNS, GATE_UP_COLUMNS, Sm90Workspace, WorkspaceKey, current_stream_handle,
+                        get_workspace)
 
 VARIANTS = {"simple": 0, "pipelined": 1}
 PRECISIONS = ("bf16", "mxfp8")
@@ -354,13 +355,15 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
 
 _NO_TENSOR = torch.empty(0)  # the binding's "no saved_gate_up" (never dereferenced)
 _NO_INT_TENSOR = torch.empty(0, dtype=torch.int32)  # the binding's "no early-combine order"
+_NO_LONG_TENSOR = torch.empty(0, dtype=torch.int64)  # the binding's "no task timeline"
 
 
 def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, timeout_s: float | None = None,
            ablate: int = 0, dispatch: str | None = None, gather_prefetch: int | None = None,
            saved_gate_up: torch.Tensor | None = None, gather_row_prefetch: bool | None = None,
            signal_warp: bool | None = None, store_warps: bool | None = None, early_combine: bool | None = None,
-           skip_padding_half: bool | None = None, extension=None) -> torch.Tensor:
+           skip_padding_half: bool | None = None, trace: torch.Tensor | None = None,
+           extension=None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -376,6 +379,10 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     ``early_combine``: use the launch's early-combine order (default :func:`default_early_combine`; ``True``
     requires that :func:`prepare` built one); ``False`` runs every weighted sum after the last GEMM. Changes no
     bit. ``skip_padding_half``: see :func:`default_skip_padding_half` (its default); changes no bit.
+    ``trace``: an int64 ``[tickets, 5]`` buffer (:func:`trace_buffer`) that receives the task timeline (for each
+    ticket: when it was claimed, had its dependencies, reached the consumers and was signalled, in %globaltimer ns,
+    and which CTA ran which kind of task: ``include/mok/trace.cuh``; ``experiments/task_timeline.py`` reads it), or
+    ``None``. Changes no bit.
     ``extension``: another build of the kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to
     launch instead of the default one, for A/B timing (experiments/ab_kernels.py).
     """
@@ -411,8 +418,26 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         default_signal_warp() if signal_warp is None else bool(signal_warp), prep.mxfp8, prep.x_row_bytes,
         prep.local_rank, prep.phases, default_store_warps() if store_warps is None else bool(store_warps),
         prep.combine_tokens if use_order else _NO_INT_TENSOR, prep.combine_offsets if use_order else _NO_INT_TENSOR,
-        default_skip_padding_half() if skip_padding_half is None else bool(skip_padding_half))
+        default_skip_padding_half() if skip_padding_half is None else bool(skip_padding_half),
+        _NO_LONG_TENSOR if trace is None else trace)
     return prep.out
+
+
+# The task timeline's columns (include/mok/trace.cuh, TraceField): %globaltimer ns, then blockIdx.x << 8 | kind.
+TRACE_FIELDS = ("claimed", "ready", "start", "done", "who")
+TASK_KINDS = {1: "dispatch", 2: "gate_up", 3: "down", 4: "combine"}  # TaskKind (workspace.cuh)
+
+
+def trace_buffer(prep: Sm90Launch) -> torch.Tensor:
+    """An int64 ``[tickets, 5]`` buffer for :func:`launch`'s ``trace``, filled with -1 (a ticket the kernel never ran
+    keeps it). ``tickets`` bounds the launch's task count from its sizes: every rank's capacity in tiles, each with a
+    dispatch, its gate/up column blocks and its down column blocks, plus the combine blocks."""
+    s = prep.schedule
+    intermediate, hidden = prep.w_gate.shape[1], prep.w_gate.shape[2]
+    gemm_blocks = -(-intermediate // GATE_UP_COLUMNS) + -(-hidden // DOWN_COLUMNS)
+    combine = 0 if prep.fuse_top1 else s.ep_size * -(-prep.tokens_per_rank // COMBINE_BLOCK_TOKENS)
+    tickets = s.ep_size * (s.capacity // s.tile) * (1 + gemm_blocks) + combine
+    return torch.full((tickets, len(TRACE_FIELDS)), -1, dtype=torch.int64, device=prep.out.device)
 
 
 def saved_gate_up_buffer(prep: Sm90Launch, poison: bool = False) -> torch.Tensor:

@@ -40,6 +40,7 @@ from .errors import ERROR_WORDS
 
 BLOCK_M = 128                  # the kernel's tile height (Sm90Tiles::kBlockM)
 GATE_UP_COLUMNS = 128          # intermediate columns per gate/up task (Sm90Tiles::kHalfN)
+DOWN_COLUMNS = 256             # hidden columns per down task (Sm90Tiles::kBlockN)
 COUNTER_TICKET_INTS = 32       # the ticket counter owns a 128-byte line (CounterLayout::make)
 MAX_CACHED_WORKSPACES = 2      # least recently used ones beyond this are dropped
 

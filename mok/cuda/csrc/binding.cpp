@@ -49,6 +49,7 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //   combine_tokens [R, T_local], combine_offsets [R, ceil(C / minibatch_rows) + 1] int32: early combine (each rank's
 //     tokens by ready step; mok/cuda/schedule_tables.py, combine_order), or two empty tensors for none
 //   skip_padding_half: a GEMM tile whose rows 64..127 are all padding runs one consumer warpgroup's MMA
+//   trace: int64 [N, 5] to receive the task timeline of tickets 0..N-1 (include/mok/trace.cuh), or an empty tensor
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
@@ -58,7 +59,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
              int64_t ablate, bool gather_x, int64_t gather_prefetch, const at::Tensor& saved_gate_up,
              bool gather_row_prefetch, bool signal_warp, bool mxfp8, int64_t x_row_bytes, int64_t local_rank,
              int64_t phases, bool store_warps, const at::Tensor& combine_tokens,
-             const at::Tensor& combine_offsets, bool skip_padding_half) {
+             const at::Tensor& combine_offsets, bool skip_padding_half, const at::Tensor& trace) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -115,6 +116,13 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
     check_shape(saved_gate_up, "saved_gate_up", {own_ranks * capacity, 2 * I});
   }
 
+  const bool tracing = trace.numel() > 0;
+  if (tracing) {
+    check_tensor(trace, "trace", at::kLong, device);
+    TORCH_CHECK(trace.dim() == 2 && trace.size(1) == mok::sm90::kSm90TraceFields && trace.size(0) <= INT32_MAX,
+                "trace must be [tickets, ", mok::sm90::kSm90TraceFields, "] int64, got ", trace.sizes());
+  }
+
   const bool early_combine = combine_tokens.numel() > 0;
   TORCH_CHECK(early_combine == (combine_offsets.numel() > 0),
               "combine_tokens and combine_offsets come together (early combine) or are both empty");
@@ -162,6 +170,8 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.signal_warp = signal_warp;
   q.store_warps = store_warps;
   q.skip_padding_half = skip_padding_half;
+  q.trace = tracing ? trace.data_ptr<int64_t>() : nullptr;
+  q.trace_tickets = tracing ? static_cast<int>(trace.size(0)) : 0;
   q.mxfp8 = mxfp8;
   q.x_row_bytes = static_cast<int>(x_row_bytes);
   q.local_rank = static_cast<int>(local_rank);

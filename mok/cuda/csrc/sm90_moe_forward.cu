@@ -211,6 +211,8 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.ring_x = q.ring_x;
   p.ring_h = q.ring_h;
   p.saved_gate_up = q.saved_gate_up;
+  p.trace = reinterpret_cast<long long*>(q.trace);
+  p.trace_tickets = q.trace != nullptr ? q.trace_tickets : 0;
   p.counters = q.counters;
   p.error = q.error;
   p.ctr = CounterLayout::make(q.num_ranks, tiles_per_rank, p.max_minibatches);

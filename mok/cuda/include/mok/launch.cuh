@@ -10,6 +10,9 @@
 
 namespace mok::sm90 {
 
+// int64 fields per ticket of the optional task timeline (Sm90MoeProblem::trace; their meaning: trace.cuh).
+inline constexpr int kSm90TraceFields = 5;
+
 enum class Sm90Variant : int {
   kSimple = 0,     // lock-step roles; the clearly-correct baseline
   kPipelined = 1,  // producer runs ahead through a task queue; overlapped wgmma
@@ -46,6 +49,8 @@ struct Sm90MoeProblem {
   void* ring_x = nullptr;        // bf16 [R' * ring_rows, H]
   void* ring_h = nullptr;        // bf16 [R' * ring_rows, I]
   void* saved_gate_up = nullptr; // optional bf16 [R' * capacity, 2I]: gate | up per schedule row (for the backward)
+  int64_t* trace = nullptr;      // optional int64 [trace_tickets, kTraceFields]: the task timeline (trace.cuh)
+  int trace_tickets = 0;
 
   // Early combine (optional, both or neither; emulated ranks with combine tasks only): each rank's tokens sorted
   // by the step after which all their rows are pushed, so their weighted sums run during later steps

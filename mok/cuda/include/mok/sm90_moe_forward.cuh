@@ -35,6 +35,7 @@
 #include "swiglu_epilogue.cuh"
 #include "sync.cuh"
 #include "tma.cuh"
+#include "trace.cuh"
 #include "workspace.cuh"
 
 namespace mok::sm90 {
@@ -58,6 +59,7 @@ __device__ __forceinline__ Task claim_task(const Sm90MoeParams& p, const Schedul
   const int ticket = atomic_add_relaxed_gpu(p.counters + p.ctr.ticket, 1);
   Task t = cursor.decode(v, ticket);
   if (t.kind == kTaskStop) return t;
+  trace_claim(p, t);
   if (error_raised(p)) {
     t.kind = kTaskStop;
     return t;
@@ -88,6 +90,7 @@ __device__ __forceinline__ Task claim_task(const Sm90MoeParams& p, const Schedul
       return t;
     }
   }
+  trace_mark(p, ticket, kTraceReady);
   // The data behind these counters is read next by TMA (async proxy) or, after a CTA-scope hand-off, by
   // generic loads of the other threads.
   fence_proxy_async_global();
@@ -244,12 +247,14 @@ __device__ __forceinline__ void simple_producer(const Sm90MoeParams& p, SharedSt
     named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task published
     const Task t = s.tasks[0];
     if (t.kind == kTaskStop) break;
+    if (leader) trace_mark(p, t.ticket, kTraceStart);
     // Gather mode: the whole producer warpgroup loads (gemm_mainloop.cuh, produce_tile).
     if ((leader || p.gather_x) && is_gemm_task(t)) {
       produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t), t, static_cast<int>(threadIdx.x));
     }
     named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task finished, writes published
     if (leader) {
+      trace_mark(p, t.ticket, kTraceDone);
       release_task_writes();
       signal_task_done<Tiles>(p, v, t, s.push_count[0]);
     }
@@ -300,6 +305,7 @@ __device__ __forceinline__ void signal_finished_tasks(const Sm90MoeParams& p, Sh
       if (!mbar_wait(p, &s.stores_done[slot], stores, kCtrMbarStoresDone, static_cast<int>(slot))) break;
       stores_parity ^= 1u << slot;
     }
+    trace_mark(p, t.ticket, kTraceDone);
     release_task_writes();
     signal_task_done<Tiles>(p, v, t, s.push_count[slot]);
     mbar_arrive(&s.task_empty[slot]);  // release: the push counts were cleared before the producer reuses the slot
@@ -371,6 +377,7 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
       if (p.signal_warp && lane == 0) mbar_arrive(&s.task_done[task_slot]);  // lets the signal warp finish too
       break;
     }
+    if (consumer_thread == 0) trace_mark(p, t.ticket, kTraceStart);
     // Push counts live with the task's queue slot: they are cleared by whoever signals the task before the
     // slot can carry a new task (the signal warp frees the slot itself; consumer thread 0 signals before it
     // reaches the barrier at the end of the next task).
@@ -384,6 +391,7 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
     } else {
       named_barrier_sync(NamedBarrier::kConsumers, kConsumerThreads);
       if (consumer_thread == 0) {
+        trace_mark(p, t.ticket, kTraceDone);
         release_task_writes();
         signal_task_done<Tiles>(p, v, t, push_count);
       }

@@ -206,6 +206,10 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   // Optional (training): bf16 [R' * capacity, 2I], row = the schedule row, columns gate | up, rounded to bf16
   // (what the Triton backward reads instead of recomputing the gate/up GEMM). nullptr = not written.
   void* saved_gate_up;
+  // Optional (experiments/task_timeline.py): a task timeline, kTraceFields int64 per ticket (trace.cuh); rows from
+  // trace_tickets on are not recorded. nullptr = none (the default: one untaken branch per mark).
+  long long* trace;
+  int trace_tickets;
 
   int* counters;          // CounterLayout::total int32, zero at launch
   int* error;             // kErrorWords int32, zero at launch

@@ -1,0 +1,172 @@
+"""EXPERIMENT (round 13): where each SM's time goes, task by task, from the megakernel's own timeline.
+
+``launch(prep, trace=trace_buffer(prep))`` records, for every ticket, when the producer claimed it, when its
+dependencies were met, when the consumers took it from the task queue and when it was signalled (%globaltimer ns,
+``mok/cuda/include/mok/trace.cuh``), and which CTA ran which kind of task. From that, per shape:
+
+* **consumer time** per task: from the consumers taking it to the consumers taking the CTA's next task (the last
+  task of a CTA: to its signal). A CTA's consumer time is split among its tasks with nothing left over, so per kind
+  it says where the consumer warpgroups spent the launch, waits for loads and dependencies inside a task included;
+* the **rate** of each GEMM kind while it runs: its FLOPs over its consumer time, times the SM count (the chip-wide
+  TFLOP/s if every SM ran only that kind; compare the bare mainloop, ``mainloop_gap.py``);
+* **dependency wait** (claim to ready) and **queue lead** (ready to the consumers taking it: near 0 means the
+  consumers were waiting for this task, so a dependency or claim held them up);
+* the **tail**: how long each CTA sits idle between its last signal and the launch's end.
+
+It writes ``task_timeline_<shape>.{json,png}`` (the PNG: the first CTAs' timelines and each kind's share) into
+``experiments/results/`` (and ``$OUT/results``). The timeline is one launch after warm-up launches; recording it
+changes no bit (``tests/test_cuda_trace_gpu.py``) and costs a store per mark.
+
+Run on the H200:  python experiments/task_timeline.py [--dispatch ring|gather|auto] [--ctas-shown 12] [SHAPE ...]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+KINDS = {1: "dispatch", 2: "gate_up", 3: "down", 4: "combine"}  # mok.cuda.backend.TASK_KINDS (no torch import here)
+COLORS = {"dispatch": "tab:orange", "gate_up": "tab:blue", "down": "tab:green", "combine": "tab:red"}
+
+
+def load_trace(rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The recorded tickets of an int64 ``[tickets, 5]`` trace (claimed, ready, start, done, who) as microseconds
+    from the first claim, with each task's CTA and kind name."""
+    recorded = rows[:, 4] >= 0
+    n = int(recorded.sum())
+    if n == 0 or not recorded[:n].all():
+        raise ValueError("the trace's recorded tickets are not 0..n-1")
+    rows = rows[:n]
+    t0 = rows[:, 0].min()
+    us = (rows[:, :4] - t0) / 1e3
+    return {"claimed": us[:, 0], "ready": us[:, 1], "start": us[:, 2], "done": us[:, 3], "cta": rows[:, 4] >> 8,
+            "kind": np.array([KINDS.get(int(k), "?") for k in rows[:, 4] & 0xFF])}
+
+
+def consumer_time(tl: dict[str, np.ndarray]) -> np.ndarray:
+    """Each task's consumer time (us): to the start of the next task its CTA took, or for a CTA's last task, to its
+    signal. Sums per CTA to (its last signal - its first start)."""
+    out = np.zeros(len(tl["start"]))
+    for cta in np.unique(tl["cta"]):
+        idx = np.flatnonzero(tl["cta"] == cta)
+        idx = idx[np.argsort(tl["start"][idx], kind="stable")]
+        out[idx[:-1]] = np.diff(tl["start"][idx])
+        out[idx[-1]] = tl["done"][idx[-1]] - tl["start"][idx[-1]]
+    return out
+
+
+def summarize(tl: dict[str, np.ndarray], flops: dict[str, float], num_sms: int) -> dict:
+    """Per kind: tasks, share of all CTAs' time, mean consumer us, chip-equivalent TFLOP/s (GEMM kinds), mean
+    dependency wait, share of tasks the consumers waited for (queue lead under 1 us); and the launch's span, the
+    CTAs' idle time before their first task and after their last."""
+    busy = consumer_time(tl)
+    span = float(tl["done"].max())  # from the first claim
+    ctas = np.unique(tl["cta"])
+    total = span * len(ctas)
+    kinds = {}
+    for kind in sorted(set(tl["kind"])):
+        sel = tl["kind"] == kind
+        mean_us = float(busy[sel].mean())
+        entry = {"tasks": int(sel.sum()), "share": float(busy[sel].sum() / total), "consumer_us": mean_us,
+                 "dependency_wait_us": float((tl["ready"][sel] - tl["claimed"][sel]).mean()),
+                 "waited_for": float(((tl["start"][sel] - tl["ready"][sel]) < 1.0).mean())}
+        if kind in flops:
+            entry["chip_tflops"] = flops[kind] / (mean_us * 1e-6) / 1e12 * num_sms
+        kinds[kind] = entry
+    first = np.array([tl["start"][tl["cta"] == c].min() for c in ctas])
+    last = np.array([tl["done"][tl["cta"] == c].max() for c in ctas])
+    return {"span_us": span, "ctas": int(len(ctas)), "kinds": kinds,
+            "head_share": float(first.sum() / total), "tail_share": float((span - last).sum() / total),
+            "tail_us_mean": float((span - last).mean()), "tail_us_max": float((span - last).max())}
+
+
+def task_flops(shape) -> dict[str, float]:
+    """FLOPs of one 128-row task: gate/up 128 x 256 columns x H, down 128 x 256 x I (multiply-adds x 2)."""
+    return {"gate_up": 2.0 * 128 * 256 * shape.hidden, "down": 2.0 * 128 * 256 * shape.intermediate}
+
+
+def format_summary(name: str, dispatch: str, s: dict) -> str:
+    lines = [f"{name} ({dispatch}): span {s['span_us']:.0f} us on {s['ctas']} CTAs; before the first task "
+             f"{100 * s['head_share']:.1f}%, after the last {100 * s['tail_share']:.1f}% "
+             f"(mean {s['tail_us_mean']:.0f} us, max {s['tail_us_max']:.0f} us)",
+             f"  {'kind':<9} {'tasks':>7} {'share':>7} {'us/task':>9} {'chip TFLOP/s':>13} {'dep wait us':>12} "
+             f"{'waited for':>11}"]
+    for kind, e in s["kinds"].items():
+        rate = f"{e['chip_tflops']:.0f}" if "chip_tflops" in e else "-"
+        lines.append(f"  {kind:<9} {e['tasks']:>7} {100 * e['share']:>6.1f}% {e['consumer_us']:>9.2f} {rate:>13} "
+                     f"{e['dependency_wait_us']:>12.2f} {100 * e['waited_for']:>10.0f}%")
+    return "\n".join(lines)
+
+
+def plot(tl: dict[str, np.ndarray], s: dict, title: str, ctas_shown: int):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    busy = consumer_time(tl)
+    fig, (ax, bar) = plt.subplots(1, 2, figsize=(14, 4.5), gridspec_kw={"width_ratios": [4, 1]})
+    for row, cta in enumerate(sorted(np.unique(tl["cta"]))[:ctas_shown]):
+        for kind, color in COLORS.items():
+            sel = np.flatnonzero((tl["cta"] == cta) & (tl["kind"] == kind))
+            if len(sel):
+                ax.broken_barh(list(zip(tl["start"][sel], busy[sel])), (row - 0.4, 0.8), facecolors=color,
+                               edgecolor="white", linewidth=0.2)
+    ax.set_xlabel("us from the first claim")
+    ax.set_ylabel("CTA")
+    ax.set_title(f"{title}: consumer timeline of the first {ctas_shown} CTAs")
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()], labels=list(COLORS),
+              loc="upper right", fontsize=8)
+    labels = list(s["kinds"]) + ["head + tail"]
+    shares = [100 * e["share"] for e in s["kinds"].values()] + [100 * (s["head_share"] + s["tail_share"])]
+    bar.bar(labels, shares, color=[COLORS.get(k, "tab:gray") for k in labels])
+    bar.set_ylabel("% of all CTAs' time")
+    bar.tick_params(axis="x", rotation=45)
+    fig.tight_layout()
+    return fig
+
+
+def main() -> None:
+    import torch
+
+    from cuda_breakdown import SHAPES, Problem
+    from mok.bench import harness
+    from mok.cuda import backend
+    from mok.cuda.schedule_tables import build_kernel_schedule
+    from mok.cuda.workspace import release_workspaces
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("shapes", nargs="*", default=["anchor-2", "anchor-5", "kimi-k2.7/ep64"])
+    parser.add_argument("--dispatch", default="auto", choices=["ring", "gather", "auto"])
+    parser.add_argument("--ctas-shown", type=int, default=12)
+    args = parser.parse_args()
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    metadata = harness.collect_metadata()
+    for name in args.shapes:
+        shape = SHAPES[name]
+        p = Problem(shape, n_sets=1)
+        prep = backend.prepare(*p.args(0), schedule=build_kernel_schedule(p.routes[0][1], shape.num_experts))
+        dispatch = backend.resolve_dispatch(args.dispatch, shape.intermediate)
+        for _ in range(3):  # warm-up: the clock and the caches as in a timed run
+            backend.launch(prep, dispatch=dispatch)
+        trace = backend.trace_buffer(prep)
+        backend.launch(prep, dispatch=dispatch, trace=trace)
+        backend.check_error(prep)
+        tl = load_trace(trace.cpu().numpy())
+        summary = summarize(tl, task_flops(shape), num_sms)
+        print(format_summary(name, dispatch, summary), flush=True)
+        stem = f"task_timeline_{name.replace('/', '_')}_{dispatch}"
+        doc = {"metadata": metadata, "shape": name, "dispatch": dispatch, "summary": summary}
+        fig = plot(tl, summary, f"{name} ({dispatch})", args.ctas_shown)
+        for folder in harness.output_dirs(None):
+            harness.write_json(doc, folder / f"{stem}.json")
+            fig.savefig(folder / f"{stem}.png", dpi=110, bbox_inches="tight")
+        del prep, p, trace
+        release_workspaces()
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

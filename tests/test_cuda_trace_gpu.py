@@ -1,0 +1,76 @@
+"""GPU tests of the megakernel's task timeline (``launch(trace=...)``, ``include/mok/trace.cuh``); Hopper only.
+
+Recording the timeline changes no bit of the output; every task of the launch is recorded exactly once (the task
+counts per kind follow from the schedule tables, worked out here independently of the kernel's task order), its
+times are in the order the kernel reaches them (claimed <= ready <= start <= done), the CTA ids are the launch's,
+and no ticket beyond the last task is written. Both variants, both dispatch modes, with and without the signal
+warp, EP 1 and 4, top-k 2 and fused top-1.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import assert_bitwise_equal
+
+from mok.config import MoKConfig
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not HOPPER, reason="the SM90 megakernel needs a Hopper GPU (compute capability 9.x)")]
+
+# name: (tokens, hidden, intermediate, experts, top_k)
+CASES = {"top2": (600, 256, 384, 8, 2), "top1": (1000, 512, 256, 16, 1)}
+
+
+def expected_task_counts(prep, dispatch: str) -> dict[str, int]:
+    """Tasks per kind of one launch, from the tables: every used tile has a dispatch task (ring mode), its gate/up
+    column blocks (I / 128) and its down column blocks (H / 256); every rank has ceil(T_local / 16) combine blocks
+    unless the down epilogue writes the output itself (fused top-1)."""
+    s = prep.schedule
+    tiles = sum(-(-rows // s.tile) for rows in s.segment_offsets[:, -1].tolist())
+    intermediate, hidden = prep.w_gate.shape[1], prep.w_gate.shape[2]
+    return {"dispatch": tiles if dispatch == "ring" else 0,
+            "gate_up": tiles * -(-intermediate // 128),
+            "down": tiles * -(-hidden // 256),
+            "combine": 0 if prep.fuse_top1 else s.ep_size * -(-prep.tokens_per_rank // 16)}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("variant", ["simple", "pipelined"])
+def test_trace_changes_no_bit_and_records_every_task_once(name, variant):
+    from mok.cuda.backend import TASK_KINDS, TRACE_FIELDS, check_error, launch, prepare, trace_buffer
+    from mok.cuda.sanitize_check import make_inputs
+    t, h, i, e, k = CASES[name]
+    problem = make_inputs(t, h, i, e, k, seed=700 + list(CASES).index(name))
+    claimed, ready, start, done, who = (TRACE_FIELDS.index(f) for f in ("claimed", "ready", "start", "done", "who"))
+    for ep_size in (1, 4):
+        prep = prepare(*problem, ep_size=ep_size, config=MoKConfig(minibatch_rows=128), poison=True)
+        for dispatch in ("ring", "gather"):
+            for signal_warp in ((True, False) if variant == "pipelined" and dispatch == "ring" else (False,)):
+                what = f"{name} {variant} ep={ep_size} {dispatch} signal_warp={signal_warp}"
+                prep.out.fill_(float("nan"))
+                plain = launch(prep, variant=variant, dispatch=dispatch, signal_warp=signal_warp).clone()
+                check_error(prep)
+                trace = trace_buffer(prep)
+                prep.out.fill_(float("nan"))
+                traced = launch(prep, variant=variant, dispatch=dispatch, signal_warp=signal_warp, trace=trace).clone()
+                check_error(prep)
+                assert_bitwise_equal(traced, plain, what)
+
+                rows = trace.cpu()
+                recorded = rows[:, who] >= 0
+                n = int(recorded.sum())
+                assert bool(recorded[:n].all()) and not bool(recorded[n:].any()), f"{what}: tickets not 0..n-1"
+                assert bool((rows[n:] == -1).all()), f"{what}: a ticket past the last task was written"
+                rows = rows[:n]
+                assert bool((rows[:, :who] > 0).all()), f"{what}: a recorded task misses a time"
+                assert bool((rows[:, claimed] <= rows[:, ready]).all()), what
+                assert bool((rows[:, ready] <= rows[:, start]).all()), what
+                assert bool((rows[:, start] <= rows[:, done]).all()), what
+                ctas = rows[:, who] >> 8
+                assert int(ctas.min()) >= 0 and int(ctas.max()) < torch.cuda.get_device_properties(0).multi_processor_count
+                kinds = rows[:, who] & 0xFF
+                counts = {kind: int((kinds == code).sum()) for code, kind in TASK_KINDS.items()}
+                assert counts == expected_task_counts(prep, dispatch), what
+                assert sum(counts.values()) == n, f"{what}: an unknown task kind"

@@ -1,0 +1,68 @@
+"""CPU checks of experiments/task_timeline.py's reading of a megakernel task timeline, on a trace made by hand."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+import task_timeline  # noqa: E402
+
+
+def who(cta: int, kind: int) -> int:
+    return cta << 8 | kind
+
+
+# Two CTAs, times in ns from 1,000,000: claimed, ready, start, done, who. CTA 0 runs a gate/up task (start 10 us),
+# then a down task (start 40 us, done 50 us); CTA 1 a gate/up task that waited 5 us for its dependencies and that
+# its consumers waited for (start = ready), done at 30 us; the launch ends at 50 us, so CTA 1 idles 20 us at the end.
+BASE = 1_000_000
+ROWS = np.array([
+    [BASE + 0, BASE + 1_000, BASE + 10_000, BASE + 39_000, who(0, 2)],
+    [BASE + 2_000, BASE + 7_000, BASE + 7_000, BASE + 30_000, who(1, 2)],
+    [BASE + 9_000, BASE + 9_500, BASE + 40_000, BASE + 50_000, who(0, 3)],
+    [-1, -1, -1, -1, -1],
+], dtype=np.int64)
+
+
+def test_load_trace_takes_the_recorded_prefix_in_microseconds():
+    tl = task_timeline.load_trace(ROWS)
+    assert list(tl["kind"]) == ["gate_up", "gate_up", "down"]
+    assert list(tl["cta"]) == [0, 1, 0]
+    assert tl["start"].tolist() == [10.0, 7.0, 40.0]
+    with pytest.raises(ValueError, match="0..n-1"):
+        task_timeline.load_trace(ROWS[[0, 3, 1]])  # a gap before a recorded ticket
+
+
+def test_consumer_time_splits_each_ctas_time_among_its_tasks():
+    tl = task_timeline.load_trace(ROWS)
+    # CTA 0: 10 -> 40 (gate/up), 40 -> 50 (down, its last: to its signal); CTA 1: 7 -> 30.
+    assert task_timeline.consumer_time(tl).tolist() == [30.0, 23.0, 10.0]
+
+
+def test_summary_shares_rates_waits_and_tail():
+    tl = task_timeline.load_trace(ROWS)
+    s = task_timeline.summarize(tl, {"gate_up": 1e6, "down": 2e6}, num_sms=2)
+    assert s["span_us"] == 50.0 and s["ctas"] == 2
+    total = 100.0  # 2 CTAs x 50 us
+    assert s["kinds"]["gate_up"]["share"] == pytest.approx(53.0 / total)
+    assert s["kinds"]["down"]["share"] == pytest.approx(10.0 / total)
+    assert s["head_share"] == pytest.approx((10.0 + 7.0) / total)
+    assert s["tail_share"] == pytest.approx((0.0 + 20.0) / total)
+    assert s["tail_us_max"] == 20.0
+    # gate/up: 1 MFLOP per task over a mean 26.5 us, on 2 SMs; down: 2 MFLOP over 10 us.
+    assert s["kinds"]["gate_up"]["chip_tflops"] == pytest.approx(1e6 / 26.5e-6 / 1e12 * 2)
+    assert s["kinds"]["down"]["chip_tflops"] == pytest.approx(2e6 / 10e-6 / 1e12 * 2)
+    assert s["kinds"]["gate_up"]["dependency_wait_us"] == pytest.approx((1.0 + 5.0) / 2)
+    assert s["kinds"]["gate_up"]["waited_for"] == pytest.approx(0.5)  # CTA 1's started the moment it was ready
+    text = task_timeline.format_summary("hand-made", "ring", s)
+    assert "gate_up" in text and "down" in text
+    fig = task_timeline.plot(tl, s, "hand-made", ctas_shown=2)
+    assert len(fig.axes) == 2 and len(fig.axes[0].collections) == 3  # CTA 0: gate/up and down bars, CTA 1: gate/up
+
+
+def test_task_kinds_match_the_backend():
+    from mok.cuda.backend import TASK_KINDS, TRACE_FIELDS
+    assert task_timeline.KINDS == TASK_KINDS
+    assert TRACE_FIELDS == ("claimed", "ready", "start", "done", "who")
