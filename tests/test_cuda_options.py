@@ -53,7 +53,7 @@ def test_early_combine_order_reaches_the_launch_only_when_asked(monkeypatch):
     def passed_order(prep, **kw):
         ext = _RecordingExtension()
         launch(prep, extension=ext, **kw)
-        tokens_arg, offsets_arg = ext.args[-3:-1]  # the binding's last arguments: order, then skip_padding_half
+        tokens_arg, offsets_arg = ext.args[-4:-2]  # the binding's last arguments: order, skip_padding_half, trace
         assert (tokens_arg.numel() > 0) == (offsets_arg.numel() > 0)
         return tokens_arg.numel() > 0
 
@@ -76,33 +76,59 @@ def test_early_combine_order_reaches_the_launch_only_when_asked(monkeypatch):
         launch(top1, extension=_RecordingExtension(), early_combine=True)
 
 
-def test_skip_padding_half_reaches_the_launch(monkeypatch):
-    """launch() passes skip_padding_half last: on by default, off with MOK_CUDA_SKIP_PADDING_HALF=0, and its own
-    argument wins over the environment."""
+def small_launch(*, seed: int, tokens: int, hidden: int, inter: int, experts: int, ep_size: int = 1):
+    """prepare() of a random top-2 layer on the CPU (the launch arguments are all these tests look at)."""
     import torch
 
     import mok
-    from mok.cuda.backend import launch, prepare
+    from mok.cuda.backend import prepare
 
-    gen = torch.Generator().manual_seed(5)
-    tokens, hidden, inter, experts = 128, 64, 64, 4
+    gen = torch.Generator().manual_seed(seed)
     x = torch.randn(tokens, hidden, generator=gen).to(torch.bfloat16)
     w_gate, w_up = (torch.randn(experts, inter, hidden, generator=gen).to(torch.bfloat16) for _ in range(2))
     w_down = torch.randn(experts, hidden, inter, generator=gen).to(torch.bfloat16)
     w, ids = mok.route(torch.randn(tokens, experts, generator=gen), 2)
-    prep = prepare(x, ids, w, w_gate, w_up, w_down)
+    return prepare(x, ids, w, w_gate, w_up, w_down, ep_size=ep_size)
+
+
+def test_skip_padding_half_reaches_the_launch(monkeypatch):
+    """launch() passes skip_padding_half before the trace: on by default, off with MOK_CUDA_SKIP_PADDING_HALF=0, and
+    its own argument wins over the environment."""
+    from mok.cuda.backend import launch
+
+    prep = small_launch(seed=5, tokens=128, hidden=64, inter=64, experts=4)
 
     def passed(**kw):
         ext = _RecordingExtension()
         launch(prep, extension=ext, **kw)
-        assert isinstance(ext.args[-1], bool)
-        return ext.args[-1]
+        assert isinstance(ext.args[-2], bool)
+        return ext.args[-2]
 
     monkeypatch.delenv("MOK_CUDA_SKIP_PADDING_HALF", raising=False)
     assert passed() is True
     monkeypatch.setenv("MOK_CUDA_SKIP_PADDING_HALF", "0")
     assert passed() is False
     assert passed(skip_padding_half=True) is True
+
+
+def test_trace_reaches_the_launch_last():
+    """launch() passes the task-timeline buffer last: an empty int64 tensor without one, the buffer itself with
+    one; trace_buffer() sizes it for every task the launch can have (-1: not recorded)."""
+    import torch
+
+    from mok.cuda.backend import TRACE_FIELDS, launch, trace_buffer
+
+    prep = small_launch(seed=6, tokens=256, hidden=512, inter=384, experts=8, ep_size=2)
+    ext = _RecordingExtension()
+    launch(prep, extension=ext)
+    assert ext.args[-1].dtype == torch.int64 and ext.args[-1].numel() == 0
+    trace = trace_buffer(prep)
+    launch(prep, extension=ext, trace=trace)
+    assert ext.args[-1] is trace
+    # 2 ranks x (capacity / 128) tiles x (1 dispatch + 3 gate/up + 2 down column blocks) + 2 x 8 combine blocks
+    tiles = prep.schedule.capacity // 128
+    assert trace.shape == (2 * tiles * 6 + 2 * 8, len(TRACE_FIELDS))
+    assert bool((trace == -1).all())
 
 
 def test_padding_half_tiles_counts_the_tiles_whose_second_half_is_padding():
