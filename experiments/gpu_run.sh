@@ -22,8 +22,9 @@
 #   roofline   experiments/mainloop_roofline_probe.cu and experiments/mainloop_gap.py: the bare GEMM mainloop (loads
 #              by TMA, cp.async gather, 2-CTA multicast, none) and the megakernel, with the SM clock and power
 #              ($MOK_ROOFLINE_SHAPES, default "anchor-5 kimi-k2.7/ep64")
-#   timeline   experiments/task_timeline.py at $MOK_TIMELINE_SHAPES: the megakernel's task timeline, per kind of task
-#              its share of the SMs' time, rate, dependency waits, and the tail
+#   timeline   experiments/task_timeline.py $MOK_TIMELINE_ARGS at $MOK_TIMELINE_SHAPES (default "anchor-2 anchor-5
+#              kimi-k2.7/ep64"): the megakernel's task timeline, per kind of task its share of the SMs' time, rate,
+#              dependency waits, and the tail
 #   pushpull   experiments/push_pull.py (push vs pull kernels; the notebook stage measures this too)
 #   notebooks  notebooks/*.ipynb in full mode (re-measured: MOK_NOTEBOOK_REFRESH=1), executed copies in $OUT/notebooks
 #   train      experiments/train_tiny_moe.py (tokens/s per backend; bitwise loss curves, EP 1 vs EP 4)
@@ -34,8 +35,7 @@
 #                         limit is 600 s, and the summary and file transfer need the rest)
 #   MOK_TIMEOUT_<STAGE>   cap for one stage in seconds (TESTS 240, BENCH 300 or 540 with SonicMoE, CUDA 200,
 #                         SANITIZE 200, BREAKDOWN 150, TUNE 200, ROOFLINE 200, TIMELINE 150, PUSHPULL 120,
-#                         NOTEBOOKS 240,
-#                         TRAIN 180); a stage also never runs past the deadline
+#                         NOTEBOOKS 240, TRAIN 180); a stage also never runs past the deadline
 #   MOK_BENCH_SHAPES      shapes for the bench stage (presets/groups, see python3 -m mok.bench --help)
 #   MOK_BENCH_ARGS        extra arguments for the bench stage (e.g. "--iters 50 --backends torch,triton")
 #   MOK_CUDA_BENCH        shapes the cuda stage times the megakernel on (default "kimi-k2.7/ep64 anchor-4")

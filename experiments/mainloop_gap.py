@@ -22,6 +22,7 @@ Run on the H200 from the repository root (the probe binary is built first):
 """
 import argparse
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -117,8 +118,10 @@ def main() -> None:
     print(f"{'workload':<48} {'ms/call':>9} {'TFLOP/s':>8} {'MHz':>6} {'W':>5} {'TFLOP/s/GHz':>12}")
     for label, ms, tflops, (start, stop) in rows:
         inside = [(mhz, watts) for stamp, mhz, watts in samples if start <= stamp <= stop]
-        mhz = sorted(m for m, _ in inside)[len(inside) // 2] if inside else float("nan")
-        watts = sorted(w for _, w in inside)[len(inside) // 2] if inside else float("nan")
+        # statistics.median, as clock_summary's line below: the two printed medians agree (an even count of
+        # samples averages the middle two).
+        mhz = statistics.median(m for m, _ in inside) if inside else float("nan")
+        watts = statistics.median(w for _, w in inside) if inside else float("nan")
         print(f"{label:<48} {ms:9.3f} {tflops:8.1f} {mhz:6.0f} {watts:5.0f} {tflops / (mhz / 1000):12.1f}")
         print(f"    {clock_summary(samples, start, stop)}")
 

@@ -13,9 +13,9 @@ dependencies were met, when the consumers took it from the task queue and when i
   consumers were waiting for this task, so a dependency or claim held them up);
 * the **tail**: how long each CTA sits idle between its last signal and the launch's end.
 
-It writes ``task_timeline_<shape>.{json,png}`` (the PNG: the first CTAs' timelines and each kind's share) into
-``experiments/results/`` (and ``$OUT/results``). The timeline is one launch after warm-up launches; recording it
-changes no bit (``tests/test_cuda_trace_gpu.py``) and costs a store per mark.
+It writes ``task_timeline_<shape>_<dispatch>.{json,png}`` (the PNG: the first CTAs' timelines and each kind's
+share) into ``experiments/results/`` (and ``$OUT/results``). The timeline is one launch after warm-up launches;
+recording it changes no bit (``tests/test_cuda_trace_gpu.py``) and costs a store per mark.
 
 Run on the H200:  python experiments/task_timeline.py [--dispatch ring|gather|auto] [--ctas-shown 12] [SHAPE ...]
 """

@@ -44,6 +44,7 @@ def test_trace_changes_no_bit_and_records_every_task_once(name, variant):
     t, h, i, e, k = CASES[name]
     problem = make_inputs(t, h, i, e, k, seed=700 + list(CASES).index(name))
     claimed, ready, start, done, who = (TRACE_FIELDS.index(f) for f in ("claimed", "ready", "start", "done", "who"))
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     for ep_size in (1, 4):
         prep = prepare(*problem, ep_size=ep_size, config=MoKConfig(minibatch_rows=128), poison=True)
         for dispatch in ("ring", "gather"):
@@ -69,7 +70,7 @@ def test_trace_changes_no_bit_and_records_every_task_once(name, variant):
                 assert bool((rows[:, ready] <= rows[:, start]).all()), what
                 assert bool((rows[:, start] <= rows[:, done]).all()), what
                 ctas = rows[:, who] >> 8
-                assert int(ctas.min()) >= 0 and int(ctas.max()) < torch.cuda.get_device_properties(0).multi_processor_count
+                assert int(ctas.min()) >= 0 and int(ctas.max()) < num_sms, what
                 kinds = rows[:, who] & 0xFF
                 counts = {kind: int((kinds == code).sum()) for code, kind in TASK_KINDS.items()}
                 assert counts == expected_task_counts(prep, dispatch), what

@@ -1,5 +1,7 @@
-"""CPU checks of experiments/task_timeline.py's reading of a megakernel task timeline, on a trace made by hand."""
+"""CPU checks of experiments/task_timeline.py's reading of a megakernel task timeline, on a trace made by hand, and
+of the trace's columns and task kinds against the kernel's headers."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -62,7 +64,23 @@ def test_summary_shares_rates_waits_and_tail():
     assert len(fig.axes) == 2 and len(fig.axes[0].collections) == 3  # CTA 0: gate/up and down bars, CTA 1: gate/up
 
 
-def test_task_kinds_match_the_backend():
+def header_enum(header: str, enum: str, prefix: str) -> dict[int, str]:
+    """The values of ``enum`` in include/mok/``header`` with their names, ``prefix`` cut and snake-cased
+    (kTaskGateUp -> gate_up)."""
+    from mok.cuda.build import INCLUDE_DIR
+    text = (INCLUDE_DIR / "mok" / header).read_text()
+    body = re.search(rf"enum {enum} : int \{{(.*?)\}};", text, re.S).group(1)
+    return {int(value): re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+            for name, value in re.findall(rf"{prefix}(\w+) = (\d+)", body)}
+
+
+def test_task_kinds_and_trace_fields_match_the_backend_and_the_kernel():
     from mok.cuda.backend import TASK_KINDS, TRACE_FIELDS
     assert task_timeline.KINDS == TASK_KINDS
-    assert TRACE_FIELDS == ("claimed", "ready", "start", "done", "who")
+    kinds = header_enum("workspace.cuh", "TaskKind", "kTask")
+    assert kinds.pop(0) == "stop"  # never recorded
+    assert kinds == TASK_KINDS
+    fields = header_enum("trace.cuh", "TraceField", "kTrace")
+    assert fields.pop(len(TRACE_FIELDS)) == "fields"  # the count
+    assert tuple(fields[i] for i in sorted(fields)) == TRACE_FIELDS
+    assert TRACE_FIELDS == ("claimed", "ready", "start", "done", "who")  # load_trace's column order

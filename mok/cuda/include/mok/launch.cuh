@@ -49,7 +49,7 @@ struct Sm90MoeProblem {
   void* ring_x = nullptr;        // bf16 [R' * ring_rows, H]
   void* ring_h = nullptr;        // bf16 [R' * ring_rows, I]
   void* saved_gate_up = nullptr; // optional bf16 [R' * capacity, 2I]: gate | up per schedule row (for the backward)
-  int64_t* trace = nullptr;      // optional int64 [trace_tickets, kTraceFields]: the task timeline (trace.cuh)
+  int64_t* trace = nullptr;      // optional int64 [trace_tickets, kSm90TraceFields]: the task timeline (trace.cuh)
   int trace_tickets = 0;
 
   // Early combine (optional, both or neither; emulated ranks with combine tasks only): each rank's tokens sorted
