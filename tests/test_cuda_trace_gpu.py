@@ -75,3 +75,27 @@ def test_trace_changes_no_bit_and_records_every_task_once(name, variant):
                 counts = {kind: int((kinds == code).sum()) for code, kind in TASK_KINDS.items()}
                 assert counts == expected_task_counts(prep, dispatch), what
                 assert sum(counts.values()) == n, f"{what}: an unknown task kind"
+
+
+@pytest.mark.parametrize("variant", ["simple", "pipelined"])
+def test_trace_never_writes_past_the_tickets_it_is_given(variant):
+    """A timeline buffer with fewer rows than the launch has tasks (a view of the first rows of a larger one): the
+    kernel records exactly those tickets and writes nothing past them, and the output is the same bits."""
+    from mok.cuda.backend import check_error, launch, prepare, trace_buffer
+    from mok.cuda.sanitize_check import make_inputs
+    t, h, i, e, k = CASES["top2"]
+    problem = make_inputs(t, h, i, e, k, seed=750)
+    prep = prepare(*problem, ep_size=2, config=MoKConfig(minibatch_rows=128), poison=True)
+    prep.out.fill_(float("nan"))
+    plain = launch(prep, variant=variant, dispatch="ring").clone()
+    check_error(prep)
+    tasks = sum(expected_task_counts(prep, "ring").values())
+    given = tasks // 2
+    timeline = trace_buffer(prep)
+    prep.out.fill_(float("nan"))
+    traced = launch(prep, variant=variant, dispatch="ring", trace=timeline[:given]).clone()
+    check_error(prep)
+    assert_bitwise_equal(traced, plain, f"{variant}: a short trace buffer")
+    rows = timeline.cpu()
+    assert bool((rows[:given] >= 0).all()), "a ticket inside the given rows was not recorded"
+    assert bool((rows[given:] == -1).all()), "the kernel wrote past the trace rows it was given"

@@ -10,8 +10,9 @@ The default problem has 2 emulated ranks, 8 experts with skewed routing (low ids
 multiple of the tile, I % 128 == 64 (a half-used gate/up column block), H % 256 != 0 (a half-used down column
 block) and a ring of one minibatch; it runs with top-k 2 (push-combine and the weighted sum) and top-k 1 (the
 fused top-1 combine), in both dispatch modes (ring and gather), with the saved gate/up rows of training, and
-once more in ring mode with precision="mxfp8" (packed MXFP8 token rows, h rounded through MXFP8), so every
-code path of the kernel runs at least once. The in-kernel wait bound is raised to 600 s because the sanitizer slows the kernel by orders of magnitude.
+once more in ring mode with precision="mxfp8" (packed MXFP8 token rows, h rounded through MXFP8), and once in ring
+mode recording the task timeline into fewer rows than the launch has tasks, so every code path of the kernel runs at
+least once. The in-kernel wait bound is raised to 600 s because the sanitizer slows the kernel by orders of magnitude.
 
 ``--bench T,H,I,E,K`` instead times both variants in both dispatch modes at that shape (CUDA events, median of 20
 launches after 3 warm-ups; forward FLOPs 6*T*K*H*I; ``--prefetch-sweep`` adds gather with L2 prefetch) and prints
@@ -29,7 +30,8 @@ import torch
 import mok
 from mok.bench.harness import time_fn
 from mok.config import MoKConfig, get_shape
-from mok.cuda.backend import DISPATCH_MODES, VARIANTS, check_error, launch, prepare, saved_gate_up_buffer
+from mok.cuda.backend import (DISPATCH_MODES, VARIANTS, check_error, launch, prepare, saved_gate_up_buffer,
+                              trace_buffer)
 from mok.validate import TOLERANCE, relative_error
 
 
@@ -65,6 +67,29 @@ def check_small(variant: str, top_k: int = 2, dispatch: str = "ring", precision:
     return finite and err < (1e-2 if precision == "bf16" else TOLERANCE["mxfp8"])
 
 
+def check_trace(variant: str) -> bool:
+    """The task timeline under the sanitizer: the small top-2 forward in ring mode recording into the first tickets of
+    a timeline buffer only (a view of its first rows), so the marks' stores and their bound run; the output must still
+    match the reference, the recorded rows must be a prefix of the view, and the rows past the view must stay -1."""
+    problem = make_inputs(200, 320, 192, 8, 2, skew=1.5)
+    config = MoKConfig(minibatch_rows=128, ring_rows=128)
+    prep = prepare(*problem, ep_size=2, config=config, poison=True)
+    timeline = trace_buffer(prep)
+    view_rows = 24  # fewer than the launch's tasks (dispatch, gate/up, down and combine of 2 ranks)
+    out = launch(prep, variant=variant, timeout_s=600.0, dispatch="ring", trace=timeline[:view_rows])
+    check_error(prep)
+    with torch.no_grad():
+        ref = mok.moe(*problem, backend="reference", ep_size=2, config=config)
+    err = relative_error(out, ref)
+    recorded = (timeline[:view_rows, 4] >= 0).cpu()
+    inside = bool(recorded.all())
+    untouched = bool((timeline[view_rows:] == -1).all())
+    print(f"variant={variant} dispatch=ring top_k=2 with the task timeline (first {view_rows} tickets): relative "
+          f"error vs the bf16 reference {err:.3e}, the first {view_rows} recorded: {inside}, nothing past them: "
+          f"{untouched}")
+    return err < 1e-2 and inside and untouched
+
+
 # (variant, dispatch, gather_prefetch) configurations that --bench times; --prefetch-sweep adds gather with L2
 # prefetch 4, 8 and 16 K blocks ahead.
 BENCH_CONFIGS = [(v, mode, 0) for v in VARIANTS for mode in DISPATCH_MODES]
@@ -98,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     variants = list(VARIANTS) if args.variant == "both" else [args.variant]
     modes = list(DISPATCH_MODES) if args.dispatch == "both" else [args.dispatch]
     ok = all([check_small(v, top_k, d) for v in variants for d in modes for top_k in (2, 1)]
-             + [check_small(v, top_k, "ring", "mxfp8") for v in variants for top_k in (2, 1) if "ring" in modes])
+             + [check_small(v, top_k, "ring", "mxfp8") for v in variants for top_k in (2, 1) if "ring" in modes]
+             + [check_trace(v) for v in variants if "ring" in modes])
     return 0 if ok else 1
 
 
