@@ -12,13 +12,17 @@ this GPU), so each gets its steady-state clock:
 
 It prints each workload's time per call, TFLOP/s, median SM clock and power, and TFLOP/s per GHz: equal TFLOP/s per
 GHz with unequal TFLOP/s means the difference is the clock (power); unequal TFLOP/s per GHz is work the mainloop
-does not do alone (waits, hand-offs, padding rows, the tail of the schedule).
+does not do alone (waits, hand-offs, padding rows, the tail of the schedule). It also writes the table as
+``mainloop_gap_<stamp>.{json,md,png}`` (the PNG: TFLOP/s against the SM clock, with lines of equal TFLOP/s per GHz)
+into ``experiments/results/`` (and ``$OUT/results``). ``--from-log LOG --commit C --date D`` does that for the table
+of an earlier run's printed output, on any machine.
 
 Run on the H200 from the repository root (the probe binary is built first):
 
     nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I mok/cuda/include \\
         -o build/mainloop_roofline_probe experiments/mainloop_roofline_probe.cu
     python3 experiments/mainloop_gap.py [--seconds 2] [SHAPE ...]
+    python3 experiments/mainloop_gap.py --from-log LOG --gpu G --commit C --date D --name NAME   # any machine
 """
 import argparse
 import re
@@ -40,6 +44,74 @@ from mok.cuda.workspace import release_workspaces  # noqa: E402
 
 PROBE = Path("build/mainloop_roofline_probe")
 PROBE_TILES = 160  # tiles per CTA: about 12 ms per run, like anchor-5's forward
+
+
+TABLE_HEADER = f"{'workload':<48} {'ms/call':>9} {'TFLOP/s':>8} {'MHz':>6} {'W':>5} {'TFLOP/s/GHz':>12}"
+_ROW = re.compile(r"^(?P<workload>\S.*?)\s+(?P<ms>[\d.]+)\s+(?P<tflops>[\d.]+)\s+(?P<mhz>[\d.]+|nan)\s+"
+                  r"(?P<watts>[\d.]+|nan)\s+(?P<per_ghz>[\d.]+|nan)$")
+
+
+def table_row(workload: str, ms: float, tflops: float, mhz: float, watts: float) -> dict:
+    return {"workload": workload, "ms": ms, "tflops": tflops, "sm_clock_mhz": mhz, "power_w": watts,
+            "tflops_per_ghz": tflops / (mhz / 1000)}
+
+
+def format_row(row: dict) -> str:
+    return (f"{row['workload']:<48} {row['ms']:9.3f} {row['tflops']:8.1f} {row['sm_clock_mhz']:6.0f} "
+            f"{row['power_w']:5.0f} {row['tflops_per_ghz']:12.1f}")
+
+
+def parse_gap_table(text: str) -> list[dict]:
+    """The rows of a printed table (``TABLE_HEADER`` and the rows below it, as this script prints them)."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("workload") and "TFLOP/s/GHz" in line]
+    if not starts:
+        raise ValueError("no mainloop_gap table in this text")
+    rows = []
+    for line in lines[starts[-1] + 1:]:
+        match = _ROW.match(line.rstrip())
+        if match:
+            rows.append(table_row(match["workload"], float(match["ms"]), float(match["tflops"]), float(match["mhz"]),
+                                  float(match["watts"])))
+    return rows
+
+
+def plot_gap(rows: list[dict], title: str):
+    """TFLOP/s against the SM clock, one point per workload, with lines of equal TFLOP/s per GHz through 0: points
+    on one line differ only by their clock."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    top = max(r["sm_clock_mhz"] for r in rows) * 1.08
+    for per_ghz in sorted({round(r["tflops_per_ghz"], -1) for r in rows}):
+        ax.plot([0, top], [0, per_ghz * top / 1000], color="0.85", linewidth=0.8, zorder=0)
+    for r in rows:
+        probe = r["workload"].startswith("probe")
+        ax.scatter(r["sm_clock_mhz"], r["tflops"], marker="s" if probe else "o",
+                   color="tab:gray" if probe else "tab:blue")
+        ax.annotate(f"{r['workload']} ({r['power_w']:.0f} W)", (r["sm_clock_mhz"], r["tflops"]), fontsize=7,
+                    xytext=(4, 2), textcoords="offset points")
+    ax.set_xlim(min(r["sm_clock_mhz"] for r in rows) * 0.92, top)
+    ax.set_ylim(0, max(r["tflops"] for r in rows) * 1.1)
+    ax.set_xlabel("SM clock, median while it ran (MHz)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"{title}: squares the bare mainloop, circles the megakernel; grey lines: equal TFLOP/s per GHz")
+    fig.tight_layout()
+    return fig
+
+
+def write_results(rows: list[dict], metadata: dict, name: str) -> None:
+    """``<name>.{json,md,png}`` in every results folder."""
+    from mok.bench import harness
+    doc = {"metadata": metadata, "rows": rows}
+    table = "\n".join([f"# mainloop_gap ({metadata.get('gpu')}, {metadata.get('date')}, commit "
+                       f"{metadata.get('git_commit')})", "", "```", TABLE_HEADER, *map(format_row, rows), "```", ""])
+    fig = plot_gap(rows, name)
+    for folder in harness.output_dirs(None):
+        harness.write_json(doc, folder / f"{name}.json")
+        (folder / f"{name}.md").write_text(table)
+        fig.savefig(folder / f"{name}.png", dpi=110, bbox_inches="tight")
 
 
 def run_megakernel(prep, seconds: float, **kw) -> float:
@@ -85,7 +157,17 @@ def main() -> None:
     parser.add_argument("shapes", nargs="*", default=["anchor-5", "kimi-k2.7/ep64"])
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--probe-only", action="store_true", help="only the probe's modes, no megakernel")
+    parser.add_argument("--from-log", type=Path, help="write the results of the table printed in this log instead")
+    parser.add_argument("--commit", help="with --from-log: the commit that ran")
+    parser.add_argument("--date", help="with --from-log: when it ran (ISO date)")
+    parser.add_argument("--gpu", help="with --from-log: the GPU it ran on")
+    parser.add_argument("--name", help="result file name (default mainloop_gap_<stamp>)")
     args = parser.parse_args()
+    if args.from_log is not None:
+        rows = parse_gap_table(args.from_log.read_text())
+        write_results(rows, {"gpu": args.gpu, "date": args.date, "git_commit": args.commit,
+                             "source": str(args.from_log)}, args.name or f"mainloop_gap_{args.from_log.stem}")
+        return
     if not PROBE.exists():
         sys.exit(f"{PROBE} is missing: build it first (see this file's docstring)")
     log = Path(tempfile.mkdtemp()) / "clocks.csv"
@@ -115,15 +197,19 @@ def main() -> None:
         sampler.terminate()
         sampler.wait()
     samples = read_clock_log(log)
-    print(f"{'workload':<48} {'ms/call':>9} {'TFLOP/s':>8} {'MHz':>6} {'W':>5} {'TFLOP/s/GHz':>12}")
+    print(TABLE_HEADER)
+    table = []
     for label, ms, tflops, (start, stop) in rows:
         inside = [(mhz, watts) for stamp, mhz, watts in samples if start <= stamp <= stop]
         # statistics.median, as clock_summary's line below: the two printed medians agree (an even count of
         # samples averages the middle two).
         mhz = statistics.median(m for m, _ in inside) if inside else float("nan")
         watts = statistics.median(w for _, w in inside) if inside else float("nan")
-        print(f"{label:<48} {ms:9.3f} {tflops:8.1f} {mhz:6.0f} {watts:5.0f} {tflops / (mhz / 1000):12.1f}")
+        table.append(table_row(label, ms, tflops, mhz, watts))
+        print(format_row(table[-1]))
         print(f"    {clock_summary(samples, start, stop)}")
+    from mok.bench import harness
+    write_results(table, harness.collect_metadata(), args.name or f"mainloop_gap_{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 if __name__ == "__main__":

@@ -57,3 +57,31 @@ def test_mainloop_gap_asks_only_for_modes_the_probe_has():
     known = set(re.findall(r'"([^"]+)"', names))
     assert {"noload", "box", "cpasync", "mcastB"} <= known
     assert {mode for _, mode in mainloop_gap.PROBE_MODES} <= known
+
+
+def test_mainloop_gap_table_round_trips_and_plots():
+    rows = [mainloop_gap.table_row("probe box (K 7168)", 13.439, 738.2, 1530.0, 684.0),
+            mainloop_gap.table_row("anchor-5 ring, mainloops + hand-offs only", 9.988, 577.9, 1350.0, 693.0)]
+    assert rows[0]["tflops_per_ghz"] == pytest.approx(738.2 / 1.53)
+    log = "\n".join(["noise before", mainloop_gap.TABLE_HEADER, mainloop_gap.format_row(rows[0]),
+                     "    SM clock median 1522 MHz (min 345), power median 676 W, 50 samples",
+                     mainloop_gap.format_row(rows[1])])
+    parsed = mainloop_gap.parse_gap_table(log)
+    assert [r["workload"] for r in parsed] == [r["workload"] for r in rows]
+    for got, want in zip(parsed, rows):
+        assert got["tflops"] == pytest.approx(want["tflops"]) and got["sm_clock_mhz"] == want["sm_clock_mhz"]
+        assert got["power_w"] == want["power_w"] and got["ms"] == pytest.approx(want["ms"])
+    with pytest.raises(ValueError, match="no mainloop_gap table"):
+        mainloop_gap.parse_gap_table("nothing here")
+    fig = mainloop_gap.plot_gap(parsed, "test")
+    assert len(fig.axes[0].collections) == 2  # one point per workload
+
+
+def test_committed_gap_results_match_their_logs():
+    """experiments/results/mainloop_gap_round13_call*.json were written from the round-13 logs by --from-log: the
+    rows must be those logs' tables."""
+    import json
+    results = ROOT / "experiments/results"
+    for call, log in [(5, "call5_gap/mainloop_gap.log"), (10, "call10_be77836/roofline.log")]:
+        doc = json.loads((results / f"mainloop_gap_round13_call{call}.json").read_text())
+        assert doc["rows"] == mainloop_gap.parse_gap_table((results / "h200_2026-11-29_round13" / log).read_text())
