@@ -236,13 +236,15 @@ for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
       # Round 13: the megakernel's task timeline (launch(trace=...)) at $MOK_TIMELINE_SHAPES: per kind of task its
       # share of the SMs' time, its rate, its dependency waits, and the tail (experiments/task_timeline.py).
       run_stage timeline "${MOK_TIMEOUT_TIMELINE:-150}" bash -c "python3 -m mok.cuda.build --jit \
-        && python3 experiments/task_timeline.py ${MOK_TIMELINE_ARGS:-} ${MOK_TIMELINE_SHAPES:-anchor-2 anchor-5 kimi-k2.7/ep64}" ;;
+        && python3 experiments/task_timeline.py ${MOK_TIMELINE_ARGS:-} \
+           ${MOK_TIMELINE_SHAPES:-anchor-2 anchor-5 kimi-k2.7/ep64}" ;;
     pushpull)
       run_stage pushpull "${MOK_TIMEOUT_PUSHPULL:-120}" python3 experiments/push_pull.py ;;
     notebooks)
       run_stage notebooks "${MOK_TIMEOUT_NOTEBOOKS:-240}" env MOK_NOTEBOOK_MODE=full MOK_NOTEBOOK_REFRESH=1 \
         python3 -m mok.bench.notebook_runner notebooks/push_vs_pull.ipynb notebooks/sm_wave_threshold.ipynb \
-        notebooks/overlap_granularity.ipynb --out-dir "$OUT/notebooks" --timeout 200 ;;
+        notebooks/overlap_granularity.ipynb notebooks/megakernel_anatomy.ipynb --out-dir "$OUT/notebooks" \
+        --timeout 200 ;;
     train)
       run_stage train "${MOK_TIMEOUT_TRAIN:-180}" python3 experiments/train_tiny_moe.py ;;
     *)

@@ -79,9 +79,7 @@ def parse_gap_table(text: str) -> list[dict]:
 def plot_gap(rows: list[dict], title: str):
     """TFLOP/s against the SM clock, one point per workload, with lines of equal TFLOP/s per GHz through 0: points
     on one line differ only by their clock."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # the caller's backend (a script on a headless machine gets Agg)
     fig, ax = plt.subplots(figsize=(8, 5.5))
     top = max(r["sm_clock_mhz"] for r in rows) * 1.08
     for per_ghz in sorted({round(r["tflops_per_ghz"], -1) for r in rows}):
@@ -112,6 +110,7 @@ def write_results(rows: list[dict], metadata: dict, name: str) -> None:
         harness.write_json(doc, folder / f"{name}.json")
         (folder / f"{name}.md").write_text(table)
         fig.savefig(folder / f"{name}.png", dpi=110, bbox_inches="tight")
+    fig.clf()
 
 
 def run_megakernel(prep, seconds: float, **kw) -> float:

@@ -103,9 +103,7 @@ def format_summary(name: str, dispatch: str, s: dict) -> str:
 
 
 def plot(tl: dict[str, np.ndarray], s: dict, title: str, ctas_shown: int):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # the caller's backend (a script on a headless machine gets Agg)
     busy = consumer_time(tl)
     fig, (ax, bar) = plt.subplots(1, 2, figsize=(14, 4.5), gridspec_kw={"width_ratios": [4, 1]})
     for row, cta in enumerate(sorted(np.unique(tl["cta"]))[:ctas_shown]):
@@ -128,34 +126,71 @@ def plot(tl: dict[str, np.ndarray], s: dict, title: str, ctas_shown: int):
     return fig
 
 
-def main() -> None:
+def plot_shares(summaries: dict[str, dict]):
+    """One stacked bar per run (label -> summary): the share of all CTAs' time each kind of task took, and the time
+    before the CTAs' first task and after their last."""
+    import matplotlib.pyplot as plt  # the caller's backend (a script on a headless machine gets Agg)
+    fig, ax = plt.subplots(figsize=(9, 0.6 + 0.55 * len(summaries)))
+    labels = list(summaries)
+    for row, label in enumerate(labels):
+        s, left = summaries[label], 0.0
+        parts = [(kind, s["kinds"][kind]["share"]) for kind in COLORS if kind in s["kinds"]]
+        parts.append(("head + tail", s["head_share"] + s["tail_share"]))
+        for kind, share in parts:
+            ax.barh(row, 100 * share, left=left, color=COLORS.get(kind, "tab:gray"))
+            if share > 0.04:
+                ax.text(left + 50 * share, row, f"{100 * share:.0f}%", ha="center", va="center", fontsize=8,
+                        color="white")
+            left += 100 * share
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in [*COLORS.values(), "tab:gray"]]
+    ax.legend(handles, [*COLORS, "head + tail"], loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=5, fontsize=8)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of all CTAs' time (consumer warpgroups)")
+    fig.tight_layout()
+    return fig
+
+
+def record(name: str, dispatch: str = "auto", warmup: int = 3) -> tuple[dict[str, np.ndarray], dict, str]:
+    """One traced launch of the megakernel at preset ``name`` (random inputs, after ``warmup`` untraced launches):
+    ``(timeline, summary, dispatch mode)``. Needs a Hopper GPU."""
     import torch
 
     from cuda_breakdown import SHAPES, Problem
-    from mok.bench import harness
     from mok.cuda import backend
     from mok.cuda.schedule_tables import build_kernel_schedule
     from mok.cuda.workspace import release_workspaces
+
+    shape = SHAPES[name]
+    p = Problem(shape, n_sets=1)
+    prep = backend.prepare(*p.args(0), schedule=build_kernel_schedule(p.routes[0][1], shape.num_experts))
+    dispatch = backend.resolve_dispatch(dispatch, shape.intermediate)
+    for _ in range(warmup):  # the clock and the caches as in a timed run
+        backend.launch(prep, dispatch=dispatch)
+    trace = backend.trace_buffer(prep)
+    backend.launch(prep, dispatch=dispatch, trace=trace)
+    backend.check_error(prep)
+    tl = load_trace(trace.cpu().numpy())
+    summary = summarize(tl, task_flops(shape), torch.cuda.get_device_properties(0).multi_processor_count)
+    del prep, p, trace
+    release_workspaces()
+    torch.cuda.empty_cache()
+    return tl, summary, dispatch
+
+
+def main() -> None:
+    import matplotlib.pyplot as plt
+
+    from mok.bench import harness
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("shapes", nargs="*", default=["anchor-2", "anchor-5", "kimi-k2.7/ep64"])
     parser.add_argument("--dispatch", default="auto", choices=["ring", "gather", "auto"])
     parser.add_argument("--ctas-shown", type=int, default=12)
     args = parser.parse_args()
-    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     metadata = harness.collect_metadata()
     for name in args.shapes:
-        shape = SHAPES[name]
-        p = Problem(shape, n_sets=1)
-        prep = backend.prepare(*p.args(0), schedule=build_kernel_schedule(p.routes[0][1], shape.num_experts))
-        dispatch = backend.resolve_dispatch(args.dispatch, shape.intermediate)
-        for _ in range(3):  # warm-up: the clock and the caches as in a timed run
-            backend.launch(prep, dispatch=dispatch)
-        trace = backend.trace_buffer(prep)
-        backend.launch(prep, dispatch=dispatch, trace=trace)
-        backend.check_error(prep)
-        tl = load_trace(trace.cpu().numpy())
-        summary = summarize(tl, task_flops(shape), num_sms)
+        tl, summary, dispatch = record(name, args.dispatch)
         print(format_summary(name, dispatch, summary), flush=True)
         stem = f"task_timeline_{name.replace('/', '_')}_{dispatch}"
         doc = {"metadata": metadata, "shape": name, "dispatch": dispatch, "summary": summary}
@@ -163,9 +198,7 @@ def main() -> None:
         for folder in harness.output_dirs(None):
             harness.write_json(doc, folder / f"{stem}.json")
             fig.savefig(folder / f"{stem}.png", dpi=110, bbox_inches="tight")
-        del prep, p, trace
-        release_workspaces()
-        torch.cuda.empty_cache()
+        plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import pytest
 from mok.bench import notebook_runner
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-NOTEBOOKS = ["push_vs_pull.ipynb", "overlap_granularity.ipynb", "sm_wave_threshold.ipynb"]
+NOTEBOOKS = ["push_vs_pull.ipynb", "overlap_granularity.ipynb", "sm_wave_threshold.ipynb", "megakernel_anatomy.ipynb"]
 CELL_TIMEOUT_S = 120
 NOTEBOOK_TIMEOUT_S = 180
 

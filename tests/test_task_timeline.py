@@ -84,3 +84,13 @@ def test_task_kinds_and_trace_fields_match_the_backend_and_the_kernel():
     assert fields.pop(len(TRACE_FIELDS)) == "fields"  # the count
     assert tuple(fields[i] for i in sorted(fields)) == TRACE_FIELDS
     assert TRACE_FIELDS == ("claimed", "ready", "start", "done", "who")  # load_trace's column order
+
+
+def test_share_plot_has_one_bar_per_run_and_kind():
+    tl = task_timeline.load_trace(ROWS)
+    s = task_timeline.summarize(tl, {"gate_up": 1e6, "down": 2e6}, num_sms=2)
+    fig = task_timeline.plot_shares({"run a": s, "run b": s})
+    # per run: gate/up, down, head + tail
+    assert len(fig.axes[0].patches) == 2 * 3
+    widths = sorted(round(p.get_width(), 6) for p in fig.axes[0].patches[:3])  # run a's bars
+    assert widths == sorted(round(100 * v, 6) for v in (0.53, 0.10, (17.0 + 20.0) / 100))
