@@ -110,7 +110,8 @@ def write_results(rows: list[dict], metadata: dict, name: str) -> None:
         harness.write_json(doc, folder / f"{name}.json")
         (folder / f"{name}.md").write_text(table)
         fig.savefig(folder / f"{name}.png", dpi=110, bbox_inches="tight")
-    fig.clf()
+    import matplotlib.pyplot as plt
+    plt.close(fig)
 
 
 def run_megakernel(prep, seconds: float, **kw) -> float:
