@@ -25,6 +25,7 @@ Run on the H200 from the repository root (the probe binary is built first):
     python3 experiments/mainloop_gap.py --from-log LOG --gpu G --commit C --date D --name NAME   # any machine
 """
 import argparse
+import math
 import re
 import statistics
 import subprocess
@@ -81,6 +82,12 @@ def plot_gap(rows: list[dict], title: str):
     on one line differ only by their clock."""
     import matplotlib.pyplot as plt  # the caller's backend (a script on a headless machine gets Agg)
     fig, ax = plt.subplots(figsize=(8, 5.5))
+    # A workload without clock samples has a NaN clock (main's table): it has no point here, and NaN axis limits
+    # would raise before the results are written.
+    rows = [r for r in rows if math.isfinite(r["sm_clock_mhz"])]
+    if not rows:
+        ax.set_title(f"{title}: no clock samples")
+        return fig
     top = max(r["sm_clock_mhz"] for r in rows) * 1.08
     for per_ghz in sorted({round(r["tflops_per_ghz"], -1) for r in rows}):
         ax.plot([0, top], [0, per_ghz * top / 1000], color="0.85", linewidth=0.8, zorder=0)

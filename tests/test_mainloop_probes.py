@@ -73,8 +73,14 @@ def test_mainloop_gap_table_round_trips_and_plots():
         assert got["power_w"] == want["power_w"] and got["ms"] == pytest.approx(want["ms"])
     with pytest.raises(ValueError, match="no mainloop_gap table"):
         mainloop_gap.parse_gap_table("nothing here")
+    import matplotlib.pyplot as plt
     fig = mainloop_gap.plot_gap(parsed, "test")
     assert len(fig.axes[0].collections) == 2  # one point per workload
+    plt.close(fig)
+    no_clock = mainloop_gap.table_row("probe box (K 7168)", 13.4, 738.2, float("nan"), float("nan"))
+    fig = mainloop_gap.plot_gap([no_clock, parsed[1]], "test")  # a workload without clock samples has no point
+    assert len(fig.axes[0].collections) == 1
+    plt.close(fig)
 
 
 def test_committed_gap_results_match_their_logs():
