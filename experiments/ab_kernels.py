@@ -66,13 +66,30 @@ def read_clock_log(path: Path) -> list[tuple[float, float, float]]:
     return samples
 
 
-def clock_summary(samples: list[tuple[float, float, float]], start: float, stop: float) -> str:
-    """Median SM clock and power of the samples taken in [start, stop] (unix times)."""
+def start_clock_sampler(path: Path) -> subprocess.Popen:
+    """nvidia-smi writing (timestamp, SM clock, power) of the current GPU every 50 ms into ``path`` until terminated
+    (read it with :func:`read_clock_log`). Only the GPU the kernels run on: on a machine with several, nvidia-smi
+    would list each per sample (round 9's first log on two H200s mixed the idle one's 345 MHz and ~78 W in)."""
+    return subprocess.Popen(["nvidia-smi", "-i", smi_index(), "--query-gpu=timestamp,clocks.sm,power.draw",
+                             "--format=csv,noheader,nounits", "-lms", "50", "-f", str(path)])
+
+
+def clock_medians(samples: list[tuple[float, float, float]], start: float, stop: float) -> tuple[float, float, list]:
+    """(median SM clock MHz, median power W, the samples) of the samples taken in [start, stop] (unix times); NaN
+    medians when there are none."""
     inside = [(mhz, watts) for stamp, mhz, watts in samples if start <= stamp <= stop]
     if not inside:
+        return float("nan"), float("nan"), inside
+    return statistics.median(m for m, _ in inside), statistics.median(w for _, w in inside), inside
+
+
+def clock_summary(samples: list[tuple[float, float, float]], start: float, stop: float) -> str:
+    """Median SM clock and power of the samples taken in [start, stop] (unix times)."""
+    mhz, watts, inside = clock_medians(samples, start, stop)
+    if not inside:
         return "no clock samples"
-    return (f"SM clock median {statistics.median(m for m, _ in inside):.0f} MHz (min {min(m for m, _ in inside):.0f}), "
-            f"power median {statistics.median(w for _, w in inside):.0f} W, {len(inside)} samples")
+    return (f"SM clock median {mhz:.0f} MHz (min {min(m for m, _ in inside):.0f}), "
+            f"power median {watts:.0f} W, {len(inside)} samples")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -108,10 +125,7 @@ def main(argv: list[str] | None = None) -> None:
 
     sampler = None
     if args.clock_log is not None:
-        # Only the GPU the kernels run on: on a machine with several, nvidia-smi would list each per sample (round
-        # 9's first log on two H200s mixed the idle one's 345 MHz and ~78 W into the medians).
-        sampler = subprocess.Popen(["nvidia-smi", "-i", smi_index(), "--query-gpu=timestamp,clocks.sm,power.draw",
-                                    "--format=csv,noheader,nounits", "-lms", "50", "-f", str(args.clock_log)])
+        sampler = start_clock_sampler(args.clock_log)
     windows = {}
     for name in args.shapes:
         window_start = time.time()

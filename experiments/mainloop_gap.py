@@ -27,7 +27,6 @@ Run on the H200 from the repository root (the probe binary is built first):
 import argparse
 import math
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
-from ab_kernels import clock_summary, read_clock_log, smi_index  # noqa: E402
+from ab_kernels import clock_medians, clock_summary, read_clock_log, start_clock_sampler  # noqa: E402
 from cuda_breakdown import SHAPES, Problem  # noqa: E402
 from mok.cuda import backend  # noqa: E402
 from mok.cuda.schedule_tables import build_kernel_schedule  # noqa: E402
@@ -178,8 +177,7 @@ def main() -> None:
     if not PROBE.exists():
         sys.exit(f"{PROBE} is missing: build it first (see this file's docstring)")
     log = Path(tempfile.mkdtemp()) / "clocks.csv"
-    sampler = subprocess.Popen(["nvidia-smi", "-i", smi_index(), "--query-gpu=timestamp,clocks.sm,power.draw",
-                                "--format=csv,noheader,nounits", "-lms", "50", "-f", str(log)])
+    sampler = start_clock_sampler(log)
     rows = []  # (label, ms, tflops, window)
     try:
         time.sleep(0.5)
@@ -207,11 +205,7 @@ def main() -> None:
     print(TABLE_HEADER)
     table = []
     for label, ms, tflops, (start, stop) in rows:
-        inside = [(mhz, watts) for stamp, mhz, watts in samples if start <= stamp <= stop]
-        # statistics.median, as clock_summary's line below: the two printed medians agree (an even count of
-        # samples averages the middle two).
-        mhz = statistics.median(m for m, _ in inside) if inside else float("nan")
-        watts = statistics.median(w for _, w in inside) if inside else float("nan")
+        mhz, watts, _ = clock_medians(samples, start, stop)  # the medians clock_summary's line prints too
         table.append(table_row(label, ms, tflops, mhz, watts))
         print(format_row(table[-1]))
         print(f"    {clock_summary(samples, start, stop)}")

@@ -85,8 +85,11 @@ def summarize(tl: dict[str, np.ndarray], flops: dict[str, float], num_sms: int) 
 
 
 def task_flops(shape) -> dict[str, float]:
-    """FLOPs of one 128-row task: gate/up 128 x 256 columns x H, down 128 x 256 x I (multiply-adds x 2)."""
-    return {"gate_up": 2.0 * 128 * 256 * shape.hidden, "down": 2.0 * 128 * 256 * shape.intermediate}
+    """FLOPs of one task (multiply-adds x 2): gate/up 128 rows x 256 columns (128 gate, 128 up) x H, down 128 rows x
+    256 columns x I (the kernel's tile sizes, mok/cuda/workspace.py)."""
+    from mok.cuda.workspace import BLOCK_M, DOWN_COLUMNS, GATE_UP_COLUMNS
+    return {"gate_up": 2.0 * BLOCK_M * 2 * GATE_UP_COLUMNS * shape.hidden,
+            "down": 2.0 * BLOCK_M * DOWN_COLUMNS * shape.intermediate}
 
 
 def format_summary(name: str, dispatch: str, s: dict) -> str:

@@ -27,13 +27,15 @@ def expected_task_counts(prep, dispatch: str) -> dict[str, int]:
     """Tasks per kind of one launch, from the tables: every used tile has a dispatch task (ring mode), its gate/up
     column blocks (I / 128) and its down column blocks (H / 256); every rank has ceil(T_local / 16) combine blocks
     unless the down epilogue writes the output itself (fused top-1)."""
-    s = prep.schedule
-    tiles = sum(-(-rows // s.tile) for rows in s.segment_offsets[:, -1].tolist())
+    from mok.cuda.schedule_tables import COMBINE_BLOCK_TOKENS
+    from mok.cuda.workspace import DOWN_COLUMNS, GATE_UP_COLUMNS
+    tiles = prep.schedule.padding_half_tiles()[0]  # used tiles over every rank
     intermediate, hidden = prep.w_gate.shape[1], prep.w_gate.shape[2]
     return {"dispatch": tiles if dispatch == "ring" else 0,
-            "gate_up": tiles * -(-intermediate // 128),
-            "down": tiles * -(-hidden // 256),
-            "combine": 0 if prep.fuse_top1 else s.ep_size * -(-prep.tokens_per_rank // 16)}
+            "gate_up": tiles * -(-intermediate // GATE_UP_COLUMNS),
+            "down": tiles * -(-hidden // DOWN_COLUMNS),
+            "combine": 0 if prep.fuse_top1 else
+            prep.schedule.ep_size * -(-prep.tokens_per_rank // COMBINE_BLOCK_TOKENS)}
 
 
 @pytest.mark.parametrize("name", list(CASES))

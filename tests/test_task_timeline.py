@@ -94,3 +94,14 @@ def test_share_plot_has_one_bar_per_run_and_kind():
     assert len(fig.axes[0].patches) == 2 * 3
     widths = sorted(round(p.get_width(), 6) for p in fig.axes[0].patches[:3])  # run a's bars
     assert widths == sorted(round(100 * v, 6) for v in (0.53, 0.10, (17.0 + 20.0) / 100))
+
+
+def test_task_flops_add_up_to_the_layer():
+    """Tasks of full tiles (T*K a multiple of 128 rows, I of 128 and H of 256 columns) hold the layer's forward FLOPs,
+    6 * T * K * H * I: per tile I/128 gate/up tasks and H/256 down tasks."""
+    from mok.config import MoEShape
+    shape = MoEShape(name="even", tokens=1024, hidden=512, intermediate=384, num_experts=8, top_k=2)
+    flops = task_timeline.task_flops(shape)
+    tiles = shape.tokens * shape.top_k // 128
+    total = tiles * (shape.intermediate // 128 * flops["gate_up"] + shape.hidden // 256 * flops["down"])
+    assert total == 6 * shape.tokens * shape.top_k * shape.hidden * shape.intermediate
