@@ -24,7 +24,7 @@
 // Build and run (H200):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I mok/cuda/include \
 //     -o build/mainloop_roofline_probe experiments/mainloop_roofline_probe.cu
-//   build/mainloop_roofline_probe [tiles per CTA [mode [runs]]]
+//   build/mainloop_roofline_probe [tiles per CTA [mode|all [runs [K]]]]
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -199,13 +199,19 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 int main(int argc, char** argv) {
   using namespace probe;
   // argv[1]: tiles per CTA (16: about 1 ms per run, at the top clock; 160: long enough to reach the power limit);
-  // argv[2]: one mode only (its name), argv[3]: its runs (experiments/mainloop_gap.py samples the clock meanwhile).
-  const int tokens = 8192, hidden = 7168, col_blocks = 16, num_rowsets = 512;
+  // argv[2]: one mode only (its name, or "all"), argv[3]: its runs (experiments/mainloop_gap.py samples the clock
+  // meanwhile); argv[4]: K (default 7168, anchor-5's gate/up; 256 is anchor-2's down GEMM, 4 K blocks per tile).
+  const int hidden = argc > 4 ? std::atoi(argv[4]) : 7168;
+  const int tokens = 8192, col_blocks = 16, num_rowsets = 512;
+  if (hidden <= 0 || hidden % kBlockK != 0) {
+    std::fprintf(stderr, "K must be a positive multiple of %d, got %d\n", kBlockK, hidden);
+    return 2;
+  }
   const int ctas = 132, tasks_per_cta = argc > 1 ? std::atoi(argv[1]) : 16;
   int only = -1;
   for (int m = 0; argc > 2 && m < kModes; ++m)
     if (std::strcmp(argv[2], kNames[m]) == 0) only = m;
-  if (argc > 2 && only < 0) {
+  if (argc > 2 && only < 0 && std::strcmp(argv[2], "all") != 0) {
     std::fprintf(stderr, "unknown mode %s\n", argv[2]);
     return 2;
   }

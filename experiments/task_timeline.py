@@ -17,7 +17,8 @@ It writes ``task_timeline_<shape>_<dispatch>.{json,png}`` (the PNG: the first CT
 share) into ``experiments/results/`` (and ``$OUT/results``). The timeline is one launch after warm-up launches;
 recording it changes no bit (``tests/test_cuda_trace_gpu.py``) and costs a store per mark.
 
-Run on the H200:  python experiments/task_timeline.py [--dispatch ring|gather|auto] [--ctas-shown 12] [SHAPE ...]
+Run on the H200:  python experiments/task_timeline.py [--dispatch ring|gather|auto] [--ablate epilogue,...] [--patch P]
+                                                    [--ctas-shown 12] [SHAPE ...]
 """
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ COLORS = {"dispatch": "tab:orange", "gate_up": "tab:blue", "down": "tab:green", 
 
 
 def load_trace(rows: np.ndarray) -> dict[str, np.ndarray]:
-    """The recorded tickets of an int64 ``[tickets, 5]`` trace (claimed, ready, start, done, who) as microseconds
-    from the first claim, with each task's CTA and kind name."""
+    """The recorded tickets of an int64 ``[tickets, 7]`` trace (``mok.cuda.backend.TRACE_FIELDS``: claimed, ready,
+    start, done, who, data_in, mainloop_done) as microseconds from the first claim (NaN where a GEMM-only mark is
+    absent), with each task's CTA and kind name."""
     recorded = rows[:, 4] >= 0
     n = int(recorded.sum())
     if n == 0 or not recorded[:n].all():
@@ -43,8 +45,10 @@ def load_trace(rows: np.ndarray) -> dict[str, np.ndarray]:
     rows = rows[:n]
     t0 = rows[:, 0].min()
     us = (rows[:, :4] - t0) / 1e3
+    gemm_marks = np.where(rows[:, 5:7] >= 0, (rows[:, 5:7] - t0) / 1e3, np.nan)
     return {"claimed": us[:, 0], "ready": us[:, 1], "start": us[:, 2], "done": us[:, 3], "cta": rows[:, 4] >> 8,
-            "kind": np.array([KINDS.get(int(k), "?") for k in rows[:, 4] & 0xFF])}
+            "kind": np.array([KINDS.get(int(k), "?") for k in rows[:, 4] & 0xFF]),
+            "data_in": gemm_marks[:, 0], "mainloop_done": gemm_marks[:, 1]}
 
 
 def consumer_time(tl: dict[str, np.ndarray]) -> np.ndarray:
@@ -76,6 +80,16 @@ def summarize(tl: dict[str, np.ndarray], flops: dict[str, float], num_sms: int) 
                  "waited_for": float(((tl["start"][sel] - tl["ready"][sel]) < 1.0).mean())}
         if kind in flops:
             entry["chip_tflops"] = flops[kind] / (mean_us * 1e-6) / 1e12 * num_sms
+            # The consumer time split: waiting for the first K block, the mainloop (first K block to complete
+            # accumulators, so later loads that came late count here), and the rest (epilogue, hand-off to the next).
+            data_wait = tl["data_in"][sel] - tl["start"][sel]
+            mainloop = tl["mainloop_done"][sel] - tl["data_in"][sel]
+            entry["data_wait_us"] = float(np.nanmean(data_wait))
+            entry["mainloop_us"] = float(np.nanmean(mainloop))
+            entry["epilogue_us"] = float(np.nanmean(busy[sel] - data_wait - mainloop))
+            entry["mainloop_tflops"] = flops[kind] / (entry["mainloop_us"] * 1e-6) / 1e12 * num_sms
+        # How long before the consumers took a task the producer had claimed it.
+        entry["claim_lead_us"] = float((tl["start"][sel] - tl["claimed"][sel]).mean())
         kinds[kind] = entry
     first = np.array([tl["start"][tl["cta"] == c].min() for c in ctas])
     last = np.array([tl["done"][tl["cta"] == c].max() for c in ctas])
@@ -102,6 +116,13 @@ def format_summary(name: str, dispatch: str, s: dict) -> str:
         rate = f"{e['chip_tflops']:.0f}" if "chip_tflops" in e else "-"
         lines.append(f"  {kind:<9} {e['tasks']:>7} {100 * e['share']:>6.1f}% {e['consumer_us']:>9.2f} {rate:>13} "
                      f"{e['dependency_wait_us']:>12.2f} {100 * e['waited_for']:>10.0f}%")
+    gemm = {kind: e for kind, e in s["kinds"].items() if "mainloop_us" in e}
+    if gemm:
+        lines.append(f"  {'GEMM task':<9} {'claim lead us':>14} {'wait data us':>13} {'mainloop us':>12} "
+                     f"{'(TFLOP/s)':>10} {'epilogue+ us':>13}")
+        for kind, e in gemm.items():
+            lines.append(f"  {kind:<9} {e['claim_lead_us']:>14.2f} {e['data_wait_us']:>13.2f} {e['mainloop_us']:>12.2f} "
+                         f"{e['mainloop_tflops']:>10.0f} {e['epilogue_us']:>13.2f}")
     return "\n".join(lines)
 
 
@@ -154,9 +175,10 @@ def plot_shares(summaries: dict[str, dict]):
     return fig
 
 
-def record(name: str, dispatch: str = "auto", warmup: int = 3) -> tuple[dict[str, np.ndarray], dict, str]:
+def record(name: str, dispatch: str = "auto", warmup: int = 3, **launch_options) -> tuple[dict[str, np.ndarray], dict, str]:
     """One traced launch of the megakernel at preset ``name`` (random inputs, after ``warmup`` untraced launches):
-    ``(timeline, summary, dispatch mode)``. Needs a Hopper GPU."""
+    ``(timeline, summary, dispatch mode)``. ``launch_options`` go to every launch (e.g. ``ablate=8``, a timing
+    ablation of ``mok.cuda.backend.ABLATE``, or ``signal_warp=False``). Needs a Hopper GPU."""
     import torch
 
     from cuda_breakdown import SHAPES, Problem
@@ -169,9 +191,9 @@ def record(name: str, dispatch: str = "auto", warmup: int = 3) -> tuple[dict[str
     prep = backend.prepare(*p.args(0), schedule=build_kernel_schedule(p.routes[0][1], shape.num_experts))
     dispatch = backend.resolve_dispatch(dispatch, shape.intermediate)
     for _ in range(warmup):  # the clock and the caches as in a timed run
-        backend.launch(prep, dispatch=dispatch)
+        backend.launch(prep, dispatch=dispatch, **launch_options)
     trace = backend.trace_buffer(prep)
-    backend.launch(prep, dispatch=dispatch, trace=trace)
+    backend.launch(prep, dispatch=dispatch, trace=trace, **launch_options)
     backend.check_error(prep)
     tl = load_trace(trace.cpu().numpy())
     summary = summarize(tl, task_flops(shape), torch.cuda.get_device_properties(0).multi_processor_count)
@@ -179,6 +201,19 @@ def record(name: str, dispatch: str = "auto", warmup: int = 3) -> tuple[dict[str
     release_workspaces()
     torch.cuda.empty_cache()
     return tl, summary, dispatch
+
+
+def ablate_mask(names: str) -> int:
+    """The launch's ``ablate`` bitmask from a comma list of names of ``mok.cuda.backend.ABLATE`` and ``PROBE``."""
+    from mok.cuda.backend import ABLATE, PROBE
+
+    known = {**ABLATE, **PROBE}
+    mask = 0
+    for name in filter(None, names.split(",")):
+        if name not in known:
+            raise SystemExit(f"unknown ablation {name!r}; known: {', '.join(known)}")
+        mask |= known[name]
+    return mask
 
 
 def main() -> None:
@@ -190,14 +225,29 @@ def main() -> None:
     parser.add_argument("shapes", nargs="*", default=["anchor-2", "anchor-5", "kimi-k2.7/ep64"])
     parser.add_argument("--dispatch", default="auto", choices=["ring", "gather", "auto"])
     parser.add_argument("--ctas-shown", type=int, default=12)
+    parser.add_argument("--ablate", default="", help="comma list of timing ablations and probes of "
+                        "mok.cuda.backend.ABLATE and PROBE (e.g. 'epilogue' or 'stores'; the results are then garbage)")
+    parser.add_argument("--patch", type=Path, help="record a build of this tree with the patch's mok/cuda hunks "
+                        "applied (a candidate kernel: experiments/ab_kernels.py)")
     args = parser.parse_args()
+    ablate = ablate_mask(args.ablate)
+    options = {"ablate": ablate}
+    if args.patch:
+        import tempfile
+
+        from ab_kernels import patched_tree
+        from mok.cuda.build import load_extension
+        with tempfile.TemporaryDirectory() as tmp:
+            options["extension"] = load_extension(source_root=patched_tree(args.patch, Path(tmp)))
     metadata = harness.collect_metadata()
     for name in args.shapes:
-        tl, summary, dispatch = record(name, args.dispatch)
-        print(format_summary(name, dispatch, summary), flush=True)
-        stem = f"task_timeline_{name.replace('/', '_')}_{dispatch}"
-        doc = {"metadata": metadata, "shape": name, "dispatch": dispatch, "summary": summary}
-        fig = plot(tl, summary, f"{name} ({dispatch})", args.ctas_shown)
+        tl, summary, dispatch = record(name, args.dispatch, **options)
+        tag = dispatch + "".join(f"_{a}" for a in args.ablate.split(",") if a) + (f"_{args.patch.stem}" if args.patch else "")
+        print(format_summary(name, tag, summary), flush=True)
+        stem = f"task_timeline_{name.replace('/', '_')}_{tag}"
+        doc = {"metadata": metadata, "shape": name, "dispatch": dispatch, "ablate": args.ablate,
+               "patch": str(args.patch) if args.patch else None, "summary": summary}
+        fig = plot(tl, summary, f"{name} ({tag})", args.ctas_shown)
         for folder in harness.output_dirs(None):
             harness.write_json(doc, folder / f"{stem}.json")
             fig.savefig(folder / f"{stem}.png", dpi=110, bbox_inches="tight")

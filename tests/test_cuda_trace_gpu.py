@@ -45,7 +45,9 @@ def test_trace_changes_no_bit_and_records_every_task_once(name, variant):
     from mok.cuda.sanitize_check import make_inputs
     t, h, i, e, k = CASES[name]
     problem = make_inputs(t, h, i, e, k, seed=700 + list(CASES).index(name))
-    claimed, ready, start, done, who = (TRACE_FIELDS.index(f) for f in ("claimed", "ready", "start", "done", "who"))
+    claimed, ready, start, done, who, data_in, mainloop_done = (
+        TRACE_FIELDS.index(f) for f in ("claimed", "ready", "start", "done", "who", "data_in", "mainloop_done"))
+    gemm_kinds = [code for code, kind in TASK_KINDS.items() if kind in ("gate_up", "down")]
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     for ep_size in (1, 4):
         prep = prepare(*problem, ep_size=ep_size, config=MoKConfig(minibatch_rows=128), poison=True)
@@ -67,10 +69,17 @@ def test_trace_changes_no_bit_and_records_every_task_once(name, variant):
                 assert bool(recorded[:n].all()) and not bool(recorded[n:].any()), f"{what}: tickets not 0..n-1"
                 assert bool((rows[n:] == -1).all()), f"{what}: a ticket past the last task was written"
                 rows = rows[:n]
-                assert bool((rows[:, :who] > 0).all()), f"{what}: a recorded task misses a time"
+                assert bool((rows[:, :who] > 0).all()), f"{what}: a recorded task misses a time"  # the first four
                 assert bool((rows[:, claimed] <= rows[:, ready]).all()), what
                 assert bool((rows[:, ready] <= rows[:, start]).all()), what
                 assert bool((rows[:, start] <= rows[:, done]).all()), what
+                # GEMM tasks: start <= first K block in <= mainloop done <= done; the other kinds have neither mark.
+                gemm = torch.isin(rows[:, who] & 0xFF, torch.tensor(gemm_kinds))
+                g = rows[gemm]
+                assert bool((g[:, start] <= g[:, data_in]).all()), f"{what}: a K block before the task's start"
+                assert bool((g[:, data_in] <= g[:, mainloop_done]).all()), what
+                assert bool((g[:, mainloop_done] <= g[:, done]).all()), what
+                assert bool((rows[~gemm][:, [data_in, mainloop_done]] == -1).all()), f"{what}: a non-GEMM mainloop mark"
                 ctas = rows[:, who] >> 8
                 assert int(ctas.min()) >= 0 and int(ctas.max()) < num_sms, what
                 kinds = rows[:, who] & 0xFF
@@ -83,7 +92,7 @@ def test_trace_changes_no_bit_and_records_every_task_once(name, variant):
 def test_trace_never_writes_past_the_tickets_it_is_given(variant):
     """A timeline buffer with fewer rows than the launch has tasks (a view of the first rows of a larger one): the
     kernel records exactly those tickets and writes nothing past them, and the output is the same bits."""
-    from mok.cuda.backend import check_error, launch, prepare, trace_buffer
+    from mok.cuda.backend import TRACE_FIELDS, check_error, launch, prepare, trace_buffer
     from mok.cuda.sanitize_check import make_inputs
     t, h, i, e, k = CASES["top2"]
     problem = make_inputs(t, h, i, e, k, seed=750)
@@ -99,5 +108,6 @@ def test_trace_never_writes_past_the_tickets_it_is_given(variant):
     check_error(prep)
     assert_bitwise_equal(traced, plain, f"{variant}: a short trace buffer")
     rows = timeline.cpu()
-    assert bool((rows[:given] >= 0).all()), "a ticket inside the given rows was not recorded"
+    who = TRACE_FIELDS.index("who")  # the fields every task has (the mainloop marks are GEMM tasks' only)
+    assert bool((rows[:given, :who + 1] >= 0).all()), "a ticket inside the given rows was not recorded"
     assert bool((rows[given:] == -1).all()), "the kernel wrote past the trace rows it was given"

@@ -16,15 +16,17 @@ def who(cta: int, kind: int) -> int:
     return cta << 8 | kind
 
 
-# Two CTAs, times in ns from 1,000,000: claimed, ready, start, done, who. CTA 0 runs a gate/up task (start 10 us),
-# then a down task (start 40 us, done 50 us); CTA 1 a gate/up task that waited 5 us for its dependencies and that
-# its consumers waited for (start = ready), done at 30 us; the launch ends at 50 us, so CTA 1 idles 20 us at the end.
+# Two CTAs, times in ns from 1,000,000: claimed, ready, start, done, who, data_in, mainloop_done. CTA 0 runs a
+# gate/up task (start 10 us, first K block at 12, mainloop done at 35), then a down task (start 40 us, 41, 46, done
+# 50 us); CTA 1 a gate/up task that waited 5 us for its dependencies and that its consumers waited for (start =
+# ready), first K block at 8, mainloop done at 25, done at 30 us; the launch ends at 50 us, so CTA 1 idles 20 us at
+# the end.
 BASE = 1_000_000
 ROWS = np.array([
-    [BASE + 0, BASE + 1_000, BASE + 10_000, BASE + 39_000, who(0, 2)],
-    [BASE + 2_000, BASE + 7_000, BASE + 7_000, BASE + 30_000, who(1, 2)],
-    [BASE + 9_000, BASE + 9_500, BASE + 40_000, BASE + 50_000, who(0, 3)],
-    [-1, -1, -1, -1, -1],
+    [BASE + 0, BASE + 1_000, BASE + 10_000, BASE + 39_000, who(0, 2), BASE + 12_000, BASE + 35_000],
+    [BASE + 2_000, BASE + 7_000, BASE + 7_000, BASE + 30_000, who(1, 2), BASE + 8_000, BASE + 25_000],
+    [BASE + 9_000, BASE + 9_500, BASE + 40_000, BASE + 50_000, who(0, 3), BASE + 41_000, BASE + 46_000],
+    [-1, -1, -1, -1, -1, -1, -1],
 ], dtype=np.int64)
 
 
@@ -33,6 +35,7 @@ def test_load_trace_takes_the_recorded_prefix_in_microseconds():
     assert list(tl["kind"]) == ["gate_up", "gate_up", "down"]
     assert list(tl["cta"]) == [0, 1, 0]
     assert tl["start"].tolist() == [10.0, 7.0, 40.0]
+    assert tl["data_in"].tolist() == [12.0, 8.0, 41.0]
     with pytest.raises(ValueError, match="0..n-1"):
         task_timeline.load_trace(ROWS[[0, 3, 1]])  # a gap before a recorded ticket
 
@@ -58,8 +61,15 @@ def test_summary_shares_rates_waits_and_tail():
     assert s["kinds"]["down"]["chip_tflops"] == pytest.approx(2e6 / 10e-6 / 1e12 * 2)
     assert s["kinds"]["gate_up"]["dependency_wait_us"] == pytest.approx((1.0 + 5.0) / 2)
     assert s["kinds"]["gate_up"]["waited_for"] == pytest.approx(0.5)  # CTA 1's started the moment it was ready
+    # The GEMM tasks' consumer time split: gate/up waited (2 + 1) / 2 us for data, multiplied (23 + 17) / 2 and
+    # spent (30 - 25, 23 - 18) after; down 1, 5 and 4. Claimed 10 and 5 us before the consumers took them.
+    gate_up, down = s["kinds"]["gate_up"], s["kinds"]["down"]
+    assert (gate_up["data_wait_us"], gate_up["mainloop_us"], gate_up["epilogue_us"]) == pytest.approx((1.5, 20.0, 5.0))
+    assert (down["data_wait_us"], down["mainloop_us"], down["epilogue_us"]) == pytest.approx((1.0, 5.0, 4.0))
+    assert gate_up["mainloop_tflops"] == pytest.approx(1e6 / 20e-6 / 1e12 * 2)
+    assert gate_up["claim_lead_us"] == pytest.approx(7.5)
     text = task_timeline.format_summary("hand-made", "ring", s)
-    assert "gate_up" in text and "down" in text
+    assert "gate_up" in text and "down" in text and "wait data us" in text
     fig = task_timeline.plot(tl, s, "hand-made", ctas_shown=2)
     assert len(fig.axes) == 2 and len(fig.axes[0].collections) == 3  # CTA 0: gate/up and down bars, CTA 1: gate/up
 
@@ -83,7 +93,8 @@ def test_task_kinds_and_trace_fields_match_the_backend_and_the_kernel():
     fields = header_enum("trace.cuh", "TraceField", "kTrace")
     assert fields.pop(len(TRACE_FIELDS)) == "fields"  # the count
     assert tuple(fields[i] for i in sorted(fields)) == TRACE_FIELDS
-    assert TRACE_FIELDS == ("claimed", "ready", "start", "done", "who")  # load_trace's column order
+    # load_trace's column order
+    assert TRACE_FIELDS == ("claimed", "ready", "start", "done", "who", "data_in", "mainloop_done")
 
 
 def test_share_plot_has_one_bar_per_run_and_kind():
@@ -105,3 +116,12 @@ def test_task_flops_add_up_to_the_layer():
     tiles = shape.tokens * shape.top_k // 128
     total = tiles * (shape.intermediate // 128 * flops["gate_up"] + shape.hidden // 256 * flops["down"])
     assert total == 6 * shape.tokens * shape.top_k * shape.hidden * shape.intermediate
+
+
+def test_ablate_mask_takes_the_backend_names_and_refuses_others():
+    from mok.cuda.backend import ABLATE, PROBE
+
+    assert task_timeline.ablate_mask("") == 0
+    assert task_timeline.ablate_mask("epilogue,stores") == ABLATE["epilogue"] | PROBE["stores"]
+    with pytest.raises(SystemExit, match="unknown ablation"):
+        task_timeline.ablate_mask("epilog")

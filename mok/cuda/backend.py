@@ -379,10 +379,11 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     ``early_combine``: use the launch's early-combine order (default :func:`default_early_combine`; ``True``
     requires that :func:`prepare` built one); ``False`` runs every weighted sum after the last GEMM. Changes no
     bit. ``skip_padding_half``: see :func:`default_skip_padding_half` (its default); changes no bit.
-    ``trace``: an int64 ``[tickets, 5]`` buffer (:func:`trace_buffer`) that receives the task timeline (for each
-    ticket: when it was claimed, had its dependencies, reached the consumers and was signalled, in %globaltimer ns,
-    and which CTA ran which kind of task: ``include/mok/trace.cuh``; ``experiments/task_timeline.py`` reads it), or
-    ``None``. Changes no bit.
+    ``trace``: an int64 ``[tickets, 7]`` buffer (:func:`trace_buffer`) that receives the task timeline (for each
+    ticket: when it was claimed, had its dependencies, reached the consumers and was signalled, which CTA ran which
+    kind of task, and for GEMM tasks when the first K block landed and the mainloop ended, in %globaltimer ns:
+    :data:`TRACE_FIELDS`, ``include/mok/trace.cuh``; ``experiments/task_timeline.py`` reads it), or ``None``.
+    Changes no bit.
     ``extension``: another build of the kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to
     launch instead of the default one, for A/B timing (experiments/ab_kernels.py).
     """
@@ -423,13 +424,14 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     return prep.out
 
 
-# The task timeline's columns (include/mok/trace.cuh, TraceField): %globaltimer ns, then blockIdx.x << 8 | kind.
-TRACE_FIELDS = ("claimed", "ready", "start", "done", "who")
+# The task timeline's columns (include/mok/trace.cuh, TraceField): %globaltimer ns, except "who" (blockIdx.x << 8 |
+# kind); "data_in" and "mainloop_done" only for GEMM tasks (-1 for the others).
+TRACE_FIELDS = ("claimed", "ready", "start", "done", "who", "data_in", "mainloop_done")
 TASK_KINDS = {1: "dispatch", 2: "gate_up", 3: "down", 4: "combine"}  # TaskKind (workspace.cuh)
 
 
 def trace_buffer(prep: Sm90Launch) -> torch.Tensor:
-    """An int64 ``[tickets, 5]`` buffer for :func:`launch`'s ``trace``, filled with -1 (a ticket the kernel never ran
+    """An int64 ``[tickets, len(TRACE_FIELDS)]`` buffer for :func:`launch`'s ``trace``, filled with -1 (a ticket the kernel never ran
     keeps it). ``tickets`` bounds the launch's task count from its sizes: every rank's capacity in tiles, each with a
     dispatch, its gate/up column blocks and its down column blocks, plus the combine blocks."""
     s = prep.schedule

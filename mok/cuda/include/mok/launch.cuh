@@ -11,7 +11,7 @@
 namespace mok::sm90 {
 
 // int64 fields per ticket of the optional task timeline (Sm90MoeProblem::trace; their meaning: trace.cuh).
-inline constexpr int kSm90TraceFields = 5;
+inline constexpr int kSm90TraceFields = 7;
 
 enum class Sm90Variant : int {
   kSimple = 0,     // lock-step roles; the clearly-correct baseline

@@ -187,8 +187,10 @@ __device__ __forceinline__ void task_mainloop(const Sm90MoeParams& p, SharedStor
                                               const Task& t, int kblocks, int consumer_wg, bool gathered_a,
                                               float (&acc)[128]) {
   const int mma_kblocks = multiplies<kOverlap>(t) ? kblocks : 0;
+  trace_first_kblock<Tiles>(p, s, pipe, t.ticket);  // consumer thread 0 (warpgroup 0: it always multiplies)
   pass_stages<Tiles>(p, s, pipe, kblocks - mma_kblocks);
   consume_tile<Tiles, kOverlap>(p, s, pipe, mma_kblocks, consumer_wg, gathered_a, acc);
+  if (threadIdx.x == 128) trace_mark(p, t.ticket, kTraceMainloopDone);
 }
 
 template <class Tiles, bool kOverlap>
