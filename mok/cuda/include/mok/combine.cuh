@@ -57,30 +57,51 @@ __device__ __forceinline__ uint4 weighted_top1(const uint4& y_raw, float w) {
   return pack_bf16x8(y);
 }
 
-// Where row `row` of a down tile goes (nullptr: padding, or an inconsistent schedule) and, fused top-1, its router
-// weight (else 0). With `count` (the one lane that speaks for the row) the row is counted for its source rank in
-// `push_count` and an inconsistent schedule is recorded. Shared by the consumers' push below and the store warps
+// Where rows `rows[i]` of a down tile go (nullptr: padding, or an inconsistent schedule) and, fused top-1, their
+// router weights (else 0). With `count` (the lane that speaks for its rows) each row is counted for its source rank
+// in `push_count` and an inconsistent schedule is recorded. Shared by the consumers' push below and the store warps
 // (store_warps.cuh), which must send every row to the same place.
-template <class Tiles>
-__device__ __forceinline__ uint4* push_destination(const Sm90MoeParams& p, const Task& t, long long table_row0,
-                                                   int row, bool count, int* push_count, float& weight) {
-  const int src_rank = __ldg(p.src_rank + table_row0 + row);
-  const int src_slot = __ldg(p.src_slot + table_row0 + row);
+// NOTE: the loads go in batches, every row's table entries first, then the pointer tables, then (fused top-1) the
+// weights, so N rows wait for three L2 round trips rather than 3N. The consumers go further and give each lane one
+// row (down_epilogue_push). Row by row, eight rows per consumer thread (round 13 and before), the compiler kept each
+// row's loads behind the previous row's counting and error branch: 24 round trips, about 3 us of every 8 us down
+// task at anchor-2, after the mainloop (mok/cuda/README.md, round 14).
+template <class Tiles, int N>
+__device__ __forceinline__ void push_destinations(const Sm90MoeParams& p, const Task& t, long long table_row0,
+                                                  const int (&rows)[N], bool count, int* push_count, uint4* (&dst)[N],
+                                                  float (&weight)[N]) {
   const int slots_per_rank = p.tokens_per_rank * p.top_k;
   const long long row_chunks = p.hidden / 8;
-  weight = 0.0f;
-  if (src_rank < 0 || src_rank >= p.num_ranks || src_slot < 0 || src_slot >= slots_per_rank) {
-    if (src_rank >= 0 && count) {
-      record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * Tiles::kBlockM + row, src_rank, src_slot, t.ticket);
+  const bool fuse = p.fuse_top1 != 0;
+  int src_rank[N], src_slot[N];
+  bool valid[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    src_rank[i] = __ldg(p.src_rank + table_row0 + rows[i]);
+    src_slot[i] = __ldg(p.src_slot + table_row0 + rows[i]);
+  }
+  long long base[N], weights[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    valid[i] = src_rank[i] >= 0 && src_rank[i] < p.num_ranks && src_slot[i] >= 0 && src_slot[i] < slots_per_rank;
+    base[i] = valid[i] ? __ldg((fuse ? p.out_ptrs : p.combine_ptrs) + src_rank[i]) : 0;
+    weights[i] = valid[i] && fuse ? __ldg(p.weight_ptrs + src_rank[i]) : 0;
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    weight[i] = weights[i] != 0 ? __ldg(reinterpret_cast<const float*>(weights[i]) + src_slot[i]) : 0.0f;
+    dst[i] = valid[i] ? reinterpret_cast<uint4*>(base[i]) + src_slot[i] * row_chunks : nullptr;
+  }
+  if (!count) return;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if (valid[i]) {
+      if (!fuse) atomicAdd(push_count + src_rank[i], 1);
+    } else if (src_rank[i] >= 0) {
+      record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * Tiles::kBlockM + rows[i], src_rank[i], src_slot[i],
+                   t.ticket);
     }
-    return nullptr;
   }
-  if (p.fuse_top1) {
-    weight = __ldg(reinterpret_cast<const float*>(p.weight_ptrs[src_rank]) + src_slot);
-    return reinterpret_cast<uint4*>(p.out_ptrs[src_rank]) + src_slot * row_chunks;
-  }
-  if (count) atomicAdd(push_count + src_rank, 1);
-  return reinterpret_cast<uint4*>(p.combine_ptrs[src_rank]) + src_slot * row_chunks;
 }
 
 // One consumer warpgroup: its 64 rows x 256 output columns -> the source ranks' combine slots.
@@ -101,17 +122,27 @@ __device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const
   const bool contiguous = (p.ablate & kAblatePush) != 0;  // timing ablation: a plain GEMM's output store
   const long long table_row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
 
-  // Destination (and, fused, router weight) of the 8 rows this thread copies out (the same for both halves); the
-  // chunk-0 lane of each row counts it.
+  // Destination (and, fused, router weight) of the 8 rows this thread copies out (the same for both halves). The 16
+  // lanes that copy the same 8 rows (chunk = lane % 16) look them up once between them: lane chunk < 8 looks up
+  // (and counts) row it = chunk, and every lane takes the 8 results by shuffle, so each lane holds one lookup's
+  // registers, not eight, while acc is live.
+  const int lane = threadIdx.x & 31;
+  const int my_row[1] = {64 * consumer_wg + (t128 >> 4) + 8 * (chunk & 7)};
+  uint4* my_dst[1];
+  float my_w[1];
+  push_destinations<Tiles>(p, t, table_row0, my_row, chunk < 8, push_count, my_dst, my_w);
   uint4* dst_row[8];
   float w_row[8];
 #pragma unroll
   for (int it = 0; it < 8; ++it) {
     const int row = 64 * consumer_wg + (t128 >> 4) + 8 * it;
-    dst_row[it] = push_destination<Tiles>(p, t, table_row0, row, chunk == 0, push_count, w_row[it]);
+    const int owner = (lane & 16) | it;  // the lane of this 16-lane group that looked row `it` up
+    dst_row[it] = reinterpret_cast<uint4*>(
+        __shfl_sync(0xFFFFFFFFu, reinterpret_cast<unsigned long long>(my_dst[0]), owner));
+    w_row[it] = __shfl_sync(0xFFFFFFFFu, my_w[0], owner);
     if (contiguous && dst_row[it] != nullptr) {  // counted as pushed (the combine still waits), stored in place
-      const int rows = fuse ? p.tokens_per_rank : slots_per_rank;
-      const long long at = (static_cast<long long>(t.tile) * Tiles::kBlockM + row) % rows;
+      const int wrap = fuse ? p.tokens_per_rank : slots_per_rank;
+      const long long at = (static_cast<long long>(t.tile) * Tiles::kBlockM + row) % wrap;
       dst_row[it] = reinterpret_cast<uint4*>(fuse ? p.out_ptrs[t.rank] : p.combine_ptrs[t.rank]) + at * row_chunks;
     }
   }

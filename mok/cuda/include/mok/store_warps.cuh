@@ -92,7 +92,7 @@ __device__ __forceinline__ void down_epilogue_staged(const Sm90MoeParams& p, Sha
 }
 
 // Rows [first, first + 32) of the warpgroup's 64 staged rows out to their destinations, for one staged half: `dst`
-// and `weight` are lane l's row first + l (from push_destination, combine.cuh); lane l copies chunk l % 16 of rows
+// and `weight` are lane l's row first + l (from push_destinations, combine.cuh); lane l copies chunk l % 16 of rows
 // first + l / 16, first + l / 16 + 2, ..., taking each row's destination from its lane by shuffle, so a warp
 // instruction writes two whole 256-byte row pieces and no load waits on another.
 template <class Tiles>
@@ -132,17 +132,17 @@ __device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedSto
     if (t.kind != kTaskDown) continue;
     const long long table_row0 =
         static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
-    float weight_lo, weight_hi;
     // Each lane owns its two rows, so each lane counts them.
-    uint4* dst_lo = push_destination<Tiles>(p, t, table_row0, row0 + lane, true, s.push_count[task_slot], weight_lo);
-    uint4* dst_hi =
-        push_destination<Tiles>(p, t, table_row0, row0 + 32 + lane, true, s.push_count[task_slot], weight_hi);
+    const int rows[2] = {row0 + lane, row0 + 32 + lane};
+    uint4* dst[2];
+    float weight[2];
+    push_destinations<Tiles>(p, t, table_row0, rows, true, s.push_count[task_slot], dst, weight);
 #pragma unroll 1
     for (int half = 0; half < 2; ++half) {
       if (!warp_wait(p, &s.staged[consumer_wg], uses & 1u, kCtrMbarStaged, consumer_wg)) return;
       const int col = t.nblock * Tiles::kBlockN + half * Tiles::kHalfN + (lane & 15) * 8;
-      store_staged_half_rows<Tiles>(p, s.staging, row0, 0, dst_lo, weight_lo, col);
-      store_staged_half_rows<Tiles>(p, s.staging, row0, 32, dst_hi, weight_hi, col);
+      store_staged_half_rows<Tiles>(p, s.staging, row0, 0, dst[0], weight[0], col);
+      store_staged_half_rows<Tiles>(p, s.staging, row0, 32, dst[1], weight[1], col);
       __syncwarp();  // every lane's staging reads are done (their values went to the stores)
       if (lane == 0) mbar_arrive(&s.drained[consumer_wg]);
       ++uses;
