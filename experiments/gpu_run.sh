@@ -22,6 +22,8 @@
 #   roofline   experiments/mainloop_roofline_probe.cu and experiments/mainloop_gap.py: the bare GEMM mainloop (loads
 #              by TMA, cp.async gather, 2-CTA multicast, none) and the megakernel, with the SM clock and power
 #              ($MOK_ROOFLINE_SHAPES, default "anchor-5 kimi-k2.7/ep64")
+#   pushstore  experiments/push_store_probe.cu: a down tile's 64 KB pushed to scattered rows by 256 consumer threads,
+#              2 or 4 store warps, all warps or bulk copies, alone (anchor-2's sizes; $MOK_PUSHSTORE_ARGS)
 #   timeline   experiments/task_timeline.py $MOK_TIMELINE_ARGS at $MOK_TIMELINE_SHAPES (default "anchor-2 anchor-5
 #              kimi-k2.7/ep64"): the megakernel's task timeline, per kind of task its share of the SMs' time, rate,
 #              dependency waits, and the tail
@@ -232,6 +234,12 @@ for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
         build/mainloop_roofline_probe 16 && build/mainloop_roofline_probe 160 || exit 1
         python3 -m mok.cuda.build --jit \
         && python3 experiments/mainloop_gap.py --seconds 2 ${MOK_ROOFLINE_SHAPES:-anchor-5 kimi-k2.7/ep64}' ;;
+    pushstore)
+      # Round 14: what rate the down epilogue's row push can reach, by who issues the stores (no lookups, no
+      # hand-offs): the ceiling for the consumers' push (gather mode) and for the store warps (ring mode).
+      run_stage pushstore "${MOK_TIMEOUT_PUSHSTORE:-60}" bash -c "
+        nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I mok/cuda/include \
+          -o build/push_store_probe experiments/push_store_probe.cu && build/push_store_probe ${MOK_PUSHSTORE_ARGS:-}" ;;
     timeline)
       # Round 13: the megakernel's task timeline (launch(trace=...)) at $MOK_TIMELINE_SHAPES: per kind of task its
       # share of the SMs' time, its rate, its dependency waits, and the tail (experiments/task_timeline.py).

@@ -1,8 +1,9 @@
 """EXPERIMENT (round 13): where each SM's time goes, task by task, from the megakernel's own timeline.
 
 ``launch(prep, trace=trace_buffer(prep))`` records, for every ticket, when the producer claimed it, when its
-dependencies were met, when the consumers took it from the task queue and when it was signalled (%globaltimer ns,
-``mok/cuda/include/mok/trace.cuh``), and which CTA ran which kind of task. From that, per shape:
+dependencies were met, when the consumers took it from the task queue and when it was signalled, for GEMM tasks also
+when the first K block landed and when the mainloop ended (%globaltimer ns, ``mok/cuda/include/mok/trace.cuh``), and
+which CTA ran which kind of task. From that, per shape:
 
 * **consumer time** per task: from the consumers taking it to the consumers taking the CTA's next task (the last
   task of a CTA: to its signal). A CTA's consumer time is split among its tasks with nothing left over, so per kind
@@ -11,11 +12,14 @@ dependencies were met, when the consumers took it from the task queue and when i
   TFLOP/s if every SM ran only that kind; compare the bare mainloop, ``mainloop_gap.py``);
 * **dependency wait** (claim to ready) and **queue lead** (ready to the consumers taking it: near 0 means the
   consumers were waiting for this task, so a dependency or claim held them up);
-* the **tail**: how long each CTA sits idle between its last signal and the launch's end.
+* the **tail**: how long each CTA sits idle between its last signal and the launch's end;
+* per GEMM kind, its consumer time **split** into waiting for the first K block, the mainloop and the rest (the
+  epilogue and the hand-off to the next task), and the **claim lead** (claim to the consumers taking it).
 
-It writes ``task_timeline_<shape>_<dispatch>.{json,png}`` (the PNG: the first CTAs' timelines and each kind's
-share) into ``experiments/results/`` (and ``$OUT/results``). The timeline is one launch after warm-up launches;
-recording it changes no bit (``tests/test_cuda_trace_gpu.py``) and costs a store per mark.
+It writes ``task_timeline_<shape>_<dispatch>[_<ablation>...][_<patch>].{json,png}`` (the PNG: the first CTAs'
+timelines and each kind's share) into ``experiments/results/`` (and ``$OUT/results``). The timeline is one launch
+after warm-up launches; recording it changes no bit (``tests/test_cuda_trace_gpu.py``) and costs a store per mark
+(and, per GEMM task, consumer thread 0's own wait for the first K block, the phase the mainloop waits for anyway).
 
 Run on the H200:  python experiments/task_timeline.py [--dispatch ring|gather|auto] [--ablate epilogue,...] [--patch P]
                                                     [--ctas-shown 12] [SHAPE ...]
@@ -65,8 +69,10 @@ def consumer_time(tl: dict[str, np.ndarray]) -> np.ndarray:
 
 def summarize(tl: dict[str, np.ndarray], flops: dict[str, float], num_sms: int) -> dict:
     """Per kind: tasks, share of all CTAs' time, mean consumer us, chip-equivalent TFLOP/s (GEMM kinds), mean
-    dependency wait, share of tasks the consumers waited for (queue lead under 1 us); and the launch's span, the
-    CTAs' idle time before their first task and after their last."""
+    dependency wait, share of tasks the consumers waited for (queue lead under 1 us), mean claim lead; for the GEMM
+    kinds (those in ``flops``) the mean consumer time split into data wait, mainloop (and its chip-equivalent rate)
+    and epilogue, over the tasks that have both marks; and the launch's span, the CTAs' idle time before their
+    first task and after their last."""
     busy = consumer_time(tl)
     span = float(tl["done"].max())  # from the first claim
     ctas = np.unique(tl["cta"])
@@ -121,8 +127,8 @@ def format_summary(name: str, dispatch: str, s: dict) -> str:
         lines.append(f"  {'GEMM task':<9} {'claim lead us':>14} {'wait data us':>13} {'mainloop us':>12} "
                      f"{'(TFLOP/s)':>10} {'epilogue+ us':>13}")
         for kind, e in gemm.items():
-            lines.append(f"  {kind:<9} {e['claim_lead_us']:>14.2f} {e['data_wait_us']:>13.2f} {e['mainloop_us']:>12.2f} "
-                         f"{e['mainloop_tflops']:>10.0f} {e['epilogue_us']:>13.2f}")
+            lines.append(f"  {kind:<9} {e['claim_lead_us']:>14.2f} {e['data_wait_us']:>13.2f} "
+                         f"{e['mainloop_us']:>12.2f} {e['mainloop_tflops']:>10.0f} {e['epilogue_us']:>13.2f}")
     return "\n".join(lines)
 
 
@@ -175,7 +181,8 @@ def plot_shares(summaries: dict[str, dict]):
     return fig
 
 
-def record(name: str, dispatch: str = "auto", warmup: int = 3, **launch_options) -> tuple[dict[str, np.ndarray], dict, str]:
+def record(name: str, dispatch: str = "auto", warmup: int = 3,
+           **launch_options) -> tuple[dict[str, np.ndarray], dict, str]:
     """One traced launch of the megakernel at preset ``name`` (random inputs, after ``warmup`` untraced launches):
     ``(timeline, summary, dispatch mode)``. ``launch_options`` go to every launch (e.g. ``ablate=8``, a timing
     ablation of ``mok.cuda.backend.ABLATE``, or ``signal_warp=False``). Needs a Hopper GPU."""
@@ -242,7 +249,8 @@ def main() -> None:
     metadata = harness.collect_metadata()
     for name in args.shapes:
         tl, summary, dispatch = record(name, args.dispatch, **options)
-        tag = dispatch + "".join(f"_{a}" for a in args.ablate.split(",") if a) + (f"_{args.patch.stem}" if args.patch else "")
+        tag = (dispatch + "".join(f"_{a}" for a in args.ablate.split(",") if a)
+               + (f"_{args.patch.stem}" if args.patch else ""))
         print(format_summary(name, tag, summary), flush=True)
         stem = f"task_timeline_{name.replace('/', '_')}_{tag}"
         doc = {"metadata": metadata, "shape": name, "dispatch": dispatch, "ablate": args.ablate,

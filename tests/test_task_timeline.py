@@ -36,6 +36,7 @@ def test_load_trace_takes_the_recorded_prefix_in_microseconds():
     assert list(tl["cta"]) == [0, 1, 0]
     assert tl["start"].tolist() == [10.0, 7.0, 40.0]
     assert tl["data_in"].tolist() == [12.0, 8.0, 41.0]
+    assert tl["mainloop_done"].tolist() == [35.0, 25.0, 46.0]
     with pytest.raises(ValueError, match="0..n-1"):
         task_timeline.load_trace(ROWS[[0, 3, 1]])  # a gap before a recorded ticket
 
@@ -62,16 +63,49 @@ def test_summary_shares_rates_waits_and_tail():
     assert s["kinds"]["gate_up"]["dependency_wait_us"] == pytest.approx((1.0 + 5.0) / 2)
     assert s["kinds"]["gate_up"]["waited_for"] == pytest.approx(0.5)  # CTA 1's started the moment it was ready
     # The GEMM tasks' consumer time split: gate/up waited (2 + 1) / 2 us for data, multiplied (23 + 17) / 2 and
-    # spent (30 - 25, 23 - 18) after; down 1, 5 and 4. Claimed 10 and 5 us before the consumers took them.
+    # spent 5 and 5 us after (consumer times 30 and 23 less 2 + 23 and 1 + 17); down 1, 5 and 4. Gate/up was
+    # claimed 10 and 5 us before the consumers took it, down 31.
     gate_up, down = s["kinds"]["gate_up"], s["kinds"]["down"]
     assert (gate_up["data_wait_us"], gate_up["mainloop_us"], gate_up["epilogue_us"]) == pytest.approx((1.5, 20.0, 5.0))
     assert (down["data_wait_us"], down["mainloop_us"], down["epilogue_us"]) == pytest.approx((1.0, 5.0, 4.0))
     assert gate_up["mainloop_tflops"] == pytest.approx(1e6 / 20e-6 / 1e12 * 2)
     assert gate_up["claim_lead_us"] == pytest.approx(7.5)
+    assert down["claim_lead_us"] == pytest.approx(31.0)
     text = task_timeline.format_summary("hand-made", "ring", s)
     assert "gate_up" in text and "down" in text and "wait data us" in text
     fig = task_timeline.plot(tl, s, "hand-made", ctas_shown=2)
     assert len(fig.axes) == 2 and len(fig.axes[0].collections) == 3  # CTA 0: gate/up and down bars, CTA 1: gate/up
+
+
+# Times in us from BASE: CTA 0 runs a dispatch task, a gate/up task and a combine task; CTA 1 a gate/up task whose
+# two GEMM marks are missing (-1). Columns as in ROWS.
+MIXED_US = [
+    [0, 0.5, 1, 4, who(0, 1), -1, -1],    # dispatch
+    [1, 2, 3, 13, who(1, 2), -1, -1],     # gate/up without its marks
+    [2, 4, 5, 18, who(0, 2), 6, 15],      # gate/up
+    [10, 19, 20, 24, who(0, 4), -1, -1],  # combine
+]
+
+
+def test_split_is_for_gemm_kinds_and_skips_missing_marks():
+    rows = np.array([[v if c == 4 or v < 0 else BASE + int(v * 1000) for c, v in enumerate(r)] for r in MIXED_US],
+                    dtype=np.int64)
+    tl = task_timeline.load_trace(rows)
+    assert np.isnan(tl["data_in"][[0, 1, 3]]).all() and np.isnan(tl["mainloop_done"][[0, 1, 3]]).all()
+    assert tl["data_in"][2] == 6.0 and tl["mainloop_done"][2] == 15.0
+    s = task_timeline.summarize(tl, {"gate_up": 1e6, "down": 2e6}, num_sms=2)
+    for kind in ("dispatch", "combine"):  # no FLOPs, no split, but a claim lead
+        assert not {"data_wait_us", "mainloop_us", "epilogue_us", "mainloop_tflops"} & set(s["kinds"][kind]), kind
+    assert s["kinds"]["dispatch"]["claim_lead_us"] == pytest.approx(1.0)
+    assert s["kinds"]["combine"]["claim_lead_us"] == pytest.approx(10.0)
+    # Gate/up: only the CTA 0 task has its marks: 1 us waiting for data, 9 in the mainloop, 15 - 1 - 9 after (its
+    # consumer time runs to the combine's start at 20). The claim lead counts both tasks: (3 + 2) / 2.
+    gate_up = s["kinds"]["gate_up"]
+    assert (gate_up["data_wait_us"], gate_up["mainloop_us"], gate_up["epilogue_us"]) == pytest.approx((1.0, 9.0, 5.0))
+    assert gate_up["mainloop_tflops"] == pytest.approx(1e6 / 9e-6 / 1e12 * 2)
+    assert gate_up["claim_lead_us"] == pytest.approx(2.5)
+    gemm_table = task_timeline.format_summary("mixed", "ring", s).split("GEMM task")[1].splitlines()[1:]
+    assert [line.split()[0] for line in gemm_table] == ["gate_up"]
 
 
 def header_enum(header: str, enum: str, prefix: str) -> dict[int, str]:

@@ -431,9 +431,10 @@ TASK_KINDS = {1: "dispatch", 2: "gate_up", 3: "down", 4: "combine"}  # TaskKind 
 
 
 def trace_buffer(prep: Sm90Launch) -> torch.Tensor:
-    """An int64 ``[tickets, len(TRACE_FIELDS)]`` buffer for :func:`launch`'s ``trace``, filled with -1 (a ticket the kernel never ran
-    keeps it). ``tickets`` bounds the launch's task count from its sizes: every rank's capacity in tiles, each with a
-    dispatch, its gate/up column blocks and its down column blocks, plus the combine blocks."""
+    """An int64 ``[tickets, len(TRACE_FIELDS)]`` buffer for :func:`launch`'s ``trace``, filled with -1 (a ticket the
+    kernel never ran keeps it, and so do a non-GEMM task's mainloop marks). ``tickets`` bounds the launch's task count
+    from its sizes: every rank's capacity in tiles, each with a dispatch, its gate/up column blocks and its down column
+    blocks, plus the combine blocks."""
     s = prep.schedule
     intermediate, hidden = prep.w_gate.shape[1], prep.w_gate.shape[2]
     gemm_blocks = -(-intermediate // GATE_UP_COLUMNS) + -(-hidden // DOWN_COLUMNS)

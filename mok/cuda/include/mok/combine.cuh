@@ -62,10 +62,10 @@ __device__ __forceinline__ uint4 weighted_top1(const uint4& y_raw, float w) {
 // in `push_count` and an inconsistent schedule is recorded. Shared by the consumers' push below and the store warps
 // (store_warps.cuh), which must send every row to the same place.
 // NOTE: the loads go in batches, every row's table entries first, then the pointer tables, then (fused top-1) the
-// weights, so N rows wait for three L2 round trips rather than 3N. The consumers go further and give each lane one
-// row (down_epilogue_push). Row by row, eight rows per consumer thread (round 13 and before), the compiler kept each
-// row's loads behind the previous row's counting and error branch: 24 round trips, about 3 us of every 8 us down
-// task at anchor-2, after the mainloop (mok/cuda/README.md, round 14).
+// weights, so N rows wait for two L2 round trips (fused top-1: three) rather than 2N (3N). The consumers go further
+// and give each lane one row (down_epilogue_push). Row by row, eight rows per consumer thread (round 13 and before),
+// each row's loads waited behind the previous row's counting and error branch: 16 round trips at anchor-2 (top-16,
+// no weights), about 3 us of every 8 us down task there, after the mainloop (mok/cuda/README.md, round 14).
 template <class Tiles, int N>
 __device__ __forceinline__ void push_destinations(const Sm90MoeParams& p, const Task& t, long long table_row0,
                                                   const int (&rows)[N], bool count, int* push_count, uint4* (&dst)[N],

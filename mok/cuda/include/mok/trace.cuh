@@ -5,12 +5,12 @@
 // Who writes what: the producer thread claims (kTraceClaimed, kTraceWho) and waits for the dependencies
 // (kTraceReady); consumer thread 0 takes the task from the queue (kTraceStart); whoever signals the task writes
 // kTraceDone just before the counters move (the signal warp, after the store warps for a down task; else consumer
-// thread 0; the simple variant's thread 0). For GEMM tasks consumer thread 0 (consumer warpgroup 0, which always multiplies)
-// also marks when the first K block landed (kTraceDataIn) and when its accumulators were complete
-// (kTraceMainloopDone): start -> data in is waiting for loads, data in -> mainloop done the wgmma, and the rest the
-// epilogue and the hand-off. Dispatch and combine tasks leave those two at -1. Each mark is one store right where
-// its time is read, so nothing stays live across a wait (the producer has 56 registers). Stop tickets are not
-// recorded.
+// thread 0; the simple variant's thread 0). For GEMM tasks consumer thread 0 (consumer warpgroup 0, which always
+// multiplies) also marks when the first K block landed (kTraceDataIn) and when its accumulators were complete
+// (kTraceMainloopDone): start -> data in is waiting for loads, data in -> mainloop done the wgmma (and any wait for
+// a later K block), and the rest the epilogue and the hand-off. Dispatch and combine tasks leave those two at -1.
+// Each mark is one store right where its time is read, so nothing stays live across a wait (the producer has 56
+// registers). Stop tickets are not recorded.
 #pragma once
 
 #include <cstdint>
