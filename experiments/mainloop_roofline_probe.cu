@@ -259,47 +259,31 @@ int main(int argc, char** argv) {
   PROBE_CHECK(cudaOccupancyMaxActiveClusters(&max_clusters, cluster_kernel<false>, &occ));
   const int cluster_ctas = std::min(ctas, 2 * max_clusters);
   std::printf("clusters of 2 resident at once: %d (cluster grid %d CTAs)\n", max_clusters, cluster_ctas);
-  cudaEvent_t e0, e1;
-  PROBE_CHECK(cudaEventCreate(&e0));
-  PROBE_CHECK(cudaEventCreate(&e1));
   const double flops = 2.0 * ctas * tasks_per_cta * (double)kRows * kBRows * hidden;
   std::printf("132 CTAs x %d tiles of 128 x 256 x %d; median of %d runs, modes interleaved\n", tasks_per_cta, hidden, iters);
-  std::vector<std::vector<float>> ms(kModes);
-  for (int it = 0; it < iters + 1; ++it) {
-    for (int m = 0; m < kModes; ++m) {
-      const int mode = (m + it) % kModes;
-      if (only >= 0 && mode != only) continue;  // rotate the order so no mode always follows the same one
-      PROBE_CHECK(cudaEventRecord(e0));
-      switch (mode) {
-        case kNoLoad: single_kernel<kNoLoad><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
-        case kBox: single_kernel<kBox><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
-        case kCpAsync: single_kernel<kCpAsync><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
-        case kCpAsyncContiguous:
-          single_kernel<kCpAsyncContiguous><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
-          break;
-        case kCpAsyncNoFence:
-          single_kernel<kCpAsyncNoFence><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
-          break;
-        case kMcastB: cluster_kernel<false><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
-        case kMcastBClusterRelease:
-          cluster_kernel<true><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
-          break;
-        default: single_kernel<kBox><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
-      }
-      PROBE_CHECK(cudaEventRecord(e1));
-      PROBE_CHECK(cudaEventSynchronize(e1));
-      PROBE_CHECK(cudaGetLastError());
-      float t;
-      PROBE_CHECK(cudaEventElapsedTime(&t, e0, e1));
-      if (it > 0) ms[mode].push_back(t);
+  const std::vector<double> ms = median_ms_rotated(kModes, iters, [&](int mode) {
+    switch (mode) {
+      case kNoLoad: single_kernel<kNoLoad><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
+      case kBox: single_kernel<kBox><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
+      case kCpAsync: single_kernel<kCpAsync><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
+      case kCpAsyncContiguous:
+        single_kernel<kCpAsyncContiguous><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+        break;
+      case kCpAsyncNoFence:
+        single_kernel<kCpAsyncNoFence><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+        break;
+      case kMcastB: cluster_kernel<false><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
+      case kMcastBClusterRelease:
+        cluster_kernel<true><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+        break;
+      default: single_kernel<kBox><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
     }
-  }
+  }, only);
   std::printf("%-24s %6s %10s %10s %12s\n", "mode", "CTAs", "ms", "TFLOP/s", "TFLOP/s/SM");
   for (int m = 0; m < kModes; ++m) {
-    if (ms[m].empty()) continue;
-    std::sort(ms[m].begin(), ms[m].end());
+    if (std::isnan(ms[m])) continue;
     const int grid = (m == kMcastB || m == kBoxClusterGrid || m == kMcastBClusterRelease) ? cluster_ctas : ctas;
-    const double med = ms[m][ms[m].size() / 2];
+    const double med = ms[m];
     const double tflops = flops * grid / ctas / (med * 1e-3) / 1e12;
     std::printf("%-24s %6d %10.3f %10.1f %12.2f\n", kNames[m], grid, med, tflops, tflops / grid);
   }

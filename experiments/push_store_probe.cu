@@ -22,7 +22,6 @@
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I mok/cuda/include \
 //     -o build/push_store_probe experiments/push_store_probe.cu
 //   build/push_store_probe [tiles per CTA (512) [runs (7) [H (4096)]]]
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -161,32 +160,16 @@ int main(int argc, char** argv) {
   const Problem p{slots, num_slots, hidden, tiles_per_cta};
   const int smem = kStagingBytes + 128;
   for (Kernel k : kKernels) PROBE_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  cudaEvent_t e0, e1;
-  PROBE_CHECK(cudaEventCreate(&e0));
-  PROBE_CHECK(cudaEventCreate(&e1));
   const double tile_bytes = static_cast<double>(kTileRows) * kTileCols * 2;
   const double total = tile_bytes * ctas * tiles_per_cta;
   std::printf("132 CTAs x %d tiles of 128 rows x 256 bf16 (64 KB) into %d slots of H %d (%.2f GB written); median "
               "of %d runs, modes interleaved\n", tiles_per_cta, num_slots, hidden, total / 1e9, runs);
-  std::vector<std::vector<float>> ms(kModes);
-  for (int run = 0; run < runs + 1; ++run) {  // run 0 warms up
-    for (int i = 0; i < kModes; ++i) {
-      const int mode = (i + run) % kModes;  // rotate the order so no mode always follows the same one
-      PROBE_CHECK(cudaEventRecord(e0));
-      kKernels[mode]<<<ctas, kThreads, smem>>>(p);
-      PROBE_CHECK(cudaEventRecord(e1));
-      PROBE_CHECK(cudaEventSynchronize(e1));
-      PROBE_CHECK(cudaGetLastError());
-      float t = 0;
-      PROBE_CHECK(cudaEventElapsedTime(&t, e0, e1));
-      if (run > 0) ms[mode].push_back(t);
-    }
-  }
+  const std::vector<double> ms =
+      median_ms_rotated(kModes, runs, [&](int mode) { kKernels[mode]<<<ctas, kThreads, smem>>>(p); });
   std::printf("%-14s %10s %10s %14s\n", "mode", "ms", "TB/s", "us per tile/SM");
   for (int m = 0; m < kModes; ++m) {
-    std::sort(ms[m].begin(), ms[m].end());
-    const double t = ms[m][ms[m].size() / 2];
-    std::printf("%-14s %10.3f %10.2f %14.2f\n", kNames[m], t, total / (t * 1e-3) / 1e12, t * 1e3 / tiles_per_cta);
+    std::printf("%-14s %10.3f %10.2f %14.2f\n", kNames[m], ms[m], total / (ms[m] * 1e-3) / 1e12,
+                ms[m] * 1e3 / tiles_per_cta);
   }
   PROBE_CHECK(cudaFree(slots));
   return 0;

@@ -7,9 +7,10 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <random>
 #include <vector>
@@ -98,6 +99,40 @@ __device__ __forceinline__ void gather_kblock(uint32_t stage_a, const char* x, i
     mok::sm90::cp_async_16(stage_a + mok::sm90::sw128_chunk_offset(r, chunk),
                            x + static_cast<long long>(rows[r]) * hidden * 2 + kb * 128 + chunk * 16, 16u);
   }
+}
+
+// Milliseconds per launch of each of `modes` modes: the median of `runs` CUDA-event timings after one warm-up round,
+// the modes interleaved and rotated run by run so that no mode always follows the same one (they share one power
+// state). `launch(mode)` enqueues one launch of that mode; `only` >= 0 times that mode alone (the others stay NaN).
+template <class Launch>
+std::vector<double> median_ms_rotated(int modes, int runs, Launch&& launch, int only = -1) {
+  cudaEvent_t e0, e1;
+  PROBE_CHECK(cudaEventCreate(&e0));
+  PROBE_CHECK(cudaEventCreate(&e1));
+  std::vector<std::vector<float>> ms(modes);
+  for (int run = 0; run < runs + 1; ++run) {  // run 0 warms up
+    for (int i = 0; i < modes; ++i) {
+      const int mode = (i + run) % modes;
+      if (only >= 0 && mode != only) continue;
+      PROBE_CHECK(cudaEventRecord(e0));
+      launch(mode);
+      PROBE_CHECK(cudaEventRecord(e1));
+      PROBE_CHECK(cudaEventSynchronize(e1));
+      PROBE_CHECK(cudaGetLastError());
+      float t = 0.0f;
+      PROBE_CHECK(cudaEventElapsedTime(&t, e0, e1));
+      if (run > 0) ms[mode].push_back(t);
+    }
+  }
+  PROBE_CHECK(cudaEventDestroy(e0));
+  PROBE_CHECK(cudaEventDestroy(e1));
+  std::vector<double> median(modes, NAN);
+  for (int m = 0; m < modes; ++m) {
+    if (ms[m].empty()) continue;
+    std::sort(ms[m].begin(), ms[m].end());
+    median[m] = ms[m][ms[m].size() / 2];
+  }
+  return median;
 }
 
 // `count` expert tiles of 128 rows each: 128 distinct token rows of `tokens`, ascending (a stable sort's order), as

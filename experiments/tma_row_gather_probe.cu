@@ -202,27 +202,14 @@ int main(int argc, char** argv) {
   std::printf("placement: %d of %d 16-byte chunks misplaced (one-row boxes at stage + 128 r, SW128)\n", bad, 2 * kRows * 8);
 
   // 2. rate
-  cudaEvent_t e0, e1;
-  PROBE_CHECK(cudaEventCreate(&e0));
-  PROBE_CHECK(cudaEventCreate(&e1));
   std::printf("%-8s %6s %10s %14s %12s\n", "mode", "spin", "ms", "ns/kblock/SM", "A+B GB/s");
   for (int spin : {0, 600, 900, 1200}) {
     for (int mode = 0; mode < 4; ++mode) {
       Problem p{reinterpret_cast<const __nv_bfloat16*>(x), hidden, num_rowsets, d_rowsets, tasks_per_cta, col_blocks,
                 spin, mode};
-      std::vector<float> ms;
-      for (int it = 0; it < iters + 1; ++it) {
-        PROBE_CHECK(cudaEventRecord(e0));
+      const double med = probe::median_ms_rotated(1, iters, [&](int) {
         probe_kernel<<<ctas, kThreads, smem_bytes>>>(p, ring_map, x_row_map, w_map, sink);
-        PROBE_CHECK(cudaEventRecord(e1));
-        PROBE_CHECK(cudaEventSynchronize(e1));
-        PROBE_CHECK(cudaGetLastError());
-        float t;
-        PROBE_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        if (it > 0) ms.push_back(t);
-      }
-      std::sort(ms.begin(), ms.end());
-      const double med = ms[ms.size() / 2];
+      })[0];
       const double kblocks = (double)tasks_per_cta * (hidden / kBlockK);
       const double bytes = (double)ctas * kblocks * (kABytes + kBBytes);
       std::printf("%-8s %6d %10.3f %14.1f %12.0f\n", kModeNames[mode], spin, med, med * 1e6 / kblocks,

@@ -67,9 +67,9 @@ __device__ __forceinline__ uint4 weighted_top1(const uint4& y_raw, float w) {
 // each row's loads waited behind the previous row's counting and error branch: 16 round trips at anchor-2 (top-16,
 // no weights), about 3 us of every 8 us down task there, after the mainloop (mok/cuda/README.md, round 14).
 template <class Tiles, int N>
-__device__ __forceinline__ void push_destinations(const Sm90MoeParams& p, const Task& t, long long table_row0,
-                                                  const int (&rows)[N], bool count, int* push_count, uint4* (&dst)[N],
-                                                  float (&weight)[N]) {
+__device__ __forceinline__ void push_destinations(const Sm90MoeParams& p, const Task& t, const int (&rows)[N],
+                                                  bool count, int* push_count, uint4* (&dst)[N], float (&weight)[N]) {
+  const long long row0 = table_row0<Tiles>(p, t);
   const int slots_per_rank = p.tokens_per_rank * p.top_k;
   const long long row_chunks = p.hidden / 8;
   const bool fuse = p.fuse_top1 != 0;
@@ -77,8 +77,8 @@ __device__ __forceinline__ void push_destinations(const Sm90MoeParams& p, const 
   bool valid[N];
 #pragma unroll
   for (int i = 0; i < N; ++i) {
-    src_rank[i] = __ldg(p.src_rank + table_row0 + rows[i]);
-    src_slot[i] = __ldg(p.src_slot + table_row0 + rows[i]);
+    src_rank[i] = __ldg(p.src_rank + row0 + rows[i]);
+    src_slot[i] = __ldg(p.src_slot + row0 + rows[i]);
   }
   long long base[N], weights[N];
 #pragma unroll
@@ -120,7 +120,6 @@ __device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const
   const int slots_per_rank = p.tokens_per_rank * p.top_k;
   const bool fuse = p.fuse_top1 != 0;
   const bool contiguous = (p.ablate & kAblatePush) != 0;  // timing ablation: a plain GEMM's output store
-  const long long table_row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
 
   // Destination (and, fused, router weight) of the 8 rows this thread copies out (the same for both halves). The 16
   // lanes that copy the same 8 rows (chunk = lane % 16) look them up once between them: lane chunk < 8 looks up
@@ -130,7 +129,7 @@ __device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const
   const int my_row[1] = {64 * consumer_wg + (t128 >> 4) + 8 * (chunk & 7)};
   uint4* my_dst[1];
   float my_w[1];
-  push_destinations<Tiles>(p, t, table_row0, my_row, chunk < 8, push_count, my_dst, my_w);
+  push_destinations<Tiles>(p, t, my_row, chunk < 8, push_count, my_dst, my_w);
   uint4* dst_row[8];
   float w_row[8];
 #pragma unroll

@@ -29,10 +29,10 @@ __device__ __forceinline__ uint4 load_streaming(const uint4* ptr) {
 // The source row of table row `r` in the token buffer of its source rank (its first byte), or nullptr for a
 // padding row (which is zero-filled) and for an entry outside the source's slots (recorded as an error, then
 // zero-filled).
-__device__ __forceinline__ const char* dispatch_source(const Sm90MoeParams& p, const Task& t, long long table_row0,
+__device__ __forceinline__ const char* dispatch_source(const Sm90MoeParams& p, const Task& t, long long row0,
                                                        int r, int block_m, int lane) {
-  const int src_rank = p.src_rank[table_row0 + r];
-  const int src_slot = p.src_slot[table_row0 + r];
+  const int src_rank = p.src_rank[row0 + r];
+  const int src_slot = p.src_slot[row0 + r];
   if (src_rank < 0) return nullptr;
   if (src_rank >= p.num_ranks || src_slot < 0 || src_slot >= p.tokens_per_rank * p.top_k) {
     if (lane == 0) record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * block_m + r, src_rank, src_slot, t.ticket);
@@ -60,7 +60,7 @@ __device__ __forceinline__ void dispatch_rows(const Sm90MoeParams& p, const Sche
   const int ring_chunks = p.hidden / 8;  // 16-byte chunks of a bf16 ring row
   const long long ring_row0 =
       static_cast<long long>(own_slot(p, t.rank)) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
-  const long long table_row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
+  const long long row0 = table_row0<Tiles>(p, t);
   uint4* ring_x = reinterpret_cast<uint4*>(p.ring_x);
 
   for (int r0 = warp; r0 < Tiles::kBlockM; r0 += kDispatchRowsPerPass * num_warps) {
@@ -70,7 +70,7 @@ __device__ __forceinline__ void dispatch_rows(const Sm90MoeParams& p, const Sche
     for (int q = 0; q < kDispatchRowsPerPass; ++q) {
       const int r = r0 + q * num_warps;
       const bool in_tile = r < Tiles::kBlockM;
-      src[q] = in_tile ? dispatch_source(p, t, table_row0, r, Tiles::kBlockM, lane) : nullptr;
+      src[q] = in_tile ? dispatch_source(p, t, row0, r, Tiles::kBlockM, lane) : nullptr;
       dst[q] = in_tile ? ring_x + (ring_row0 + r) * ring_chunks : nullptr;
     }
     copy_pass(src, dst, lane);

@@ -106,7 +106,7 @@ template <class Tiles>
 __device__ __forceinline__ void mark_padding_half(const Sm90MoeParams& p, Task& t) {
   static_assert(Tiles::kBlockM == 128 && Tiles::kNumConsumerWG == 2, "one half of the tile per consumer warpgroup");
   if (!p.skip_padding_half || !is_gemm_task(t)) return;
-  const long long upper_row = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM + 64;
+  const long long upper_row = table_row0<Tiles>(p, t) + 64;
   t.padding_half = p.src_rank[upper_row] < 0 ? 1 : 0;
 }
 
@@ -144,7 +144,7 @@ template <class Tiles>
 __device__ __forceinline__ TileLoad tile_load(const Sm90MoeParams& p, const ScheduleView& v, const Task& t) {
   TileLoad load;
   load.a_row = own_slot(p, t.rank) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
-  load.gather_row0 = static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
+  load.gather_row0 = table_row0<Tiles>(p, t);
   if (t.kind == kTaskGateUp) {
     load.a_map = p.gather_x ? nullptr : &p.tmap_ring_x;
     load.b_map0 = &p.tmap_w_gate;

@@ -130,13 +130,11 @@ __device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedSto
     const Task t = queue.take(s, task_slot);
     if (t.kind == kTaskStop) return;
     if (t.kind != kTaskDown) continue;
-    const long long table_row0 =
-        static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
     // Each lane owns its two rows, so each lane counts them.
     const int rows[2] = {row0 + lane, row0 + 32 + lane};
     uint4* dst[2];
     float weight[2];
-    push_destinations<Tiles>(p, t, table_row0, rows, true, s.push_count[task_slot], dst, weight);
+    push_destinations<Tiles>(p, t, rows, true, s.push_count[task_slot], dst, weight);
 #pragma unroll 1
     for (int half = 0; half < 2; ++half) {
       if (!warp_wait(p, &s.staged[consumer_wg], uses & 1u, kCtrMbarStaged, consumer_wg)) return;

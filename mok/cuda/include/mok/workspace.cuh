@@ -245,6 +245,12 @@ struct Task {
   int padding_half;
 };
 
+// The schedule-table row (index into src_rank / src_slot) of row 0 of task t's tile (dispatch, gate/up, down).
+template <class Tiles>
+__device__ __forceinline__ long long table_row0(const Sm90MoeParams& p, const Task& t) {
+  return static_cast<long long>(t.rank) * p.capacity + static_cast<long long>(t.tile) * Tiles::kBlockM;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Shared memory of one CTA. Stage buffers first, each 1024-byte aligned (the 128B swizzle atom).
 // ---------------------------------------------------------------------------------------------------------
