@@ -110,9 +110,9 @@ __global__ void __launch_bounds__(kThreads, 1) push_kernel(Problem p) {
       } else if constexpr (kMode == kStoreWarps4) {
         if (warp < 4) store_rows_by_warp(p, staging, tile, half, warp, 32);
       } else if constexpr (kMode == kAllWarps) {
-        // 12 warps x 16 rows: half a 32-row group each (lanes 16..31 idle in the shuffle's second half).
+        // 12 warps, two rows per warp per step (16 lanes of 16 bytes each per 256-byte row): 24 rows a step.
         const int chunk = lane & 15;
-        for (int r = 16 * warp + (lane >> 4); r < 16 * (warp + 1); r += 2) {
+        for (int r = 2 * warp + (lane >> 4); r < kTileRows; r += 24) {
           const uint4 v = *reinterpret_cast<const uint4*>(
               staging + mok::sm90::staging_offset<mok::sm90::Sm90Tiles>(r, chunk));
           *reinterpret_cast<uint4*>(row_destination(p, tile, r, half) + chunk * 16) = v;

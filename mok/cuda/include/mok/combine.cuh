@@ -104,34 +104,26 @@ __device__ __forceinline__ void push_destinations(const Sm90MoeParams& p, const 
   }
 }
 
-// One consumer warpgroup: its 64 rows x 256 output columns -> the source ranks' combine slots.
-// `push_count[s]` (shared) collects how many of this tile's rows went to source rank s.
-//
-// With p.fuse_top1 (top_k == 1) a slot is the token itself, so the weighted sum of its one slot is done here:
-// out[src_rank][token] = bf16(0 + w * y), with y rounded to bf16 first and the add kept (0 + -0 = +0), which is
-// exactly combine_block's arithmetic for K = 1. Then there are no slots, no combine tasks and no combine tail.
+// The destinations (and, fused, router weights) of the 8 rows this consumer thread copies out of a down tile: rows
+// 64 * consumer_wg + (t128 / 16) + 8 it, chunk t128 % 16 of each. The 16 lanes that copy the same 8 rows look them up
+// once between them: lane chunk < 8 looks up (and, with `count`, counts) row it = chunk, and every lane takes the 8
+// results by shuffle, so each lane holds one lookup's registers, not eight, while acc is live. Timing ablation
+// kAblatePush: rows counted as pushed are stored in place instead.
 template <class Tiles>
-__device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
-                                                   const float (&acc)[128], int consumer_wg, int* push_count) {
-  static_assert(Tiles::kBlockN == 2 * Tiles::kHalfN, "the down tile is staged in two halves");
+__device__ __forceinline__ void consumer_row_destinations(const Sm90MoeParams& p, const Task& t, int consumer_wg,
+                                                          bool count, int* push_count, uint4* (&dst_row)[8],
+                                                          float (&w_row)[8]) {
   const int t128 = threadIdx.x & 127;
   const int chunk = t128 & 15;
+  const int lane = threadIdx.x & 31;
   const int row_chunks = p.hidden / 8;
   const int slots_per_rank = p.tokens_per_rank * p.top_k;
   const bool fuse = p.fuse_top1 != 0;
   const bool contiguous = (p.ablate & kAblatePush) != 0;  // timing ablation: a plain GEMM's output store
-
-  // Destination (and, fused, router weight) of the 8 rows this thread copies out (the same for both halves). The 16
-  // lanes that copy the same 8 rows (chunk = lane % 16) look them up once between them: lane chunk < 8 looks up
-  // (and counts) row it = chunk, and every lane takes the 8 results by shuffle, so each lane holds one lookup's
-  // registers, not eight, while acc is live.
-  const int lane = threadIdx.x & 31;
   const int my_row[1] = {64 * consumer_wg + (t128 >> 4) + 8 * (chunk & 7)};
   uint4* my_dst[1];
   float my_w[1];
-  push_destinations<Tiles>(p, t, my_row, chunk < 8, push_count, my_dst, my_w);
-  uint4* dst_row[8];
-  float w_row[8];
+  push_destinations<Tiles>(p, t, my_row, count && chunk < 8, push_count, my_dst, my_w);
 #pragma unroll
   for (int it = 0; it < 8; ++it) {
     const int row = 64 * consumer_wg + (t128 >> 4) + 8 * it;
@@ -145,32 +137,52 @@ __device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const
       dst_row[it] = reinterpret_cast<uint4*>(fuse ? p.out_ptrs[t.rank] : p.combine_ptrs[t.rank]) + at * row_chunks;
     }
   }
-  const bool scale = fuse && !contiguous;
+}
+
+// One half (128 columns) of this consumer warpgroup's 64 rows: y = bf16(acc) into the staging rows, then each row's
+// 256 contiguous bytes into its (token, k) slot on the source rank (fused: into the token's output row, times its
+// router weight). The warpgroup meets before the reads (the rows are staged) and after them (the staging is free).
+template <class Tiles>
+__device__ __forceinline__ void push_half(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
+                                          const float (&acc)[128], int consumer_wg, int half,
+                                          uint4* const (&dst_row)[8], const float (&w_row)[8]) {
+  const int t128 = threadIdx.x & 127;
+  const int chunk = t128 & 15;
+  const bool scale = p.fuse_top1 && !(p.ablate & kAblatePush);
+  stage_accumulator_half<Tiles>(s.staging, consumer_wg, acc, half);
+  named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
+  const int col = t.nblock * Tiles::kBlockN + half * Tiles::kHalfN + chunk * 8;
+  // The last column block may reach past H; timing ablation kAblateStores: no global store.
+  if (col < p.hidden && !(p.ablate & kAblateStores)) {
+#pragma unroll
+    for (int it = 0; it < 8; ++it) {
+      if (dst_row[it] == nullptr) continue;
+      const int row = 64 * consumer_wg + (t128 >> 4) + 8 * it;
+      uint4 value = load_staged_chunk<Tiles>(s.staging, row, chunk);
+      if (scale) value = weighted_top1(value, w_row[it]);
+      dst_row[it][col / 8] = value;
+    }
+  }
+  named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
+}
+
+// One consumer warpgroup: its 64 rows x 256 output columns -> the source ranks' combine slots.
+// `push_count[s]` (shared) collects how many of this tile's rows went to source rank s.
+//
+// With p.fuse_top1 (top_k == 1) a slot is the token itself, so the weighted sum of its one slot is done here:
+// out[src_rank][token] = bf16(0 + w * y), with y rounded to bf16 first and the add kept (0 + -0 = +0), which is
+// exactly combine_block's arithmetic for K = 1. Then there are no slots, no combine tasks and no combine tail.
+template <class Tiles>
+__device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
+                                                   const float (&acc)[128], int consumer_wg, int* push_count) {
+  static_assert(Tiles::kBlockN == 2 * Tiles::kHalfN, "the down tile is staged in two halves");
+  uint4* dst_row[8];
+  float w_row[8];
+  consumer_row_destinations<Tiles>(p, t, consumer_wg, true, push_count, dst_row, w_row);
   // Timing ablation: rows are counted (the combine still waits for them) but nothing is staged or stored.
   if (p.ablate & kAblateEpilogue) return;
-
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    // 1. y = bf16(acc) for columns [128*half, 128*half + 128) of the tile into the staging rows.
-    stage_accumulator_half<Tiles>(s.staging, consumer_wg, acc, half);
-    named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
-
-    // 2. Push: each row's 256 contiguous bytes into its (token, k) slot on the source rank (fused: into the
-    //    token's output row, times its router weight).
-    const int col = t.nblock * Tiles::kBlockN + half * Tiles::kHalfN + chunk * 8;
-    // The last column block may reach past H; timing ablation kAblateStores: no global store.
-    if (col < p.hidden && !(p.ablate & kAblateStores)) {
-#pragma unroll
-      for (int it = 0; it < 8; ++it) {
-        if (dst_row[it] == nullptr) continue;
-        const int row = 64 * consumer_wg + (t128 >> 4) + 8 * it;
-        uint4 value = load_staged_chunk<Tiles>(s.staging, row, chunk);
-        if (scale) value = weighted_top1(value, w_row[it]);
-        dst_row[it][col / 8] = value;
-      }
-    }
-    named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
-  }
+  for (int half = 0; half < 2; ++half) push_half<Tiles>(p, t, s, acc, consumer_wg, half, dst_row, w_row);
 }
 
 // Early combine (t.minibatch >= 0): before the consumers read a block's slots, their thread 0 waits until every

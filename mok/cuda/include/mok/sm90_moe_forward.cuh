@@ -224,7 +224,7 @@ __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, Shared
       float acc[128];
       task_mainloop<Tiles, kOverlap>(p, s, pipe, t, p.intermediate / Tiles::kBlockK, consumer_wg, false, acc);
       if (kOverlap && p.store_warps) {  // store warps: the pipelined variant only (compiled out of the simple one)
-        down_epilogue_staged<Tiles>(p, s, acc, consumer_wg, handoff);  // the store warps push the rows
+        down_epilogue_staged<Tiles>(p, t, s, acc, consumer_wg, handoff);  // the store warps push half the rows
       } else {
         down_epilogue_push<Tiles>(p, t, s, acc, consumer_wg, push_count);
       }

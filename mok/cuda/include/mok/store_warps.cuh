@@ -4,20 +4,20 @@
 // Why: both consumer warpgroups finish a tile together (one 128 x 256 tile, 64 rows each), so while they copy the
 // staged rows out to the combine slots no wgmma runs: a down tile writes 64 KB (128 rows x 256 bf16) to rows
 // scattered over the combine slots. Warps 2 and 3 of the producer warpgroup (idle in ring mode: thread 0 drives TMA,
-// warp 1 signals) take the copy over; the store of the second half then overlaps the next tile's mainloop, and the
-// consumers no longer run the row lookups, pointer arithmetic and stores at all. (Handing the gate/up tiles' h rows
-// over as well, or h and the saved gate/up rows, measured no better: mok/cuda/README.md, round 10.)
+// warp 1 signals) take the second half of the copy over, which then overlaps the next tile's mainloop. (Handing the
+// gate/up tiles' h rows over as well, or h and the saved gate/up rows, measured no better: mok/cuda/README.md,
+// round 10.)
 //
-// Hand-off, per consumer warpgroup w and store warp 2 + w (the staging rows 64w .. 64w + 63 are w's alone):
+// Hand-off, per consumer warpgroup w and store warp 2 + w (the staging rows 64w .. 64w + 63 are w's alone).
+// The consumers push the first half of their rows themselves, the store warp the second (round 15: 1-10% faster
+// than handing both halves over, which made the consumers wait for the store warp's first half):
 //
 //     consumers of w                           store warp 2 + w                      signal warp
 //     wait drained[w] (previous use read)
-//     stmatrix half 0 -> staging
-//     arrive staged[w]  (4 warps)  ----------> wait staged[w]
-//     wait drained[w]                          rows -> combine slots
-//               <----------------------------  arrive drained[w]
-//     stmatrix half 1, arrive staged[w] -----> rows -> combine slots, arrive drained[w]
-//     next task's mainloop                     arrive stores_done[slot] ------------> wait stores_done[slot]
+//     stmatrix half 0 -> staging, rows -> combine slots (as down_epilogue_push)
+//     stmatrix half 1, arrive staged[w] -----> wait staged[w]
+//     next task's mainloop                     rows -> combine slots, arrive drained[w]
+//                                              arrive stores_done[slot] ------------> wait stores_done[slot]
 //                                                                                     fence, counters
 //
 // Every staging use (the gate/up epilogues too) first waits for drained[w], so the tile is never rewritten
@@ -78,17 +78,21 @@ __device__ __forceinline__ void hand_staging_to_store_warp(SharedStorage<Tiles>&
   ++handoff.uses;
 }
 
-// Down epilogue with store warps: y = bf16(acc), both halves staged and handed over; nothing is stored here.
+// Down epilogue with store warps: the consumers push the first half of their rows themselves
+// (as down_epilogue_push does, without counting: the store warp counts every row) and hand the second half to the
+// store warp, which stores it while they run the next mainloop. With both halves handed over, the consumers waited
+// for the store warp to finish the first before they could stage the second.
 template <class Tiles>
-__device__ __forceinline__ void down_epilogue_staged(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
+__device__ __forceinline__ void down_epilogue_staged(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
                                                      const float (&acc)[128], int consumer_wg,
                                                      StagingHandoff& handoff) {
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    wait_staging_free<Tiles>(p, s, consumer_wg, handoff);
-    stage_accumulator_half<Tiles>(s.staging, consumer_wg, acc, half);
-    hand_staging_to_store_warp<Tiles>(s, consumer_wg, handoff);
-  }
+  uint4* dst_row[8];
+  float w_row[8];
+  consumer_row_destinations<Tiles>(p, t, consumer_wg, false, nullptr, dst_row, w_row);
+  wait_staging_free<Tiles>(p, s, consumer_wg, handoff);  // the store warp has read the last rows handed to it
+  push_half<Tiles>(p, t, s, acc, consumer_wg, 0, dst_row, w_row);
+  stage_accumulator_half<Tiles>(s.staging, consumer_wg, acc, 1);
+  hand_staging_to_store_warp<Tiles>(s, consumer_wg, handoff);
 }
 
 // Rows [first, first + 32) of the warpgroup's 64 staged rows out to their destinations, for one staged half: `dst`
@@ -135,10 +139,9 @@ __device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedSto
     uint4* dst[2];
     float weight[2];
     push_destinations<Tiles>(p, t, rows, true, s.push_count[task_slot], dst, weight);
-#pragma unroll 1
-    for (int half = 0; half < 2; ++half) {
+    {  // the second half only (down_epilogue_staged: the consumers push the first)
       if (!warp_wait(p, &s.staged[consumer_wg], uses & 1u, kCtrMbarStaged, consumer_wg)) return;
-      const int col = t.nblock * Tiles::kBlockN + half * Tiles::kHalfN + (lane & 15) * 8;
+      const int col = t.nblock * Tiles::kBlockN + Tiles::kHalfN + (lane & 15) * 8;
       store_staged_half_rows<Tiles>(p, s.staging, row0, 0, dst[0], weight[0], col);
       store_staged_half_rows<Tiles>(p, s.staging, row0, 32, dst[1], weight[1], col);
       __syncwarp();  // every lane's staging reads are done (their values went to the stores)
