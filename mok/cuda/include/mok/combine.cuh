@@ -57,29 +57,28 @@ __device__ __forceinline__ uint4 weighted_top1(const uint4& y_raw, float w) {
   return pack_bf16x8(y);
 }
 
-// Where rows `rows[i]` of a down tile go (nullptr: padding, or an inconsistent schedule) and, fused top-1, their
-// router weights (else 0). With `count` (the lane that speaks for its rows) each row is counted for its source rank
-// in `push_count` and an inconsistent schedule is recorded. Shared by the consumers' push below and the store warps
-// (store_warps.cuh), which must send every row to the same place.
-// NOTE: the loads go in batches, every row's table entries first, then the pointer tables, then (fused top-1) the
-// weights, so N rows wait for two L2 round trips (fused top-1: three) rather than 2N (3N). The consumers go further
-// and give each lane one row (down_epilogue_push). Row by row, eight rows per consumer thread (round 13 and before),
-// each row's loads waited behind the previous row's counting and error branch: 16 round trips at anchor-2 (top-16,
-// no weights), about 3 us of every 8 us down task there, after the mainloop (mok/cuda/README.md, round 14).
+// The schedule-table entries (source rank, source slot) of rows `rows[i]` of a down tile: the first of
+// push_destinations' round trips, on its own so that it can be issued early (consumer_row_lookup).
 template <class Tiles, int N>
-__device__ __forceinline__ void push_destinations(const Sm90MoeParams& p, const Task& t, const int (&rows)[N],
-                                                  bool count, int* push_count, uint4* (&dst)[N], float (&weight)[N]) {
+__device__ __forceinline__ void load_row_entries(const Sm90MoeParams& p, const Task& t, const int (&rows)[N],
+                                                 int (&src_rank)[N], int (&src_slot)[N]) {
   const long long row0 = table_row0<Tiles>(p, t);
-  const int slots_per_rank = p.tokens_per_rank * p.top_k;
-  const long long row_chunks = p.hidden / 8;
-  const bool fuse = p.fuse_top1 != 0;
-  int src_rank[N], src_slot[N];
-  bool valid[N];
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     src_rank[i] = __ldg(p.src_rank + row0 + rows[i]);
     src_slot[i] = __ldg(p.src_slot + row0 + rows[i]);
   }
+}
+
+// push_destinations' second part: from the rows' table entries (load_row_entries) to their destinations.
+template <class Tiles, int N>
+__device__ __forceinline__ void resolve_destinations(const Sm90MoeParams& p, const Task& t, const int (&rows)[N],
+                                                     const int (&src_rank)[N], const int (&src_slot)[N], bool count,
+                                                     int* push_count, uint4* (&dst)[N], float (&weight)[N]) {
+  const int slots_per_rank = p.tokens_per_rank * p.top_k;
+  const long long row_chunks = p.hidden / 8;
+  const bool fuse = p.fuse_top1 != 0;
+  bool valid[N];
   long long base[N], weights[N];
 #pragma unroll
   for (int i = 0; i < N; ++i) {
@@ -104,26 +103,64 @@ __device__ __forceinline__ void push_destinations(const Sm90MoeParams& p, const 
   }
 }
 
-// The destinations (and, fused, router weights) of the 8 rows this consumer thread copies out of a down tile: rows
-// 64 * consumer_wg + (t128 / 16) + 8 it, chunk t128 % 16 of each. The 16 lanes that copy the same 8 rows look them up
-// once between them: lane chunk < 8 looks up (and, with `count`, counts) row it = chunk, and every lane takes the 8
-// results by shuffle, so each lane holds one lookup's registers, not eight, while acc is live. Timing ablation
-// kAblatePush: rows counted as pushed are stored in place instead.
-template <class Tiles>
-__device__ __forceinline__ void consumer_row_destinations(const Sm90MoeParams& p, const Task& t, int consumer_wg,
-                                                          bool count, int* push_count, uint4* (&dst_row)[8],
-                                                          float (&w_row)[8]) {
+// Where rows `rows[i]` of a down tile go (nullptr: padding, or an inconsistent schedule) and, fused top-1, their
+// router weights (else 0). With `count` (the lane that speaks for its rows) each row is counted for its source rank
+// in `push_count` and an inconsistent schedule is recorded. Shared by the consumers' push below and the store warps
+// (store_warps.cuh), which must send every row to the same place.
+// NOTE: the loads go in batches, every row's table entries first, then the pointer tables, then (fused top-1) the
+// weights, so N rows wait for two L2 round trips (fused top-1: three) rather than 2N (3N). The consumers go further
+// and give each lane one row (consumer_row_lookup). Row by row, eight rows per consumer thread (round 13 and before),
+// each row's loads waited behind the previous row's counting and error branch: 16 round trips at anchor-2 (top-16,
+// no weights), about 3 us of every 8 us down task there, after the mainloop (mok/cuda/README.md, round 14).
+template <class Tiles, int N>
+__device__ __forceinline__ void push_destinations(const Sm90MoeParams& p, const Task& t, const int (&rows)[N],
+                                                  bool count, int* push_count, uint4* (&dst)[N], float (&weight)[N]) {
+  int src_rank[N], src_slot[N];
+  load_row_entries<Tiles>(p, t, rows, src_rank, src_slot);
+  resolve_destinations<Tiles>(p, t, rows, src_rank, src_slot, count, push_count, dst, weight);
+}
+
+// One consumer lane's share of a down tile's row lookups. The 16 lanes that copy the same 8 rows (rows
+// 64 * consumer_wg + (t128 / 16) + 8 it, chunk t128 % 16 of each) look them up once between them: lane chunk < 8
+// looks up (and, with `count`, counts) row it = chunk. The table loads are issued before the tile's mainloop
+// (run_consumer_task) and first used after it, so their L2 round trip passes while the tensor cores run; only the
+// two table entries stay live across the mainloop. share_row_destinations resolves them and hands the 8 rows'
+// results to every lane.
+struct RowLookup {
+  int src_rank;
+  int src_slot;
+};
+
+__device__ __forceinline__ int consumer_lookup_row(int consumer_wg) {
   const int t128 = threadIdx.x & 127;
-  const int chunk = t128 & 15;
+  return 64 * consumer_wg + (t128 >> 4) + 8 * (t128 & 7);
+}
+
+template <class Tiles>
+__device__ __forceinline__ RowLookup consumer_row_lookup(const Sm90MoeParams& p, const Task& t, int consumer_wg) {
+  const int my_row[1] = {consumer_lookup_row(consumer_wg)};
+  int src_rank[1], src_slot[1];
+  load_row_entries<Tiles>(p, t, my_row, src_rank, src_slot);
+  return {src_rank[0], src_slot[0]};
+}
+
+// The destinations (and, fused, router weights) of the 8 rows this thread copies, by shuffle from the lanes that
+// looked them up. Timing ablation kAblatePush: rows counted as pushed are stored in place instead.
+template <class Tiles>
+__device__ __forceinline__ void share_row_destinations(const Sm90MoeParams& p, const Task& t, int consumer_wg,
+                                                       const RowLookup& mine, bool count, int* push_count,
+                                                       uint4* (&dst_row)[8], float (&w_row)[8]) {
+  const int t128 = threadIdx.x & 127;
   const int lane = threadIdx.x & 31;
+  const int my_row[1] = {consumer_lookup_row(consumer_wg)};
+  const int src_rank[1] = {mine.src_rank}, src_slot[1] = {mine.src_slot};
+  uint4* my_dst[1];
+  float my_w[1];
+  resolve_destinations<Tiles>(p, t, my_row, src_rank, src_slot, count && (t128 & 15) < 8, push_count, my_dst, my_w);
   const int row_chunks = p.hidden / 8;
   const int slots_per_rank = p.tokens_per_rank * p.top_k;
   const bool fuse = p.fuse_top1 != 0;
   const bool contiguous = (p.ablate & kAblatePush) != 0;  // timing ablation: a plain GEMM's output store
-  const int my_row[1] = {64 * consumer_wg + (t128 >> 4) + 8 * (chunk & 7)};
-  uint4* my_dst[1];
-  float my_w[1];
-  push_destinations<Tiles>(p, t, my_row, count && chunk < 8, push_count, my_dst, my_w);
 #pragma unroll
   for (int it = 0; it < 8; ++it) {
     const int row = 64 * consumer_wg + (t128 >> 4) + 8 * it;
@@ -167,18 +204,20 @@ __device__ __forceinline__ void push_half(const Sm90MoeParams& p, const Task& t,
 }
 
 // One consumer warpgroup: its 64 rows x 256 output columns -> the source ranks' combine slots.
-// `push_count[s]` (shared) collects how many of this tile's rows went to source rank s.
+// `mine`: this lane's table entries (consumer_row_lookup); `push_count[s]` (shared) collects how many of this
+// tile's rows went to source rank s.
 //
 // With p.fuse_top1 (top_k == 1) a slot is the token itself, so the weighted sum of its one slot is done here:
 // out[src_rank][token] = bf16(0 + w * y), with y rounded to bf16 first and the add kept (0 + -0 = +0), which is
 // exactly combine_block's arithmetic for K = 1. Then there are no slots, no combine tasks and no combine tail.
 template <class Tiles>
 __device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
-                                                   const float (&acc)[128], int consumer_wg, int* push_count) {
+                                                   const float (&acc)[128], int consumer_wg, const RowLookup& mine,
+                                                   int* push_count) {
   static_assert(Tiles::kBlockN == 2 * Tiles::kHalfN, "the down tile is staged in two halves");
   uint4* dst_row[8];
   float w_row[8];
-  consumer_row_destinations<Tiles>(p, t, consumer_wg, true, push_count, dst_row, w_row);
+  share_row_destinations<Tiles>(p, t, consumer_wg, mine, true, push_count, dst_row, w_row);
   // Timing ablation: rows are counted (the combine still waits for them) but nothing is staged or stored.
   if (p.ablate & kAblateEpilogue) return;
 #pragma unroll

@@ -221,12 +221,14 @@ __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, Shared
       break;
     }
     case kTaskDown: {
+      // The rows' table entries are loaded before the mainloop and first used after it (combine.cuh).
+      const RowLookup mine = consumer_row_lookup<Tiles>(p, t, consumer_wg);
       float acc[128];
       task_mainloop<Tiles, kOverlap>(p, s, pipe, t, p.intermediate / Tiles::kBlockK, consumer_wg, false, acc);
       if (kOverlap && p.store_warps) {  // store warps: the pipelined variant only (compiled out of the simple one)
-        down_epilogue_staged<Tiles>(p, t, s, acc, consumer_wg, handoff);  // the store warps push half the rows
+        down_epilogue_staged<Tiles>(p, t, s, acc, consumer_wg, mine, handoff);  // the store warps push half the rows
       } else {
-        down_epilogue_push<Tiles>(p, t, s, acc, consumer_wg, push_count);
+        down_epilogue_push<Tiles>(p, t, s, acc, consumer_wg, mine, push_count);
       }
       break;
     }

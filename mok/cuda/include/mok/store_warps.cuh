@@ -85,10 +85,10 @@ __device__ __forceinline__ void hand_staging_to_store_warp(SharedStorage<Tiles>&
 template <class Tiles>
 __device__ __forceinline__ void down_epilogue_staged(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
                                                      const float (&acc)[128], int consumer_wg,
-                                                     StagingHandoff& handoff) {
+                                                     const RowLookup& mine, StagingHandoff& handoff) {
   uint4* dst_row[8];
   float w_row[8];
-  consumer_row_destinations<Tiles>(p, t, consumer_wg, false, nullptr, dst_row, w_row);
+  share_row_destinations<Tiles>(p, t, consumer_wg, mine, false, nullptr, dst_row, w_row);
   wait_staging_free<Tiles>(p, s, consumer_wg, handoff);  // the store warp has read the last rows handed to it
   push_half<Tiles>(p, t, s, acc, consumer_wg, 0, dst_row, w_row);
   stage_accumulator_half<Tiles>(s.staging, consumer_wg, acc, 1);
