@@ -13,7 +13,7 @@
 //   storewarps2  two warps as the store warps do in ring mode (store_warps.cuh): each warp 64 rows, the row's
 //                destination taken by shuffle from the lane that owns it, 2 rows per warp instruction
 //   storewarps4  the same with four warps (32 rows each)
-//   allwarps     all 12 warps, 16 rows each (what the SM can do when nothing else runs)
+//   allwarps     all 12 warps, two rows per warp instruction (what the SM can do when nothing else runs)
 //   bulk         one warp issues a 256-byte cp.async.bulk (shared -> global) per row and half tile, 256 per tile,
 //                and waits for their reads at the end of each tile; the staging rows are unswizzled here (the
 //                kernel's staging is 128B-swizzled, which a bulk copy cannot read: what it would buy)
@@ -21,7 +21,9 @@
 // Build and run (H200):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I mok/cuda/include \
 //     -o build/push_store_probe experiments/push_store_probe.cu
-//   build/push_store_probe [tiles per CTA (512) [runs (7) [H (4096)]]]
+//   build/push_store_probe [tiles per CTA (512) [runs (7) [H (4096) [CTAs (132)]]]]
+// With fewer CTAs than SMs the HBM is no longer the limit: what one SM's issue rate allows (in the megakernel about
+// a third of the SMs run down epilogues at any time at anchor-2).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -141,12 +143,13 @@ const Kernel kKernels[] = {push_kernel<kConsumers>, push_kernel<kStoreWarps2>, p
 
 int main(int argc, char** argv) {
   using namespace probe;
-  const int ctas = 132;
   const int tiles_per_cta = argc > 1 ? std::atoi(argv[1]) : 512;
   const int runs = argc > 2 ? std::atoi(argv[2]) : 7;
   const int hidden = argc > 3 ? std::atoi(argv[3]) : 4096;
-  if (tiles_per_cta <= 0 || runs <= 0 || hidden <= 0 || hidden % kTileCols != 0) {
-    std::fprintf(stderr, "usage: %s [tiles per CTA > 0 [runs > 0 [H, a multiple of %d]]]\n", argv[0], kTileCols);
+  const int ctas = argc > 4 ? std::atoi(argv[4]) : 132;
+  if (tiles_per_cta <= 0 || runs <= 0 || hidden <= 0 || hidden % kTileCols != 0 || ctas <= 0 || ctas > 132) {
+    std::fprintf(stderr, "usage: %s [tiles per CTA > 0 [runs > 0 [H, a multiple of %d [CTAs in 1..132]]]]\n", argv[0],
+                 kTileCols);
     return 2;
   }
   // Enough slots that every (slot, column block) of every tile is written once: a power of two >= the rows.
@@ -162,8 +165,8 @@ int main(int argc, char** argv) {
   for (Kernel k : kKernels) PROBE_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const double tile_bytes = static_cast<double>(kTileRows) * kTileCols * 2;
   const double total = tile_bytes * ctas * tiles_per_cta;
-  std::printf("132 CTAs x %d tiles of 128 rows x 256 bf16 (64 KB) into %d slots of H %d (%.2f GB written); median "
-              "of %d runs, modes interleaved\n", tiles_per_cta, num_slots, hidden, total / 1e9, runs);
+  std::printf("%d CTAs x %d tiles of 128 rows x 256 bf16 (64 KB) into %d slots of H %d (%.2f GB written); median "
+              "of %d runs, modes interleaved\n", ctas, tiles_per_cta, num_slots, hidden, total / 1e9, runs);
   const std::vector<double> ms =
       median_ms_rotated(kModes, runs, [&](int mode) { kKernels[mode]<<<ctas, kThreads, smem>>>(p); });
   std::printf("%-14s %10s %10s %14s\n", "mode", "ms", "TB/s", "us per tile/SM");
