@@ -147,9 +147,9 @@ def default_signal_warp() -> bool:
 
 
 def default_store_warps() -> bool:
-    """``MOK_CUDA_STORE_WARPS`` (default on): with the signal warp, two more idle producer warps store the down
-    tiles' staged rows, so the consumer warpgroups start their next mainloop while the rows go out
-    (include/mok/store_warps.cuh, mok/cuda/README.md round 10). Changes no bit."""
+    """``MOK_CUDA_STORE_WARPS`` (default on): with the signal warp, two more idle producer warps store the second
+    half of each down tile's staged rows, so the consumer warpgroups start their next mainloop while those rows go
+    out (include/mok/store_warps.cuh, mok/cuda/README.md rounds 10 and 15). Changes no bit."""
     return _env_on("MOK_CUDA_STORE_WARPS", "1")
 
 

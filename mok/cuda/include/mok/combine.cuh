@@ -121,11 +121,11 @@ __device__ __forceinline__ void push_destinations(const Sm90MoeParams& p, const 
 }
 
 // One consumer lane's share of a down tile's row lookups. The 16 lanes that copy the same 8 rows (rows
-// 64 * consumer_wg + (t128 / 16) + 8 it, chunk t128 % 16 of each) look them up once between them: lane chunk < 8
-// looks up (and, with `count`, counts) row it = chunk. The table loads are issued before the tile's mainloop
-// (run_consumer_task) and first used after it, so their L2 round trip passes while the tensor cores run; only the
-// two table entries stay live across the mainloop. share_row_destinations resolves them and hands the 8 rows'
-// results to every lane.
+// 64 * consumer_wg + (t128 / 16) + 8 it, chunk t128 % 16 of each) split them: lane chunk looks up row it = chunk % 8
+// (lanes 8..15 repeat lanes 0..7's rows: the same cache lines, and no lane idles in the shuffles), and only lanes
+// 0..7 count them. The table loads are issued before the tile's mainloop (run_consumer_task) and first used after
+// it, so their L2 round trip passes while the tensor cores run; only the two table entries stay live across the
+// mainloop. resolve_shared_destinations resolves them and hands the 8 rows' results to every lane.
 struct RowLookup {
   int src_rank;
   int src_slot;
@@ -144,16 +144,18 @@ __device__ __forceinline__ RowLookup consumer_row_lookup(const Sm90MoeParams& p,
   return {src_rank[0], src_slot[0]};
 }
 
-// The destinations (and, fused, router weights) of the 8 rows this thread copies, by shuffle from the lanes that
-// looked them up. Timing ablation kAblatePush: rows counted as pushed are stored in place instead.
+// The destinations (and, fused, router weights) of the 8 rows this thread copies: each lane resolves its table
+// entries (with `count`, lanes 0..7 of each 16 count their row and record an inconsistent schedule), then takes
+// the 8 rows' results by shuffle from the lanes that hold them. Timing ablation kAblatePush: rows counted as
+// pushed are stored in place instead.
 template <class Tiles>
-__device__ __forceinline__ void share_row_destinations(const Sm90MoeParams& p, const Task& t, int consumer_wg,
-                                                       const RowLookup& mine, bool count, int* push_count,
-                                                       uint4* (&dst_row)[8], float (&w_row)[8]) {
+__device__ __forceinline__ void resolve_shared_destinations(const Sm90MoeParams& p, const Task& t, int consumer_wg,
+                                                            const RowLookup& entries, bool count, int* push_count,
+                                                            uint4* (&dst_row)[8], float (&w_row)[8]) {
   const int t128 = threadIdx.x & 127;
   const int lane = threadIdx.x & 31;
   const int my_row[1] = {consumer_lookup_row(consumer_wg)};
-  const int src_rank[1] = {mine.src_rank}, src_slot[1] = {mine.src_slot};
+  const int src_rank[1] = {entries.src_rank}, src_slot[1] = {entries.src_slot};
   uint4* my_dst[1];
   float my_w[1];
   resolve_destinations<Tiles>(p, t, my_row, src_rank, src_slot, count && (t128 & 15) < 8, push_count, my_dst, my_w);
@@ -204,7 +206,7 @@ __device__ __forceinline__ void push_half(const Sm90MoeParams& p, const Task& t,
 }
 
 // One consumer warpgroup: its 64 rows x 256 output columns -> the source ranks' combine slots.
-// `mine`: this lane's table entries (consumer_row_lookup); `push_count[s]` (shared) collects how many of this
+// `entries`: this lane's table entries (consumer_row_lookup); `push_count[s]` (shared) collects how many of this
 // tile's rows went to source rank s.
 //
 // With p.fuse_top1 (top_k == 1) a slot is the token itself, so the weighted sum of its one slot is done here:
@@ -212,12 +214,12 @@ __device__ __forceinline__ void push_half(const Sm90MoeParams& p, const Task& t,
 // exactly combine_block's arithmetic for K = 1. Then there are no slots, no combine tasks and no combine tail.
 template <class Tiles>
 __device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
-                                                   const float (&acc)[128], int consumer_wg, const RowLookup& mine,
+                                                   const float (&acc)[128], int consumer_wg, const RowLookup& entries,
                                                    int* push_count) {
   static_assert(Tiles::kBlockN == 2 * Tiles::kHalfN, "the down tile is staged in two halves");
   uint4* dst_row[8];
   float w_row[8];
-  share_row_destinations<Tiles>(p, t, consumer_wg, mine, true, push_count, dst_row, w_row);
+  resolve_shared_destinations<Tiles>(p, t, consumer_wg, entries, true, push_count, dst_row, w_row);
   // Timing ablation: rows are counted (the combine still waits for them) but nothing is staged or stored.
   if (p.ablate & kAblateEpilogue) return;
 #pragma unroll

@@ -74,8 +74,8 @@ struct Sm90MoeProblem {
   int x_row_bytes = 0;           // 0: 2H (bf16 rows)
   bool signal_warp = true;       // pipelined variant, ring mode: a producer warp signals finished tasks (else a
                                  // consumer thread does, and its warpgroup waits for the fence)
-  bool store_warps = true;       // with the signal warp: two producer warps store the down tiles' rows, so the
-                                 // consumers start the next mainloop at once (store_warps.cuh); not with ablate
+  bool store_warps = true;       // with the signal warp: two producer warps store half of each down tile's rows,
+                                 // so the consumers start the next mainloop sooner (store_warps.cuh); not with ablate
   bool skip_padding_half = true; // pipelined variant: a GEMM tile whose rows 64..127 are all padding runs one
                                  // consumer warpgroup's MMA (Task::padding_half); changes no bit
   // One real rank per launch (expert parallelism across GPUs; mok/cuda/rank_run.py). -1: all R ranks are emulated

@@ -222,13 +222,13 @@ __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, Shared
     }
     case kTaskDown: {
       // The rows' table entries are loaded before the mainloop and first used after it (combine.cuh).
-      const RowLookup mine = consumer_row_lookup<Tiles>(p, t, consumer_wg);
+      const RowLookup entries = consumer_row_lookup<Tiles>(p, t, consumer_wg);
       float acc[128];
       task_mainloop<Tiles, kOverlap>(p, s, pipe, t, p.intermediate / Tiles::kBlockK, consumer_wg, false, acc);
       if (kOverlap && p.store_warps) {  // store warps: the pipelined variant only (compiled out of the simple one)
-        down_epilogue_staged<Tiles>(p, t, s, acc, consumer_wg, mine, handoff);  // the store warps push half the rows
+        down_epilogue_staged<Tiles>(p, t, s, acc, consumer_wg, entries, handoff);  // the store warps push half the rows
       } else {
-        down_epilogue_push<Tiles>(p, t, s, acc, consumer_wg, mine, push_count);
+        down_epilogue_push<Tiles>(p, t, s, acc, consumer_wg, entries, push_count);
       }
       break;
     }

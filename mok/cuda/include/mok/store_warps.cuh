@@ -1,5 +1,5 @@
-// Store warps: the down tiles' rows leave the staging tile through two otherwise idle producer warps, so the
-// consumer warpgroups go on to their next mainloop as soon as their rows are staged.
+// Store warps: half of each down tile's rows leave the staging tile through two otherwise idle producer warps, so
+// the consumer warpgroups go on to their next mainloop once they have pushed the first half and staged the second.
 //
 // Why: both consumer warpgroups finish a tile together (one 128 x 256 tile, 64 rows each), so while they copy the
 // staged rows out to the combine slots no wgmma runs: a down tile writes 64 KB (128 rows x 256 bf16) to rows
@@ -54,8 +54,8 @@ __device__ __forceinline__ bool warp_wait(const Sm90MoeParams& p, uint64_t* bar,
   return __all_sync(0xFFFFFFFFu, mbar_wait(p, bar, parity, counter_id, index));
 }
 
-// Consumer side. `uses` counts this warpgroup's staging uses handed to its store warp (one per half of a down
-// tile), the phase of `drained` the next use must see completed.
+// Consumer side. `uses` counts this warpgroup's staging uses handed to its store warp (one per down tile: its
+// second half), the phase of `drained` the next use must see completed.
 struct StagingHandoff {
   uint32_t uses = 0;
 };
@@ -82,13 +82,16 @@ __device__ __forceinline__ void hand_staging_to_store_warp(SharedStorage<Tiles>&
 // (as down_epilogue_push does, without counting: the store warp counts every row) and hand the second half to the
 // store warp, which stores it while they run the next mainloop. With both halves handed over, the consumers waited
 // for the store warp to finish the first before they could stage the second.
+// NOTE: both halves must go to the same destinations, so this path never runs under a timing ablation (kAblatePush
+// would send the consumers' half in place and the store warp's to the slots): the launch turns the store warps off
+// whenever `ablate` is set (csrc/sm90_moe_forward.cu).
 template <class Tiles>
 __device__ __forceinline__ void down_epilogue_staged(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
                                                      const float (&acc)[128], int consumer_wg,
-                                                     const RowLookup& mine, StagingHandoff& handoff) {
+                                                     const RowLookup& entries, StagingHandoff& handoff) {
   uint4* dst_row[8];
   float w_row[8];
-  share_row_destinations<Tiles>(p, t, consumer_wg, mine, false, nullptr, dst_row, w_row);
+  resolve_shared_destinations<Tiles>(p, t, consumer_wg, entries, false, nullptr, dst_row, w_row);
   wait_staging_free<Tiles>(p, s, consumer_wg, handoff);  // the store warp has read the last rows handed to it
   push_half<Tiles>(p, t, s, acc, consumer_wg, 0, dst_row, w_row);
   stage_accumulator_half<Tiles>(s.staging, consumer_wg, acc, 1);
