@@ -11,6 +11,13 @@ give the same bits). Run on the H200 from the repository root::
 
     python3 experiments/ab_kernels.py --patch experiments/results/h200_2026-11-29_round8/round9_candidates.patch \\
         anchor-1 anchor-4 kimi-k2.7/ep64
+
+A runtime switch instead of a build: without ``--patch`` or ``--tree`` both are this tree's build, and
+``--launch-a`` / ``--launch-b`` give each its own :func:`mok.cuda.backend.launch` options (``--prepare`` passes
+options to :func:`mok.cuda.backend.prepare` for both), e.g. the early combine against the combine tail::
+
+    python3 experiments/ab_kernels.py --prepare early_combine=1 --launch-a early_combine=0 \\
+        --launch-b early_combine=1 anchor-1 anchor-5
 """
 from __future__ import annotations
 
@@ -39,6 +46,24 @@ def patched_tree(patch: Path, workdir: Path) -> Path:
     subprocess.run(["git", "apply", "--include=mok/cuda/include/*", "--include=mok/cuda/csrc/*",
                     str(patch.resolve())], cwd=workdir, check=True)
     return root
+
+
+def parse_options(pairs: list[str]) -> dict:
+    """``KEY=VALUE`` strings as keyword arguments: integers as ints, true/false as bools, anything else a string."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise ValueError(f"expected KEY=VALUE with KEY a name, got {pair!r}")
+        lowered = value.strip().lower()
+        if lowered in ("true", "false"):
+            options[key] = lowered == "true"
+        else:
+            try:
+                options[key] = int(value)
+            except ValueError:
+                options[key] = value
+    return options
 
 
 def smi_index() -> str:
@@ -94,9 +119,15 @@ def clock_summary(samples: list[tuple[float, float, float]], start: float, stop:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    source = parser.add_mutually_exclusive_group(required=True)
+    source = parser.add_mutually_exclusive_group()
     source.add_argument("--patch", type=Path, help="a patch against this tree (its mok/cuda hunks make build B)")
     source.add_argument("--tree", type=Path, help="a directory with include/ and csrc/ for build B")
+    parser.add_argument("--launch-a", action="append", default=[], metavar="KEY=VALUE",
+                        help="a backend.launch option for A (repeatable)")
+    parser.add_argument("--launch-b", action="append", default=[], metavar="KEY=VALUE",
+                        help="a backend.launch option for B (repeatable)")
+    parser.add_argument("--prepare", action="append", default=[], metavar="KEY=VALUE",
+                        help="a backend.prepare option for both (repeatable)")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--launches", type=int, default=3, help="launches per build and round")
     parser.add_argument("--dispatch", default=None, help="ring, gather or auto (default: the backend's default)")
@@ -108,6 +139,10 @@ def main(argv: list[str] | None = None) -> None:
                              "too)")
     parser.add_argument("shapes", nargs="*", default=["anchor-1", "anchor-4", "kimi-k2.7/ep64"])
     args = parser.parse_args(argv)
+    launch_options = {"A": parse_options(args.launch_a), "B": parse_options(args.launch_b)}
+    prepare_options = parse_options(args.prepare)
+    if args.patch is None and args.tree is None and launch_options["A"] == launch_options["B"]:
+        parser.error("give --patch or --tree, or launch options that differ between A and B")
 
     import torch  # noqa: PLC0415
 
@@ -120,8 +155,12 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         tree_b = patched_tree(args.patch, Path(tmp)) if args.patch else args.tree
-        builds = {"A": load_extension(), "B": load_extension(source_root=tree_b)}
-    print(f"A = {builds['A'].__name__} (this tree), B = {builds['B'].__name__} ({args.patch or args.tree})")
+        builds = {"A": load_extension(), "B": load_extension(source_root=tree_b) if tree_b else load_extension()}
+    for label in builds:
+        where = "this tree" if label == "A" or not (args.patch or args.tree) else (args.patch or args.tree)
+        print(f"{label} = {builds[label].__name__} ({where}), launch options {launch_options[label] or 'default'}")
+    if prepare_options:
+        print(f"prepare options (both): {prepare_options}")
 
     sampler = None
     if args.clock_log is not None:
@@ -132,7 +171,8 @@ def main(argv: list[str] | None = None) -> None:
         shape = SHAPES[name]
         problem = Problem(shape, n_sets=2)
         preps = [backend.prepare(*problem.args(j), schedule=build_kernel_schedule(problem.routes[j][1],
-                                                                                 shape.num_experts))
+                                                                                 shape.num_experts),
+                                 **prepare_options)
                  for j in range(2)]
         saved = [backend.saved_gate_up_buffer(prep) if args.saved_rows else None for prep in preps]
         outs = {}
@@ -140,12 +180,13 @@ def main(argv: list[str] | None = None) -> None:
             preps[0].out.fill_(float("nan"))  # poisoned for each build, so rows it leaves unwritten show
             if saved[0] is not None:
                 saved[0].fill_(float("nan"))
-            out = backend.launch(preps[0], dispatch=args.dispatch, extension=ext, saved_gate_up=saved[0]).clone()
+            out = backend.launch(preps[0], dispatch=args.dispatch, extension=ext, saved_gate_up=saved[0],
+                                 **launch_options[label]).clone()
             outs[label] = (out,) if saved[0] is None else (out, saved[0].clone())
             backend.check_error(preps[0])
         same = all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(outs["A"], outs["B"]))
-        launches = {label: (lambda j, ext=ext, preps=preps, saved=saved: backend.launch(
-                                preps[j], dispatch=args.dispatch, extension=ext, saved_gate_up=saved[j]))
+        launches = {label: (lambda j, ext=ext, preps=preps, saved=saved, options=launch_options[label]: backend.launch(
+                                preps[j], dispatch=args.dispatch, extension=ext, saved_gate_up=saved[j], **options))
                     for label, ext in builds.items()}
         timings = time_interleaved(launches, device=preps[0].out.device, rounds=args.rounds, calls=args.launches)
         backend.check_error(preps[0])

@@ -17,7 +17,8 @@
 #              ring / gather / mainloop-only and torch._grouped_mm, key counters as a table
 #   mvalidate  issue #6: torchrun validate on 1..N GPUs of this machine (bitwise across GPU counts)
 #   mbench     issue #6: torchrun bench on all GPUs ($MOK_MBENCH_ARGS, $MOK_MBENCH_TAG)
-#   ab         experiments/ab_kernels.py $MOK_AB_ARGS (two megakernel builds, interleaved, bitwise compared)
+#   ab         experiments/ab_kernels.py $MOK_AB_ARGS (two megakernel builds, or one build launched two ways,
+#              interleaved, bitwise compared)
 #   profile    experiments/profile_backward.py --sync-debug at $MOK_PROFILE_SHAPES: host vs kernel time of a backward
 #   roofline   experiments/mainloop_roofline_probe.cu and experiments/mainloop_gap.py: the bare GEMM mainloop (loads
 #              by TMA, cp.async gather, 2-CTA multicast, none) and the megakernel, with the SM clock and power

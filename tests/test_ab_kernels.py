@@ -72,3 +72,24 @@ def test_clock_log_is_read_per_time_window(tmp_path):
     summary = script.clock_summary(samples, start, start + 0.1)
     assert "min 1755" in summary and "2 samples" in summary
     assert script.clock_summary(samples, start + 5, start + 6) == "no clock samples"
+
+
+def test_launch_options_are_parsed_as_keyword_arguments():
+    """--launch-a/--launch-b/--prepare KEY=VALUE: ints, true/false as bools, other text as strings; no '=' or a key
+    that is not a name is refused."""
+    script = load_script()
+    assert script.parse_options(["early_combine=1", "signal_warp=false", "dispatch=ring", "num_ctas=-3"]) == {
+        "early_combine": 1, "signal_warp": False, "dispatch": "ring", "num_ctas": -3}
+    assert script.parse_options([]) == {}
+    for bad in ("early_combine", "=1", "not a name=1"):
+        with pytest.raises(ValueError):
+            script.parse_options([bad])
+
+
+def test_an_options_only_comparison_needs_options_that_differ():
+    """Without --patch or --tree both sides are this tree's build, so A and B must launch differently."""
+    script = load_script()
+    with pytest.raises(SystemExit):
+        script.main(["anchor-1"])
+    with pytest.raises(SystemExit):
+        script.main(["--launch-a", "early_combine=1", "--launch-b", "early_combine=1", "anchor-1"])
