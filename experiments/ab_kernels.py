@@ -150,7 +150,6 @@ def main(argv: list[str] | None = None) -> None:
     from mok.bench.harness import time_interleaved  # noqa: PLC0415
     from mok.cuda import backend  # noqa: PLC0415
     from mok.cuda.build import load_extension  # noqa: PLC0415
-    from mok.cuda.schedule_tables import build_kernel_schedule  # noqa: PLC0415
     from mok.cuda.workspace import release_workspaces  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,10 +169,7 @@ def main(argv: list[str] | None = None) -> None:
         window_start = time.time()
         shape = SHAPES[name]
         problem = Problem(shape, n_sets=2)
-        preps = [backend.prepare(*problem.args(j), schedule=build_kernel_schedule(problem.routes[j][1],
-                                                                                 shape.num_experts),
-                                 **prepare_options)
-                 for j in range(2)]
+        preps = [problem.prepare(j, **prepare_options) for j in range(2)]
         saved = [backend.saved_gate_up_buffer(prep) if args.saved_rows else None for prep in preps]
         outs = {}
         for label, ext in builds.items():

@@ -120,6 +120,15 @@ class Problem:
         weights, ids = self.routes[j]
         return self.xs[j], ids, weights, self.w_gate, self.w_up, self.w_down
 
+    def prepare(self, j: int, **options):
+        """The megakernel's launch of set ``j`` (:func:`mok.cuda.backend.prepare` on the device-built schedule tables;
+        ``options`` go to prepare, e.g. ``early_combine=True``)."""
+        from mok.cuda import backend
+        from mok.cuda.schedule_tables import build_kernel_schedule
+
+        schedule = build_kernel_schedule(self.routes[j][1], self.shape.num_experts)
+        return backend.prepare(*self.args(j), schedule=schedule, **options)
+
 
 def gemm_only_ms(p: Problem, iters: int) -> float:
     """Gate, up and down GEMMs through torch._grouped_mm on pre-gathered rows (NaN where unavailable)."""

@@ -39,7 +39,6 @@ import torch  # noqa: E402
 from ab_kernels import clock_medians, clock_summary, read_clock_log, start_clock_sampler  # noqa: E402
 from cuda_breakdown import SHAPES, Problem  # noqa: E402
 from mok.cuda import backend  # noqa: E402
-from mok.cuda.schedule_tables import build_kernel_schedule  # noqa: E402
 from mok.cuda.workspace import release_workspaces  # noqa: E402
 
 PROBE = Path("build/mainloop_roofline_probe")
@@ -188,7 +187,7 @@ def main() -> None:
         for name in [] if args.probe_only else args.shapes:
             shape = SHAPES[name]
             p = Problem(shape, n_sets=1)
-            prep = backend.prepare(*p.args(0), schedule=build_kernel_schedule(p.routes[0][1], shape.num_experts))
+            prep = p.prepare(0)
             for label, kw in [("ring", dict(dispatch="ring")),
                               ("ring, mainloops + hand-offs only", dict(dispatch="ring", ablate=backend.ABLATE_ALL))]:
                 t0 = time.time()

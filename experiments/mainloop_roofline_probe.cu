@@ -53,14 +53,6 @@ const char* kNames[] = {"noload", "box", "cpasync", "mcastB", "box@mcastB-grid",
                         "cpasync-nofence", "cpasync-contiguous"};
 constexpr int kModes = 8;
 
-using mok::sm90::cp_async_mbar_arrive_noinc;
-using mok::sm90::fence_proxy_async_shared;
-using mok::sm90::mbar_arrive;
-using mok::sm90::mbar_arrive_expect_tx;
-using mok::sm90::mbar_init;
-using mok::sm90::smem_addr;
-using mok::sm90::tma_load_2d;
-
 struct Problem {
   const char* x;       // [tokens, H] bf16 token rows (cpasync's source)
   int tokens;

@@ -53,12 +53,11 @@ def launches(shape_name: str) -> None:
 
     from mok.config import get_shape
     from mok.cuda import backend
-    from mok.cuda.schedule_tables import build_kernel_schedule
 
     shape = SHAPES.get(shape_name) or get_shape(shape_name)
     p = Problem(shape, n_sets=1)
     _, ids = p.routes[0]
-    prep = backend.prepare(*p.args(0), schedule=build_kernel_schedule(ids, shape.num_experts))
+    prep = p.prepare(0)
     no_comm_no_epilogue = backend.ABLATE_COMM | backend.ABLATE["epilogue"]
     order = torch.argsort(ids.reshape(-1), stable=True)
     gathered = p.xs[0][order // shape.top_k]

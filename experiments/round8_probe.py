@@ -28,7 +28,6 @@ import torch  # noqa: E402
 from cuda_breakdown import SHAPES, Problem  # noqa: E402
 from mok.bench.harness import time_interleaved  # noqa: E402
 from mok.cuda import backend  # noqa: E402
-from mok.cuda.schedule_tables import build_kernel_schedule  # noqa: E402
 from mok.cuda.workspace import release_workspaces  # noqa: E402
 
 CONFIGS = {
@@ -68,8 +67,7 @@ for name in args or ["anchor-1", "anchor-2", "anchor-3", "anchor-4", "anchor-5",
     shape = SHAPES[name]
     p = Problem(shape, n_sets=2)
     # With the early-combine order built (top-k > 1); each launch says whether it uses it (default: off).
-    preps = [backend.prepare(*p.args(j), schedule=build_kernel_schedule(p.routes[j][1], shape.num_experts),
-                             early_combine=True) for j in range(2)]
+    preps = [p.prepare(j, early_combine=True) for j in range(2)]
     configs = {k: kw for k, kw in CONFIGS.items()
                if not (kw.get("early_combine") and preps[0].combine_tokens is None)}
     outs = {}

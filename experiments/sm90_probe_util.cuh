@@ -1,7 +1,7 @@
-// What round 13's standalone SM90 probes (tma_row_gather_probe.cu, mainloop_roofline_probe.cu) share beyond the
-// megakernel's own primitives (mok/cuda/include/mok/sync.cuh, tma.cuh), which they use as the kernel does: a CUDA
-// error check, a tensor map like the kernel's, an mbarrier wait without the kernel's error record, and the few
-// 2-CTA cluster operations the kernel on main does not have.
+// What the standalone SM90 probes (tma_row_gather_probe.cu, mainloop_roofline_probe.cu, push_store_probe.cu) share
+// beyond the megakernel's own primitives (mok/cuda/include/mok/sync.cuh, tma.cuh), which they use as the kernel does:
+// a CUDA error check, the interleaved median timer, a tensor map like the kernel's, an mbarrier wait without the
+// kernel's error record, and the few 2-CTA cluster operations the kernel on main does not have.
 #pragma once
 
 #include <cuda.h>
@@ -29,6 +29,15 @@
   } while (0)
 
 namespace probe {
+
+// The megakernel's own primitives, used by the probes exactly as the kernel uses them.
+using mok::sm90::cp_async_mbar_arrive_noinc;
+using mok::sm90::fence_proxy_async_shared;
+using mok::sm90::mbar_arrive;
+using mok::sm90::mbar_arrive_expect_tx;
+using mok::sm90::mbar_init;
+using mok::sm90::smem_addr;
+using mok::sm90::tma_load_2d;
 
 // The megakernel's stage ring: 4 stages of A (128 rows x 64 bf16) and B (256 rows x 64 bf16), 128-byte swizzled
 // (its shared memory also holds the epilogue staging and the task queue, which the probes do not need).

@@ -31,21 +31,7 @@
 
 #include "sm90_probe_util.cuh"  // with the kernel's mbarrier, cp.async and TMA helpers (mok/sync.cuh, mok/tma.cuh)
 
-using mok::sm90::cp_async_mbar_arrive_noinc;
-using mok::sm90::mbar_arrive;
-using mok::sm90::mbar_arrive_expect_tx;
-using mok::sm90::mbar_init;
-using mok::sm90::smem_addr;
-using mok::sm90::tma_load_2d;
-using probe::mbar_wait_spin;
-
-using probe::kABytes;
-using probe::kBBytes;
-using probe::kBlockK;
-using probe::kBRows;
-using probe::kRows;
-using probe::kStages;
-using probe::Shared;
+using namespace probe;  // the shared stage ring and helpers, and the kernel's primitives (sm90_probe_util.cuh)
 constexpr int kProducerThreads = 128;
 constexpr int kThreads = kProducerThreads + 32;  // producer warpgroup + one consumer warp
 

@@ -49,7 +49,8 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //   combine_tokens [R, T_local], combine_offsets [R, ceil(C / minibatch_rows) + 1] int32: early combine (each rank's
 //     tokens by ready step; mok/cuda/schedule_tables.py, combine_order), or two empty tensors for none
 //   skip_padding_half: a GEMM tile whose rows 64..127 are all padding runs one consumer warpgroup's MMA
-//   trace: int64 [N, 5] to receive the task timeline of tickets 0..N-1 (include/mok/trace.cuh), or an empty tensor
+//   trace: int64 [N, kSm90TraceFields] to receive the task timeline of tickets 0..N-1 (include/mok/trace.cuh), or an
+//     empty tensor
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
