@@ -55,6 +55,15 @@ def counter_ints(num_ranks: int, capacity: int, minibatch_rows: int) -> int:
             + max_minibatches)
 
 
+def launch_tickets(num_ranks: int, capacity: int, hidden: int, intermediate: int, dispatch_tasks: bool,
+                   combine_blocks: int) -> int:
+    """Tasks of one launch: mirrors ``launch_tickets`` in workspace.cuh (checked against the compiled C++ by
+    tests/test_cuda_compile.py): per rank and tile a dispatch (ring mode), the gate/up and the down column blocks,
+    plus per rank ``combine_blocks``."""
+    per_tile = int(dispatch_tasks) + -(-intermediate // GATE_UP_COLUMNS) + -(-hidden // DOWN_COLUMNS)
+    return num_ranks * (capacity // BLOCK_M) * per_tile + num_ranks * combine_blocks
+
+
 @dataclass(frozen=True)
 class WorkspaceKey:
     """What a workspace's buffers depend on. ``stream`` is the CUDA stream handle (0 on a CPU)."""
