@@ -13,10 +13,20 @@ import torch
 # Tables of equally spaced addresses, by (device index, stream handle, base, step, count): a table is a pure
 # function of its addresses, so a layer called again on buffers the caching allocator handed out again (the usual
 # case) reuses the device tensor instead of making a new one (round 10: building tables cost the host more than
-# the kernels). Keyed by stream so that stream order has the table written before any later reader. Bounded:
-# cleared when full. Read-only for everyone who gets a table from it.
+# the kernels). Keyed by stream so that stream order has the table written before any later reader.
+# NOTE: that ordering holds for readers on the stream that made the table. A caller that keeps a table and reads it
+# on another stream (or after its stream was destroyed and the handle reused) must order that itself, as for any
+# tensor made on one stream and read on another. Bounded: cleared when full (entries of freed buffers linger until
+# then; they are only addresses). Read-only for everyone who gets a table from it.
 _SPACED_TABLES: dict[tuple, torch.Tensor] = {}
 _SPACED_TABLES_MAX = 1024
+
+
+def _addresses(base: int, step: int, count: int, device: torch.device) -> torch.Tensor:
+    # One kernel: an arange from base in steps of step (a fill when every entry is the same address).
+    if step == 0 or count <= 1:
+        return torch.full((count,), base, dtype=torch.int64, device=device)
+    return torch.arange(base, base + step * count, step, dtype=torch.int64, device=device)
 
 
 def spaced_pointer_table(base: int, step: int, count: int, device: torch.device) -> torch.Tensor:
@@ -29,7 +39,7 @@ def spaced_pointer_table(base: int, step: int, count: int, device: torch.device)
     """
     device = torch.device(device)
     if device.type != "cuda":
-        return torch.arange(count, dtype=torch.int64, device=device).mul_(step).add_(base)
+        return _addresses(base, step, count, device)
     with torch.cuda.device(device):
         capturing = torch.cuda.is_current_stream_capturing()
     key = (device.index if device.index is not None else torch.cuda.current_device(),
@@ -38,7 +48,7 @@ def spaced_pointer_table(base: int, step: int, count: int, device: torch.device)
         table = _SPACED_TABLES.get(key)
         if table is not None:
             return table
-    table = torch.arange(count, dtype=torch.int64, device=device).mul_(step).add_(base)
+    table = _addresses(base, step, count, device)
     if not capturing:
         if len(_SPACED_TABLES) >= _SPACED_TABLES_MAX:
             _SPACED_TABLES.clear()
