@@ -507,6 +507,34 @@ def test_counter_block_size_matches_the_kernel_layout(tmp_path):
     assert [int(v) for v in run.stdout.split()] == [counter_ints(*case) for case in cases]
 
 
+TICKET_SOURCE = r"""
+#include <cstdio>
+#include "mok/workspace.cuh"
+int main() {
+  int ranks, capacity, hidden, intermediate, dispatch, combine_blocks;
+  while (scanf("%d %d %d %d %d %d", &ranks, &capacity, &hidden, &intermediate, &dispatch, &combine_blocks) == 6) {
+    printf("%lld\n", mok::sm90::launch_tickets<mok::sm90::Sm90Tiles>(ranks, capacity, hidden, intermediate,
+                                                                     dispatch != 0, combine_blocks));
+  }
+  return 0;
+}
+"""
+
+
+@needs_nvcc
+def test_ticket_count_matches_the_kernels(tmp_path):
+    """The task count that sizes the timeline buffer (workspace.launch_tickets) is the kernel's own (launch_tickets
+    in workspace.cuh, what the launch checks and the scheduler hands out), for odd sizes too."""
+    from mok.cuda.workspace import launch_tickets
+    exe = compile_host_program(TICKET_SOURCE, tmp_path, "tickets")
+    cases = [(1, 128, 64, 64, 1, 1), (4, 1024, 7168, 2048, 1, 128), (8, 2176, 4096, 256, 0, 64),
+             (64, 17152, 1536, 320, 1, 0), (3, 384, 4160, 192, 0, 5)]
+    run = subprocess.run([str(exe)], input="".join(" ".join(map(str, c)) + "\n" for c in cases), capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert [int(v) for v in run.stdout.split()] == [launch_tickets(*case) for case in cases]
+
+
 TILE_SOURCE = r"""
 #include <cstdio>
 #include "mok/launch.cuh"

@@ -15,6 +15,7 @@ import torch
 from conftest import assert_bitwise_equal, make_problem
 
 import mok
+from mok.comm import pointer_tables
 from mok.config import MoKConfig
 from mok.triton_ref import pipeline
 from mok.triton_ref.pipeline import PassBuffers
@@ -50,7 +51,7 @@ def fresh_process_step(backend, p, grad, ep_size, config):
     """As a new process would run it: nothing kept, nothing reused, no cached pointer table or workspace."""
     pipeline.set_buffer_reuse(False)
     pipeline.release_pass_buffers()
-    pipeline._SPACED_TABLES.clear()
+    pointer_tables._SPACED_TABLES.clear()
     if backend == "cuda":
         from mok.cuda.workspace import release_workspaces
         release_workspaces()

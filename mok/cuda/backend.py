@@ -78,8 +78,8 @@ from ..config import MoKConfig
 from .build import load_extension
 from .errors import DEFERRED, Sm90KernelError, describe_error, raise_if_error  # noqa: F401 (re-exported)
 from .schedule_tables import COMBINE_BLOCK_TOKENS, KernelSchedule, build_kernel_schedule, combine_order
-from .workspace import (BLOCK_M, DOWN_COLUMNS, GATE_UP_COLUMNS, Sm90Workspace, WorkspaceKey, current_stream_handle,
-                        get_workspace)
+from .workspace import (BLOCK_M, GATE_UP_COLUMNS, Sm90Workspace, WorkspaceKey, current_stream_handle, get_workspace,
+                        launch_tickets)
 
 VARIANTS = {"simple": 0, "pipelined": 1}
 PRECISIONS = ("bf16", "mxfp8")
@@ -432,14 +432,13 @@ TASK_KINDS = {1: "dispatch", 2: "gate_up", 3: "down", 4: "combine"}  # TaskKind 
 
 def trace_buffer(prep: Sm90Launch) -> torch.Tensor:
     """An int64 ``[tickets, len(TRACE_FIELDS)]`` buffer for :func:`launch`'s ``trace``, filled with -1 (a ticket the
-    kernel never ran keeps it, and so do a non-GEMM task's mainloop marks). ``tickets`` bounds the launch's task count
-    from its sizes: every rank's capacity in tiles, each with a dispatch, its gate/up column blocks and its down column
-    blocks, plus the combine blocks."""
+    kernel never ran keeps it, and so do a non-GEMM task's mainloop marks). ``tickets`` is the task count of a ring-mode
+    launch of these sizes, the kernel's own count (:func:`mok.cuda.workspace.launch_tickets`; gather mode has fewer
+    tasks: no dispatches), so it bounds every launch of ``prep``."""
     s = prep.schedule
     intermediate, hidden = prep.w_gate.shape[1], prep.w_gate.shape[2]
-    gemm_blocks = -(-intermediate // GATE_UP_COLUMNS) + -(-hidden // DOWN_COLUMNS)
-    combine = 0 if prep.fuse_top1 else s.ep_size * -(-prep.tokens_per_rank // COMBINE_BLOCK_TOKENS)
-    tickets = s.ep_size * (s.capacity // s.tile) * (1 + gemm_blocks) + combine
+    combine_blocks = 0 if prep.fuse_top1 else -(-prep.tokens_per_rank // COMBINE_BLOCK_TOKENS)
+    tickets = launch_tickets(s.ep_size, s.capacity, hidden, intermediate, True, combine_blocks)
     return torch.full((tickets, len(TRACE_FIELDS)), -1, dtype=torch.int64, device=prep.out.device)
 
 

@@ -15,8 +15,8 @@ buffer                    shape, dtype               what
 ``combine_ptrs``          [R] int64                  peer pointer table of ``combine``
 ========================  =========================  ===========================================================
 
-and, per byte stride, ``r * stride`` offsets from which the per-call pointer tables (tokens, router weights,
-output: their addresses change every call) are made with a single add.
+The per-call pointer tables (tokens, router weights, output: their addresses can change every call) come from
+:func:`mok.comm.pointer_tables.stacked_pointer_table` (computed on the device, cached per address and stream).
 
 A launch of one real rank (``WorkspaceKey.one_rank``, :mod:`mok.cuda.rank_run`) holds that rank's rings only
 (``[ring_rows, H]`` and ``[ring_rows, I]``) and no ``combine``: its slots are symmetric peer memory. The counters
@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..comm.pointer_tables import stacked_pointer_table
 from .errors import ERROR_WORDS
 
 BLOCK_M = 128                  # the kernel's tile height (Sm90Tiles::kBlockM)
@@ -52,6 +53,15 @@ def counter_ints(num_ranks: int, capacity: int, minibatch_rows: int) -> int:
     max_minibatches = math.ceil(capacity / minibatch_rows)
     return (COUNTER_TICKET_INTS + 2 * num_ranks * tiles_per_rank + 2 * num_ranks * max_minibatches + num_ranks
             + max_minibatches)
+
+
+def launch_tickets(num_ranks: int, capacity: int, hidden: int, intermediate: int, dispatch_tasks: bool,
+                   combine_blocks: int) -> int:
+    """Tasks of one launch: mirrors ``launch_tickets`` in workspace.cuh (checked against the compiled C++ by
+    tests/test_cuda_compile.py): per rank and tile a dispatch (ring mode), the gate/up and the down column blocks,
+    plus per rank ``combine_blocks``."""
+    per_tile = int(dispatch_tasks) + -(-intermediate // GATE_UP_COLUMNS) + -(-hidden // DOWN_COLUMNS)
+    return num_ranks * (capacity // BLOCK_M) * per_tile + num_ranks * combine_blocks
 
 
 @dataclass(frozen=True)
@@ -90,7 +100,6 @@ class Sm90Workspace:
         self.counters = torch.zeros(counter_ints(r, key.capacity, key.minibatch_rows), dtype=torch.int32,
                                     device=device)
         self.error = torch.zeros(ERROR_WORDS, dtype=torch.int32, device=device)
-        self._rank_offsets: dict[int, torch.Tensor] = {}
         self.combine = None
         self.combine_ptrs = None
         if not key.fuse_top1 and not key.one_rank:
@@ -100,15 +109,11 @@ class Sm90Workspace:
 
     def rank_pointer_table(self, stacked: torch.Tensor) -> torch.Tensor:
         """``[R]`` int64 peer pointer table of ``stacked`` ([R, ...], rank r's buffer is ``stacked[r]``): entry r
-        is ``stacked[r]``'s address. One add on the device (the offsets are cached), no host synchronisation."""
+        is ``stacked[r]``'s address. Made on the device, no host synchronisation; read-only (it may be a cached
+        table: :func:`mok.comm.pointer_tables.stacked_pointer_table`)."""
         if stacked.shape[0] != self.key.num_ranks:
             raise ValueError(f"expected {self.key.num_ranks} rank buffers stacked on dim 0, got {tuple(stacked.shape)}")
-        step = stacked.stride(0) * stacked.element_size()
-        offsets = self._rank_offsets.get(step)
-        if offsets is None:
-            offsets = torch.arange(self.key.num_ranks, dtype=torch.int64, device=self.device) * step
-            self._rank_offsets[step] = offsets
-        return offsets + stacked.data_ptr()
+        return stacked_pointer_table(stacked)
 
     def poison(self) -> None:
         """NaN-fill the ring and the combine slots (tests: a stale read or an unwritten slot shows up)."""

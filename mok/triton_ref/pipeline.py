@@ -24,7 +24,7 @@ gives this process (``peers.local_ranks``) and calls ``peers.barrier()`` where r
 * :class:`TritonLayerRun` (``mok.moe(..., backend="triton", ep_size=R)``) drives all R ranks of an
   :class:`EmulatedRankGroup` in one process and one stream (the barrier is stream order). A rank's buffers are
   its share (dim-0 slice) of one tensor, so x, dO and the router weights are published in place (no copy),
-  and pointer tables travel host -> device from pinned memory without blocking: no host synchronisation.
+  and the pointer tables of those equally spaced shares are computed on the device: no host synchronisation.
 * :class:`TritonRankRun` (``mok.distributed.distributed_moe(..., backend="triton")``) drives one real rank of
   a group of processes (:class:`mok.comm.symm_mem.SymmetricMemoryPeers` on GPUs, ``HostSharedPeers`` on CPUs):
   it copies (or quantizes) x, dO and its router weights into the symmetric buffers and pulls from / pushes
@@ -42,9 +42,9 @@ Host work per call. On small layers the host, not the GPU, sets the pace (round 
 backward returned to the host after 2.55 ms for 2.02 ms of kernels), so a run does little besides launching:
 a pass can take its scratch rows (and a backward without a forward its ring) from the buffers the previous pass
 of the same sizes gave back on the same stream (:class:`PassBuffers`, opt-in), peer pointer tables come from a cache
-(:func:`pointer_table`), a ring column nobody reads is never allocated, and a run needs only the schedule's
-four expert-side tables (:class:`RankTables`), so a caller holding just those (the megakernel's) completes
-nothing. None of it changes a bit: every buffer reused is one the pass writes before it reads.
+(:func:`mok.comm.pointer_tables.pointer_table`), a ring column nobody reads is never allocated, and a run needs
+only the schedule's four expert-side tables (:class:`RankTables`), so a caller holding just those (the
+megakernel's) completes nothing. None of it changes a bit: every buffer reused is one the pass writes before it reads.
 
 Minibatching. These kernels run stage by stage (no kernel overlaps communication with compute), so with
 ``MoKConfig.minibatch_rows`` and ``ring_rows`` both ``None`` each rank walks **one minibatch covering its whole
@@ -83,6 +83,7 @@ from ..backends import Backend, backward_may_follow, register_backend
 from ..backends.layer_run import LayerRunFunction
 from ..checks import resolve_precision
 from ..comm import EmulatedPeers, PeerBuffer, PeerGroup
+from ..comm.pointer_tables import pointer_table
 from ..config import MoKConfig
 from ..heuristics import rank_minibatch_rows
 from ..ring import RingBuffer, RingPlan, plan_ring
@@ -92,45 +93,6 @@ from .grouped_gemm import grouped_gemm_dgrad, grouped_gemm_forward, grouped_wgra
 from .pull_dispatch import pull_reverse_combine, pull_token_rows
 from .push_combine import SlotPush, push_router_grad, sum_over_k, weighted_sum_over_k
 from .swiglu import down_dgrad_swiglu_backward, gate_up_swiglu, router_grad_partials
-
-
-# Pointer tables of equally spaced views, by (device, stream, first address, spacing, count): a table is a pure
-# function of the addresses, so a layer called again on buffers the caching allocator handed out again (the
-# usual case) reuses the device tensor instead of building and copying a new one. Bounded: cleared when full.
-_SPACED_TABLES: dict[tuple, torch.Tensor] = {}
-_SPACED_TABLES_MAX = 1024
-
-
-def pointer_table(views: list[torch.Tensor], device: torch.device) -> torch.Tensor:
-    """int64 ``[R]`` base addresses of ``views`` on ``device``, made without a host synchronisation.
-
-    Read-only for the caller: equally spaced views (every chunk of one allocation) get a cached table.
-    """
-    addresses = [v.data_ptr() for v in views]
-    if not addresses:
-        return torch.empty(0, dtype=torch.int64, device=device)
-    if device.type != "cuda":
-        return torch.tensor(addresses, dtype=torch.int64)
-    step = addresses[1] - addresses[0] if len(addresses) > 1 else 0
-    # Not while a CUDA graph is captured: the table's copy would then only run when the graph replays. Keyed by
-    # stream too, so that stream order has the copy done before any later reader.
-    with torch.cuda.device(device):
-        capturing = torch.cuda.is_current_stream_capturing()
-    spaced = all(b - a == step for a, b in zip(addresses, addresses[1:])) and not capturing
-    key = (device.index if device.index is not None else torch.cuda.current_device(),
-           torch.cuda.current_stream(device).cuda_stream, addresses[0], step, len(addresses))
-    if spaced and key in _SPACED_TABLES:
-        return _SPACED_TABLES[key]
-    # NOTE: a blocking host -> device copy would synchronise the stream; from pinned memory it need not
-    # (the caching host allocator keeps the pinned block alive until the copy has run). Pinning costs host time
-    # (round 10, H200: the profiled Triton backward spent 2.25 ms of its 7.2 ms of host time in is_pinned), hence
-    # the cache above.
-    table = torch.tensor(addresses, dtype=torch.int64).pin_memory().to(device, non_blocking=True)
-    if spaced:
-        if len(_SPACED_TABLES) >= _SPACED_TABLES_MAX:
-            _SPACED_TABLES.clear()
-        _SPACED_TABLES[key] = table
-    return table
 
 
 # ========================================================================================================

@@ -149,9 +149,8 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
     return fail(message, message_len, "early combine is for emulated ranks with combine tasks (not one real rank's "
                 "launch, not the fused top-1 combine)");
   const int max_minibatches = ceil_div(q.capacity, q.minibatch_rows);
-  const int dispatch_tasks = q.gather_x ? 0 : 1;  // per tile
-  const long long tickets = static_cast<long long>(q.num_ranks) * tiles_per_rank * (dispatch_tasks + gate_up_nblocks + down_nblocks) +
-                            static_cast<long long>(q.num_ranks) * combine_blocks;
+  const long long tickets =
+      launch_tickets<Tiles>(q.num_ranks, q.capacity, q.hidden, q.intermediate, !q.gather_x, combine_blocks);
   const long long pushed = static_cast<long long>(q.tokens_per_rank) * q.top_k * down_nblocks;
   if (ring_total >= (1ll << 31) || weight_rows >= (1ll << 31) || tickets >= (1ll << 31) || pushed >= (1ll << 31))
     return fail(message, message_len, "problem too large for 32-bit tile coordinates or counters");

@@ -54,6 +54,18 @@ struct Sm90Tiles {
   static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0, "setmaxnreg counts are multiples of 8");
 };
 
+// The number of tasks (tickets) of a launch: per rank and tile of `capacity` rows a dispatch (ring mode only), the
+// gate/up column blocks and the down column blocks, plus per rank its `combine_blocks`. mok/cuda/workspace.py
+// (launch_tickets) mirrors it to size the task-timeline buffer; tests/test_cuda_compile.py checks the two agree.
+template <class Tiles>
+__host__ __device__ constexpr long long launch_tickets(int num_ranks, int capacity, int hidden, int intermediate,
+                                                       bool dispatch_tasks, int combine_blocks) {
+  return static_cast<long long>(num_ranks) * (capacity / Tiles::kBlockM) *
+             ((dispatch_tasks ? 1 : 0) + (intermediate + Tiles::kHalfN - 1) / Tiles::kHalfN +
+              (hidden + Tiles::kBlockN - 1) / Tiles::kBlockN) +
+         static_cast<long long>(num_ranks) * combine_blocks;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Device counters (int32, zeroed in-stream before every launch by sm90_moe_reset_kernel).
 // Every counter only grows during a launch; waits compare with ">=".
