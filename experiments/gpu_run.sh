@@ -19,6 +19,8 @@
 #   mbench     issue #6: torchrun bench on all GPUs ($MOK_MBENCH_ARGS, $MOK_MBENCH_TAG)
 #   ab         experiments/ab_kernels.py $MOK_AB_ARGS (two megakernel builds, or one build launched two ways,
 #              interleaved, bitwise compared)
+#   fwdprofile experiments/profile_forward.py --sync-debug at $MOK_FWDPROFILE_SHAPES: the bench's forward (router,
+#              autograd) against no_grad and no router, its kernels per call and the GPU's idle gaps
 #   profile    experiments/profile_backward.py --sync-debug at $MOK_PROFILE_SHAPES: host vs kernel time of a backward
 #   roofline   experiments/mainloop_roofline_probe.cu and experiments/mainloop_gap.py: the bare GEMM mainloop (loads
 #              by TMA, cp.async gather, 2-CTA multicast, none) and the megakernel, with the SM clock and power
@@ -218,6 +220,10 @@ for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
       # experiments/ab_kernels.py: two builds of the megakernel timed interleaved and compared bit for bit.
       run_stage ab "${MOK_TIMEOUT_AB:-240}" python3 experiments/ab_kernels.py ${MOK_AB_ARGS:?set MOK_AB_ARGS} \
         --clock-log "$OUT/results/ab_clocks.csv" ;;
+    fwdprofile)
+      # experiments/profile_forward.py: what the bench's forward spends beyond the megakernel (round 16).
+      run_stage fwdprofile "${MOK_TIMEOUT_FWDPROFILE:-200}" bash -c "python3 -m mok.cuda.build --jit \
+        && python3 experiments/profile_forward.py --sync-debug ${MOK_FWDPROFILE_SHAPES:-anchor-2 kimi-k2.7/ep64}" ;;
     profile)
       # experiments/profile_backward.py: host vs kernel time of one training backward per backend, and where the
       # backward synchronises with the host, at $MOK_PROFILE_SHAPES (default: the qwen slice, the host-bound one).

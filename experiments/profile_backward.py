@@ -50,8 +50,9 @@ def kernel_time_us(events) -> float:
                if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False))
 
 
-def report_syncs(backend: str, out: torch.Tensor, grad: torch.Tensor) -> None:
-    """One backward with synchronising CUDA calls reported: each one's message and the mok frames of its stack."""
+def report_syncs(label: str, call) -> None:
+    """Runs ``call()`` once with synchronising CUDA calls reported: each one's message and the mok frames of its
+    stack (``label`` names what ran, e.g. "cuda: one backward")."""
     seen = []
 
     def record(message, category, filename, lineno, file=None, line=None):
@@ -66,11 +67,11 @@ def report_syncs(backend: str, out: torch.Tensor, grad: torch.Tensor) -> None:
         warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            out.backward(grad)
+            call()
         finally:
             torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
-    print(f"{backend}: {len(seen)} synchronising CUDA call(s) in one backward")
+    print(f"{label}: {len(seen)} synchronising CUDA call(s)")
     for message, frames in seen:
         print(f"  {message}")
         for f in frames:
@@ -103,7 +104,8 @@ def main() -> None:
         print(events.table(sort_by="self_device_time_total", row_limit=10, max_name_column_width=60))
         print(events.table(sort_by="self_cpu_time_total", row_limit=10, max_name_column_width=60))
         if args.sync_debug:
-            report_syncs(backend, forward(backend, inputs), grad)
+            out = forward(backend, inputs)
+            report_syncs(f"{backend}: one backward", lambda: out.backward(grad))
         if args.python:
             import cProfile
             import pstats

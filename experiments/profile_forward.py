@@ -1,0 +1,132 @@
+"""EXPERIMENT: where the benchmark's forward spends the time that the megakernel alone does not (torch.profiler).
+
+``python -m mok.bench`` times the layer as training calls it: the router (``x @ W_r^T``, :func:`mok.route`), then
+:func:`mok.moe` with autograd on. At anchor-2 that took 9.46 ms against 8.23 ms for the kernel alone
+(``ab_kernels.py``), and the 1.2 ms had not been split. This script runs the bench's own call
+(:class:`mok.bench.problems.LayerProblem`) and prints, per backend and shape:
+
+1. bench-style times (CUDA events, rotating input sets, median) of the call three ways: as the bench runs it, under
+   ``torch.no_grad()`` (nothing saved for a backward), and without the router;
+2. one profiled series of back-to-back calls: the GPU time of each kernel per call, the GPU's busy and idle time per
+   call, and the longest idle gaps with the kernels on either side (a gap is the GPU waiting for the host);
+3. with ``--sync-debug``: every host synchronisation of one call, with the mok lines that caused it.
+
+Run on the H200 from the repository root::
+
+    python3 experiments/profile_forward.py anchor-2 kimi-k2.7/ep64 [--backends cuda,torch] [--sync-debug]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def merged_busy(intervals: list[tuple[float, float, str]]) -> tuple[float, list[tuple[float, str, str]]]:
+    """GPU busy time of possibly overlapping ``(start, end, name)`` intervals (any unit), and the idle gaps between
+    them as ``(length, name before, name after)``, longest first."""
+    busy, gaps = 0.0, []
+    ordered = sorted(intervals)
+    if not ordered:
+        return 0.0, []
+    cur_start, cur_end, cur_name = ordered[0]
+    for start, end, name in ordered[1:]:
+        if start > cur_end:
+            busy += cur_end - cur_start
+            gaps.append((start - cur_end, cur_name, name))
+            cur_start, cur_end, cur_name = start, end, name
+        elif end > cur_end:
+            cur_end, cur_name = end, name
+    busy += cur_end - cur_start
+    return busy, sorted(gaps, reverse=True)
+
+
+def bench_times(problem, backend: str, iters: int) -> dict[str, float]:
+    """Median ms of the bench's forward, of the same under no_grad, and (router problems) without the router."""
+    import torch  # noqa: PLC0415 (main only: the CPU tests import this file)
+
+    from mok.bench.harness import time_fn  # noqa: PLC0415
+
+    fwd = problem.calls(backend)["fwd"]
+
+    def no_grad(i):
+        with torch.no_grad():
+            return fwd(i)
+
+    times = {"bench fwd": time_fn(fwd, device=problem.device, n_sets=len(problem.xs), warmup=3, iters=iters),
+             "no_grad": time_fn(no_grad, device=problem.device, n_sets=len(problem.xs), warmup=3, iters=iters)}
+    return {label: timing.median_ms for label, timing in times.items()}
+
+
+def profile_calls(problem, backend: str, calls: int) -> None:
+    """Profiles ``calls`` back-to-back bench forwards; prints kernels per call and the GPU's idle gaps."""
+    import torch  # noqa: PLC0415
+    from torch.autograd import DeviceType  # noqa: PLC0415
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    fwd = problem.calls(backend)["fwd"]
+    for i in range(3):
+        fwd(i % len(problem.xs))
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        outs = [fwd(i % len(problem.xs)) for i in range(calls)]
+        torch.cuda.synchronize()
+    del outs
+    kernels = [e for e in prof.events()
+               if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
+    intervals = [(e.time_range.start, e.time_range.end, e.name) for e in kernels]
+    busy_us, gaps = merged_busy(intervals)
+    span_us = max(end for _, end, _ in intervals) - min(start for start, _, _ in intervals)
+    print(f"  profiled {calls} calls back to back: GPU span {span_us / calls / 1e3:.3f} ms per call, "
+          f"busy {busy_us / calls / 1e3:.3f} ms, idle {(span_us - busy_us) / calls / 1e3:.3f} ms")
+    per_name: dict[str, list[float]] = {}
+    for start, end, name in intervals:
+        per_name.setdefault(name, []).append(end - start)
+    print("  kernels by GPU time per call (us, launches per call):")
+    for name, durations in sorted(per_name.items(), key=lambda kv: -sum(kv[1]))[:14]:
+        print(f"    {sum(durations) / calls:10.1f}  {len(durations) / calls:4.1f}  {name[:100]}")
+    print("  longest idle gaps (us, kernel before -> kernel after):")
+    for length, before, after in gaps[:6]:
+        print(f"    {length:10.1f}  {before[:50]} -> {after[:50]}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("shapes", nargs="+")
+    parser.add_argument("--backends", default="cuda,torch")
+    parser.add_argument("--iters", type=int, default=10, help="timed calls per bench-style series")
+    parser.add_argument("--calls", type=int, default=4, help="calls in the profiled series")
+    parser.add_argument("--sync-debug", action="store_true",
+                        help="also list the host synchronisations of one bench forward, with where they came from")
+    args = parser.parse_args(argv)
+
+    import torch  # noqa: PLC0415
+
+    from mok.bench.harness import free_memory, layer_flops, tflops  # noqa: PLC0415
+    from mok.bench.problems import LayerProblem  # noqa: PLC0415
+    from mok.config import get_shape  # noqa: PLC0415
+    from profile_backward import report_syncs  # noqa: PLC0415
+
+    device = torch.device("cuda")
+    for name in args.shapes:
+        shape = get_shape(name)
+        flops = layer_flops(shape, "fwd")
+        with_router = LayerProblem(shape, "bf16", device, router=True)
+        without_router = LayerProblem(shape, "bf16", device, router=False)
+        for backend in args.backends.split(","):
+            times = bench_times(with_router, backend, args.iters)
+            times["no router (no_grad)"] = bench_times(without_router, backend, args.iters)["no_grad"]
+            print(f"{name} {backend}: " + ", ".join(f"{label} {ms:.3f} ms ({tflops(flops, ms):.1f} TFLOP/s)"
+                                                    for label, ms in times.items()))
+            profile_calls(with_router, backend, args.calls)
+            if args.sync_debug:
+                fwd = with_router.calls(backend)["fwd"]
+                report_syncs(f"  {name} {backend}: one bench forward", lambda: fwd(1))
+        del with_router, without_router
+        free_memory(device)
+
+
+if __name__ == "__main__":
+    main()

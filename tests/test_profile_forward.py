@@ -1,0 +1,41 @@
+"""experiments/profile_forward.py's GPU-timeline arithmetic (busy time and idle gaps of overlapping kernel
+intervals), checked without a GPU; its argument parsing too."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("profile_forward", ROOT / "experiments" / "profile_forward.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_busy_time_merges_overlaps_and_gaps_come_longest_first():
+    merged_busy = load_script().merged_busy
+    # a [0, 10), b [5, 12) overlaps a, c [20, 25), d [26, 30): busy 12 + 5 + 4, gaps 8 (b -> c) and 1 (c -> d).
+    busy, gaps = merged_busy([(20, 25, "c"), (0, 10, "a"), (26, 30, "d"), (5, 12, "b")])
+    assert busy == 21
+    assert gaps == [(8, "b", "c"), (1, "c", "d")]
+
+
+def test_an_interval_inside_another_keeps_the_outer_name_and_end():
+    busy, gaps = load_script().merged_busy([(0, 10, "outer"), (2, 3, "inner"), (15, 16, "next")])
+    assert busy == 11
+    assert gaps == [(5, "outer", "next")]
+
+
+def test_no_intervals():
+    assert load_script().merged_busy([]) == (0.0, [])
+
+
+def test_needs_a_shape():
+    with pytest.raises(SystemExit):
+        load_script().main([])
