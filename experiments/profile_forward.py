@@ -70,7 +70,7 @@ def profile_calls(problem, backend: str, calls: int) -> None:
     for i in range(3):
         fwd(i % len(problem.xs))
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
         outs = [fwd(i % len(problem.xs)) for i in range(calls)]
         torch.cuda.synchronize()
     del outs
@@ -90,6 +90,9 @@ def profile_calls(problem, backend: str, calls: int) -> None:
     print("  longest idle gaps (us, kernel before -> kernel after):")
     for length, before, after in gaps[:6]:
         print(f"    {length:10.1f}  {before[:50]} -> {after[:50]}")
+    # Which Python lines launched the GPU time (the operators grouped by their innermost frames).
+    print(prof.key_averages(group_by_stack_n=3).table(sort_by="self_device_time_total", row_limit=16,
+                                                      max_name_column_width=40, max_src_column_width=90))
 
 
 def main(argv: list[str] | None = None) -> None:

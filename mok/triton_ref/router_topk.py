@@ -1,0 +1,77 @@
+"""The router's top-k selection: each token's ``top_k`` highest logits, ties to the lower expert id.
+
+Reads / writes
+    * :func:`router_topk_ids`: ``logits [T, E]`` (any float dtype, compared in fp32) in, ``ids [T, top_k]`` int32
+      out, in descending order of logit. Softmax and sigmoid are monotone, so the ``top_k`` highest logits are the
+      ``top_k`` highest scores; :func:`mok.route` scores and gathers the weights around this kernel in PyTorch (its
+      autograd), so only the selection lives here.
+
+Why a kernel of its own
+    ``torch.topk`` leaves the order of equal values unspecified, so :func:`mok.route` had used a stable sort of the
+    whole row: a full radix sort of ``T x E`` values to keep ``T x top_k`` of them. On the H200 that sort took
+    0.70 ms of a 8.7 ms layer forward at anchor-2 (32,768 tokens, 256 experts, top-16; round 16's
+    ``experiments/profile_forward.py``). Selecting is cheaper than sorting: ``top_k`` rounds of a row maximum.
+
+Tiling
+    A program owns ``BLOCK_T`` whole token rows (``BLOCK_E`` = E rounded up to a power of two, padding masked out)
+    and keeps them in registers. Each round takes the row maximum, the lowest column holding it (the tie rule), and
+    retires that column. Every token's choice is made by one program in a fixed order, so the result depends on
+    the logits only: the same bits for any batch split, any EP degree, any run.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import check_device
+
+# Rows of up to this many experts stay in registers (a larger router falls back to a sort in mok.route).
+MAX_EXPERTS = 4096
+
+
+@triton.jit
+def router_topk_kernel(logits_ptr, ids_ptr, num_tokens, num_experts, stride_token,
+                       TOP_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.arange(0, BLOCK_E)
+    row_ok = rows < num_tokens
+    # "alive": a real expert column not chosen yet. A separate mask rather than overwriting chosen values with
+    # -inf, so a logit that is itself -inf (allowed with check_inputs=False) is still chosen at most once.
+    alive = row_ok[:, None] & (cols[None, :] < num_experts)
+    values = tl.load(logits_ptr + rows[:, None].to(tl.int64) * stride_token + cols[None, :], mask=alive,
+                     other=float("-inf")).to(tl.float32)
+    for j in tl.static_range(TOP_K):
+        best = tl.max(tl.where(alive, values, float("-inf")), axis=1)
+        # The lowest alive column holding the maximum: equal logits go to the lower expert id.
+        holds_best = alive & (values == best[:, None])
+        choice = tl.min(tl.where(holds_best, cols[None, :], BLOCK_E), axis=1)
+        tl.store(ids_ptr + rows.to(tl.int64) * TOP_K + j, choice, mask=row_ok)
+        alive = alive & (cols[None, :] != choice[:, None])
+
+
+def router_topk_ids(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """``[T, top_k]`` int32 expert ids: each row's ``top_k`` largest logits in descending order, equal logits in
+    ascending expert id (exactly what a stable descending sort of the fp32 logits keeps). Logits must not be NaN.
+    """
+    check_device(logits)
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be [tokens, experts], got shape {tuple(logits.shape)}")
+    num_tokens, num_experts = logits.shape
+    if not 1 <= top_k <= num_experts:
+        raise ValueError(f"top_k must be in [1, num_experts={num_experts}], got {top_k}")
+    if num_experts > MAX_EXPERTS:
+        raise ValueError(f"router_topk_ids keeps a row in registers: at most {MAX_EXPERTS} experts, got {num_experts}")
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    ids = torch.empty(num_tokens, top_k, dtype=torch.int32, device=logits.device)
+    block_e = triton.next_power_of_2(num_experts)
+    # About 4K values per program (16 tokens of 256 experts): enough rows per program to keep the loads wide,
+    # few enough registers per thread at 4 warps.
+    block_t = max(1, min(64, 4096 // block_e))
+    if num_tokens:
+        router_topk_kernel[(triton.cdiv(num_tokens, block_t),)](
+            logits, ids, num_tokens, num_experts, logits.stride(0),
+            TOP_K=top_k, BLOCK_T=block_t, BLOCK_E=block_e, num_warps=4)
+    return ids
