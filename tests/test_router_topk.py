@@ -73,3 +73,20 @@ def test_gpu_kernel_matches_the_sort_and_route_matches_the_cpu(tokens, experts, 
     w_cpu, ids_cpu = mok.route(logits, top_k)
     assert torch.equal(ids_gpu.cpu(), ids_cpu)
     assert torch.allclose(w_gpu.cpu(), w_cpu, rtol=1e-6, atol=0)
+
+
+def test_the_experiments_packed_key_candidate_matches_too():
+    """experiments/router_topk_bench.py's one-reduction candidate (int64 keys) keeps the same ids."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "experiments" / "router_topk_bench.py"
+    spec = importlib.util.spec_from_file_location("router_topk_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randint(-2, 3, (40, 12), generator=gen).float()
+    logits[0] = float("-inf")
+    logits[1, :4] = -0.0
+    got = bench.packed_key_topk(logits.to(TRITON_DEVICE), 5, 4, 1).cpu()
+    assert torch.equal(got, sorted_ids(logits, 5))
+    assert bench.parse_shape("32768x256x16") == (32768, 256, 16)

@@ -51,9 +51,12 @@ def router_topk_kernel(logits_ptr, ids_ptr, num_tokens, num_experts, stride_toke
         alive = alive & (cols[None, :] != choice[:, None])
 
 
-def router_topk_ids(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+def router_topk_ids(logits: torch.Tensor, top_k: int, *, block_t: int | None = None,
+                    num_warps: int | None = None) -> torch.Tensor:
     """``[T, top_k]`` int32 expert ids: each row's ``top_k`` largest logits in descending order, equal logits in
     ascending expert id (exactly what a stable descending sort of the fp32 logits keeps). Logits must not be NaN.
+    ``block_t`` (token rows per program) and ``num_warps`` override the default tiling (experiments only; the ids
+    do not depend on them).
     """
     check_device(logits)
     if logits.dim() != 2:
@@ -67,11 +70,16 @@ def router_topk_ids(logits: torch.Tensor, top_k: int) -> torch.Tensor:
         logits = logits.contiguous()
     ids = torch.empty(num_tokens, top_k, dtype=torch.int32, device=logits.device)
     block_e = triton.next_power_of_2(num_experts)
-    # About 4K values per program (16 tokens of 256 experts): enough rows per program to keep the loads wide,
-    # few enough registers per thread at 4 warps.
-    block_t = max(1, min(64, 4096 // block_e))
+    default_t, default_warps = default_tiling(block_e)
+    block_t = block_t or default_t
     if num_tokens:
         router_topk_kernel[(triton.cdiv(num_tokens, block_t),)](
             logits, ids, num_tokens, num_experts, logits.stride(0),
-            TOP_K=top_k, BLOCK_T=block_t, BLOCK_E=block_e, num_warps=4)
+            TOP_K=top_k, BLOCK_T=block_t, BLOCK_E=block_e, num_warps=num_warps or default_warps)
     return ids
+
+
+def default_tiling(block_e: int) -> tuple[int, int]:
+    """(token rows per program, warps) for rows of ``block_e`` columns: about 4K values per program, enough rows to
+    keep the loads wide and few enough registers per thread."""
+    return max(1, min(64, 4096 // block_e)), 4

@@ -1,0 +1,99 @@
+"""EXPERIMENT: the router's top-k selection (mok/triton_ref/router_topk.py) by tiling, beside torch.sort (what
+mok.route used before round 16) and torch.topk (fast, but its order of equal values is unspecified).
+
+For each shape, times the kernel at several (token rows per program, warps) tilings, checks that every tiling gives
+the sort's ids, and prints a table (median of CUDA-event timed calls after a warm-up). Run on the H200::
+
+    python3 experiments/router_topk_bench.py [--shapes 32768x256x16 16384x384x8]
+"""
+from __future__ import annotations
+
+import argparse
+
+import triton
+import triton.language as tl
+
+TILINGS = [(16, 4), (4, 1), (8, 1), (8, 2), (16, 2), (32, 4), (2, 1)]
+
+
+@triton.jit
+def packed_key_topk_kernel(logits_ptr, ids_ptr, num_tokens, num_experts, stride_token,
+                           TOP_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
+    """A candidate: one int64 maximum per round instead of a float maximum and an int minimum. The key is the
+    logit's bits made to order like the float (negative values' magnitude bits flipped; -0.0 made +0.0 first, as
+    they compare equal) in the high word, and BLOCK_E - 1 - column in the low word (equal logits: lower column
+    wins)."""
+    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.arange(0, BLOCK_E)
+    row_ok = rows < num_tokens
+    real = row_ok[:, None] & (cols[None, :] < num_experts)
+    values = tl.load(logits_ptr + rows[:, None].to(tl.int64) * stride_token + cols[None, :], mask=real,
+                     other=0.0).to(tl.float32)
+    values = tl.where(values == 0.0, 0.0, values)
+    bits = values.to(tl.int32, bitcast=True)
+    ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    retired = -9223372036854775807 - 1
+    key = (ordered.to(tl.int64) << 32) | (BLOCK_E - 1 - cols[None, :]).to(tl.int64)
+    key = tl.where(real, key, retired)
+    for j in tl.static_range(TOP_K):
+        best = tl.max(key, axis=1)
+        choice = BLOCK_E - 1 - (best & 0xFFFFFFFF).to(tl.int32)
+        tl.store(ids_ptr + rows.to(tl.int64) * TOP_K + j, choice, mask=row_ok)
+        key = tl.where(key == best[:, None], retired, key)
+
+
+def packed_key_topk(logits, top_k: int, block_t: int, num_warps: int):
+    import torch  # noqa: PLC0415
+
+    tokens, experts = logits.shape
+    ids = torch.empty(tokens, top_k, dtype=torch.int32, device=logits.device)
+    packed_key_topk_kernel[(triton.cdiv(tokens, block_t),)](
+        logits, ids, tokens, experts, logits.stride(0), TOP_K=top_k, BLOCK_T=block_t,
+        BLOCK_E=triton.next_power_of_2(experts), num_warps=num_warps)
+    return ids
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """``TOKENSxEXPERTSxTOPK`` as three ints."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"expected TOKENSxEXPERTSxTOPK, e.g. 32768x256x16; got {text!r}")
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", nargs="+", default=["32768x256x16", "16384x384x8", "65536x128x8", "4096x64x6"])
+    parser.add_argument("--iters", type=int, default=50)
+    args = parser.parse_args(argv)
+
+    import torch  # noqa: PLC0415 (main only: the CPU tests import this file)
+
+    from mok.bench.harness import time_fn  # noqa: PLC0415
+    from mok.triton_ref.router_topk import router_topk_ids  # noqa: PLC0415
+
+    print("| shape (T x E x k) | method | us | GB/s of logits read | ids as the stable sort's |")
+    print("|---|---|---|---|---|")
+    for text in args.shapes:
+        tokens, experts, top_k = parse_shape(text)
+        gen = torch.Generator(device="cuda").manual_seed(tokens + experts)
+        logits = torch.randn(tokens, experts, device="cuda", generator=gen).to(torch.bfloat16).float()
+        want = torch.sort(logits, dim=-1, descending=True, stable=True).indices[:, :top_k].to(torch.int32)
+        methods = {"torch.sort (stable)": lambda i: torch.sort(logits, dim=-1, descending=True, stable=True),
+                   "torch.topk": lambda i: torch.topk(logits, top_k, dim=-1)}
+        for block_t, warps in TILINGS:
+            methods[f"kernel, {block_t} rows x {warps} warps"] = (
+                lambda i, b=block_t, w=warps: router_topk_ids(logits, top_k, block_t=b, num_warps=w))
+        for block_t, warps in [(16, 4), (4, 1), (8, 2)]:
+            methods[f"packed-key candidate, {block_t} rows x {warps} warps"] = (
+                lambda i, b=block_t, w=warps: packed_key_topk(logits, top_k, b, w))
+        for label, fn in methods.items():
+            us = time_fn(fn, device="cuda", warmup=3, iters=args.iters).median_ms * 1e3
+            same = ""
+            if not label.startswith("torch"):
+                same = "yes" if torch.equal(fn(0), want) else "NO"
+            print(f"| {text} | {label} | {us:.1f} | {logits.numel() * 4 / us / 1e3:.0f} | {same} |")
+
+
+if __name__ == "__main__":
+    main()
