@@ -511,10 +511,11 @@ TICKET_SOURCE = r"""
 #include <cstdio>
 #include "mok/workspace.cuh"
 int main() {
-  int ranks, capacity, hidden, intermediate, dispatch, combine_blocks;
-  while (scanf("%d %d %d %d %d %d", &ranks, &capacity, &hidden, &intermediate, &dispatch, &combine_blocks) == 6) {
+  int ranks, capacity, hidden, intermediate, dispatch, combine_blocks, down_span;
+  while (scanf("%d %d %d %d %d %d %d", &ranks, &capacity, &hidden, &intermediate, &dispatch, &combine_blocks,
+               &down_span) == 7) {
     printf("%lld\n", mok::sm90::launch_tickets<mok::sm90::Sm90Tiles>(ranks, capacity, hidden, intermediate,
-                                                                     dispatch != 0, combine_blocks));
+                                                                     dispatch != 0, combine_blocks, down_span));
   }
   return 0;
 }
@@ -527,8 +528,9 @@ def test_ticket_count_matches_the_kernels(tmp_path):
     in workspace.cuh, what the launch checks and the scheduler hands out), for odd sizes too."""
     from mok.cuda.workspace import launch_tickets
     exe = compile_host_program(TICKET_SOURCE, tmp_path, "tickets")
-    cases = [(1, 128, 64, 64, 1, 1), (4, 1024, 7168, 2048, 1, 128), (8, 2176, 4096, 256, 0, 64),
-             (64, 17152, 1536, 320, 1, 0), (3, 384, 4160, 192, 0, 5)]
+    cases = [(1, 128, 64, 64, 1, 1, 1), (4, 1024, 7168, 2048, 1, 128, 1), (8, 2176, 4096, 256, 0, 64, 1),
+             (64, 17152, 1536, 320, 1, 0, 1), (3, 384, 4160, 192, 0, 5, 1), (8, 2176, 4096, 256, 0, 64, 2),
+             (2, 1024, 4096, 256, 1, 16, 4), (64, 17152, 1536, 320, 1, 0, 3)]
     run = subprocess.run([str(exe)], input="".join(" ".join(map(str, c)) + "\n" for c in cases), capture_output=True,
                          text=True, timeout=60)
     assert run.returncode == 0, run.stderr

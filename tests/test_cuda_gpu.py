@@ -419,6 +419,49 @@ def test_store_warps_equal_consumer_stores_bitwise(name):
             check_accuracy(runs["1"][0], problem, with_oracle=False)
 
 
+# Shapes for the down span (MOK_CUDA_DOWN_SPAN): H of 2 and 4 column blocks, a partial last block, fused top-1.
+SPAN_SHAPES = {"ragged-tokens": SMALL_SHAPES["ragged-tokens"], "h-not-256": SMALL_SHAPES["h-not-256"],
+               "wide": SMALL_SHAPES["wide"], "one-hot-wide": (256, 512, 256, 8, 1, 30.0)}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", list(SPAN_SHAPES))
+def test_down_span_equals_one_block_per_task_bitwise(name, variant):
+    """Down tasks of 2 or 4 column blocks (MOK_CUDA_DOWN_SPAN) compute the same blocks with the same arithmetic and
+    push each row once per block, so outputs and saved gate/up rows are the same bits as one block per task, in
+    both dispatch modes, whatever the EP degree (push counts per source rank), ring size or CTA count (1 CTA: every
+    task on one SM; a producer and consumers that disagree on a task's blocks deadlock)."""
+    from mok.cuda.backend import sm90_forward
+    t, h, i, e, k, skew = SPAN_SHAPES[name]
+    problem = make_inputs(t, h, i, e, k, skew=skew, seed=350 + list(SPAN_SHAPES).index(name))
+    blocks = -(-h // 256)
+    for dispatch in ("ring", "gather"):
+        for ep_size, config, num_ctas in hand_off_cases(t, e):
+            runs = {}
+            for span in [s for s in (1, 2, 4) if blocks % s == 0]:
+                with pytest.MonkeyPatch.context() as env:
+                    env.setenv("MOK_CUDA_DOWN_SPAN", str(span))
+                    runs[span] = sm90_forward(*problem, ep_size=ep_size, config=config, variant=variant,
+                                              num_ctas=num_ctas, check=True, poison=True, dispatch=dispatch,
+                                              save_gate_up=True)
+            assert len(runs) > 1
+            for span, (out, saved) in runs.items():
+                what = f"down span {span} {dispatch} ep={ep_size} ring={config} ctas={num_ctas}"
+                assert_bitwise_equal(out, runs[1][0], what + " (output)")
+                assert_bitwise_equal(saved, runs[1][1], what + " (saved gate/up rows)")
+    check_accuracy(runs[max(runs)][0], problem, with_oracle=False)
+
+
+def test_down_span_must_divide_the_column_blocks():
+    from mok.cuda import backend
+    t, h, i, e, k, skew = SPAN_SHAPES["h-not-256"]  # 2 column blocks
+    prep = backend.prepare(*make_inputs(t, h, i, e, k, skew=skew, seed=1))
+    with pytest.raises(ValueError, match="down_span"):
+        backend.launch(prep, down_span=3)
+    with pytest.raises(ValueError, match="store_warps"):
+        backend.launch(prep, variant="pipelined", dispatch="ring", down_span=2, store_warps=True)
+
+
 def blocks_placed_early(prep) -> int:
     """Combine blocks the early-combine order placed before the kernel's last step (all ranks)."""
     rows_used = prep.schedule.segment_offsets[:, -1].long()

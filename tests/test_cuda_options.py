@@ -53,7 +53,8 @@ def test_early_combine_order_reaches_the_launch_only_when_asked(monkeypatch):
     def passed_order(prep, **kw):
         ext = _RecordingExtension()
         launch(prep, extension=ext, **kw)
-        tokens_arg, offsets_arg = ext.args[-4:-2]  # the binding's last arguments: order, skip_padding_half, trace
+        # the binding's last arguments: order, skip_padding_half, trace, down_span
+        tokens_arg, offsets_arg = ext.args[-5:-3]
         assert (tokens_arg.numel() > 0) == (offsets_arg.numel() > 0)
         return tokens_arg.numel() > 0
 
@@ -92,7 +93,7 @@ def small_launch(*, seed: int, tokens: int, hidden: int, inter: int, experts: in
 
 
 def test_skip_padding_half_reaches_the_launch(monkeypatch):
-    """launch() passes skip_padding_half before the trace: on by default, off with MOK_CUDA_SKIP_PADDING_HALF=0, and
+    """launch() passes skip_padding_half before the trace and the down span: on by default, off with MOK_CUDA_SKIP_PADDING_HALF=0, and
     its own argument wins over the environment."""
     from mok.cuda.backend import launch
 
@@ -101,8 +102,8 @@ def test_skip_padding_half_reaches_the_launch(monkeypatch):
     def passed(**kw):
         ext = _RecordingExtension()
         launch(prep, extension=ext, **kw)
-        assert isinstance(ext.args[-2], bool)
-        return ext.args[-2]
+        assert isinstance(ext.args[-3], bool)
+        return ext.args[-3]
 
     monkeypatch.delenv("MOK_CUDA_SKIP_PADDING_HALF", raising=False)
     assert passed() is True
@@ -111,9 +112,9 @@ def test_skip_padding_half_reaches_the_launch(monkeypatch):
     assert passed(skip_padding_half=True) is True
 
 
-def test_trace_reaches_the_launch_last():
-    """launch() passes the task-timeline buffer last: an empty int64 tensor without one, the buffer itself with
-    one; trace_buffer() sizes it for every task the launch can have (-1: not recorded)."""
+def test_trace_reaches_the_launch_before_the_down_span():
+    """launch() passes the task-timeline buffer last but one: an empty int64 tensor without one, the buffer itself
+    with one; trace_buffer() sizes it for every task the launch can have (-1: not recorded)."""
     import torch
 
     from mok.cuda.backend import TRACE_FIELDS, launch, trace_buffer
@@ -121,14 +122,44 @@ def test_trace_reaches_the_launch_last():
     prep = small_launch(seed=6, tokens=256, hidden=512, inter=384, experts=8, ep_size=2)
     ext = _RecordingExtension()
     launch(prep, extension=ext)
-    assert ext.args[-1].dtype == torch.int64 and ext.args[-1].numel() == 0
+    assert ext.args[-2].dtype == torch.int64 and ext.args[-2].numel() == 0
     trace = trace_buffer(prep)
     launch(prep, extension=ext, trace=trace)
-    assert ext.args[-1] is trace
+    assert ext.args[-2] is trace
     # 2 ranks x (capacity / 128) tiles x (1 dispatch + 3 gate/up + 2 down column blocks) + 2 x 8 combine blocks
     tiles = prep.schedule.capacity // 128
     assert trace.shape == (2 * tiles * 6 + 2 * 8, len(TRACE_FIELDS))
     assert bool((trace == -1).all())
+
+
+def test_down_span_reaches_the_launch_last_and_turns_the_store_warps_off(monkeypatch):
+    """launch() passes the down span last: 1 by default, MOK_CUDA_DOWN_SPAN, or its own argument; a span must divide
+    the column blocks of H; a span above 1 turns the default store warps off and refuses them when asked for."""
+    from mok.cuda.backend import launch
+
+    prep = small_launch(seed=7, tokens=256, hidden=1024, inter=128, experts=8)  # 4 column blocks of 256
+    store_warps_at = -6  # store_warps, then the order (2 tensors), skip_padding_half, trace, down_span
+
+    def passed(**kw):
+        ext = _RecordingExtension()
+        launch(prep, extension=ext, **kw)
+        assert isinstance(ext.args[-1], int) and isinstance(ext.args[store_warps_at], bool)
+        return ext.args[-1], ext.args[store_warps_at]
+
+    monkeypatch.delenv("MOK_CUDA_DOWN_SPAN", raising=False)
+    monkeypatch.delenv("MOK_CUDA_STORE_WARPS", raising=False)
+    assert passed() == (1, True)
+    monkeypatch.setenv("MOK_CUDA_DOWN_SPAN", "4")
+    assert passed() == (4, False)
+    assert passed(down_span=2) == (2, False)
+    assert passed(down_span=1) == (1, True)
+    with pytest.raises(ValueError, match="down_span"):
+        passed(down_span=3)
+    with pytest.raises(ValueError, match="store_warps"):
+        passed(down_span=2, store_warps=True)
+    monkeypatch.setenv("MOK_CUDA_DOWN_SPAN", "two")
+    with pytest.raises(ValueError, match="MOK_CUDA_DOWN_SPAN"):
+        passed()
 
 
 def test_padding_half_tiles_counts_the_tiles_whose_second_half_is_padding():

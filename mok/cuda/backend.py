@@ -61,7 +61,8 @@ Environment:
 * ``MOK_CUDA_EARLY_COMBINE`` (default off): sum each token as soon as its K rows are pushed, during later GEMMs
   (:func:`default_early_combine`);
 * ``MOK_CUDA_SKIP_PADDING_HALF`` (default on): a tile whose second 64 rows are all padding multiplies only its
-  first 64 (:func:`default_skip_padding_half`).
+  first 64 (:func:`default_skip_padding_half`);
+* ``MOK_CUDA_DOWN_SPAN`` (default 1): column blocks of 256 per down task (:func:`default_down_span`).
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ from ..config import MoKConfig
 from .build import load_extension
 from .errors import DEFERRED, Sm90KernelError, describe_error, raise_if_error  # noqa: F401 (re-exported)
 from .schedule_tables import COMBINE_BLOCK_TOKENS, KernelSchedule, build_kernel_schedule, combine_order
-from .workspace import (BLOCK_M, GATE_UP_COLUMNS, Sm90Workspace, WorkspaceKey, current_stream_handle, get_workspace,
-                        launch_tickets)
+from .workspace import (BLOCK_M, DOWN_COLUMNS, GATE_UP_COLUMNS, Sm90Workspace, WorkspaceKey, current_stream_handle,
+                        get_workspace, launch_tickets)
 
 VARIANTS = {"simple": 0, "pipelined": 1}
 PRECISIONS = ("bf16", "mxfp8")
@@ -151,6 +152,17 @@ def default_store_warps() -> bool:
     half of each down tile's staged rows, so the consumer warpgroups start their next mainloop while those rows go
     out (include/mok/store_warps.cuh, mok/cuda/README.md rounds 10 and 15). Changes no bit."""
     return _env_on("MOK_CUDA_STORE_WARPS", "1")
+
+
+def default_down_span() -> int:
+    """``MOK_CUDA_DOWN_SPAN`` (default 1): column blocks of 256 per down task. A wider span resolves the rows'
+    destinations and signals the task once per span instead of once per block (mok/cuda/README.md, round 16); it
+    must divide ceil(H / 256), and it turns the store warps off (their hand-off is one block per task). Changes no
+    bit."""
+    value = os.environ.get("MOK_CUDA_DOWN_SPAN", "1")
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"MOK_CUDA_DOWN_SPAN must be a positive integer, got {value!r}")
+    return int(value)
 
 
 def default_skip_padding_half() -> bool:
@@ -363,7 +375,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
            saved_gate_up: torch.Tensor | None = None, gather_row_prefetch: bool | None = None,
            signal_warp: bool | None = None, store_warps: bool | None = None, early_combine: bool | None = None,
            skip_padding_half: bool | None = None, trace: torch.Tensor | None = None,
-           extension=None) -> torch.Tensor:
+           down_span: int | None = None, extension=None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -384,6 +396,9 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     kind of task, and for GEMM tasks when the first K block landed and the mainloop ended, in %globaltimer ns:
     :data:`TRACE_FIELDS`, ``include/mok/trace.cuh``; ``experiments/task_timeline.py`` reads it), or ``None``.
     Changes no bit.
+    ``down_span``: column blocks of 256 per down task (default :func:`default_down_span`); must divide ceil(H / 256).
+    With ``down_span > 1`` the store warps default to off (and an explicit ``store_warps=True`` is an error). Changes
+    no bit.
     ``extension``: another build of the kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to
     launch instead of the default one, for A/B timing (experiments/ab_kernels.py).
     """
@@ -407,6 +422,14 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
                          "combine tasks, i.e. not the fused top-1 combine; prepare(..., early_combine=True))")
     # The default follows MOK_CUDA_EARLY_COMBINE, not whether the launch happens to carry an order.
     use_order = has_order and (default_early_combine() if early_combine is None else early_combine)
+    down_span = default_down_span() if down_span is None else int(down_span)
+    down_blocks = -(-prep.w_gate.shape[2] // DOWN_COLUMNS)
+    if down_span < 1 or down_blocks % down_span:
+        raise ValueError(f"down_span must be a positive divisor of the {down_blocks} column blocks of H, got {down_span}")
+    if store_warps is None:
+        store_warps = default_store_warps() and down_span == 1
+    elif store_warps and down_span > 1:
+        raise ValueError("store_warps=True needs down_span=1 (the store warps hand off one column block per task)")
     s, ws = prep.schedule, prep.workspace
     (extension or load_extension()).forward(
         s.src_rank, s.src_slot, s.tile_expert, s.segment_offsets,
@@ -417,10 +440,10 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         _NO_TENSOR if saved_gate_up is None else saved_gate_up,
         default_gather_row_prefetch() if gather_row_prefetch is None else bool(gather_row_prefetch),
         default_signal_warp() if signal_warp is None else bool(signal_warp), prep.mxfp8, prep.x_row_bytes,
-        prep.local_rank, prep.phases, default_store_warps() if store_warps is None else bool(store_warps),
+        prep.local_rank, prep.phases, bool(store_warps),
         prep.combine_tokens if use_order else _NO_INT_TENSOR, prep.combine_offsets if use_order else _NO_INT_TENSOR,
         default_skip_padding_half() if skip_padding_half is None else bool(skip_padding_half),
-        _NO_LONG_TENSOR if trace is None else trace)
+        _NO_LONG_TENSOR if trace is None else trace, down_span)
     return prep.out
 
 

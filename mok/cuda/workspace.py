@@ -41,7 +41,7 @@ from .errors import ERROR_WORDS
 
 BLOCK_M = 128                  # the kernel's tile height (Sm90Tiles::kBlockM)
 GATE_UP_COLUMNS = 128          # intermediate columns per gate/up task (Sm90Tiles::kHalfN)
-DOWN_COLUMNS = 256             # hidden columns per down task (Sm90Tiles::kBlockN)
+DOWN_COLUMNS = 256             # hidden columns per down column block (Sm90Tiles::kBlockN)
 COUNTER_TICKET_INTS = 32       # the ticket counter owns a 128-byte line (CounterLayout::make)
 MAX_CACHED_WORKSPACES = 2      # least recently used ones beyond this are dropped
 
@@ -56,11 +56,11 @@ def counter_ints(num_ranks: int, capacity: int, minibatch_rows: int) -> int:
 
 
 def launch_tickets(num_ranks: int, capacity: int, hidden: int, intermediate: int, dispatch_tasks: bool,
-                   combine_blocks: int) -> int:
+                   combine_blocks: int, down_span: int = 1) -> int:
     """Tasks of one launch: mirrors ``launch_tickets`` in workspace.cuh (checked against the compiled C++ by
-    tests/test_cuda_compile.py): per rank and tile a dispatch (ring mode), the gate/up and the down column blocks,
-    plus per rank ``combine_blocks``."""
-    per_tile = int(dispatch_tasks) + -(-intermediate // GATE_UP_COLUMNS) + -(-hidden // DOWN_COLUMNS)
+    tests/test_cuda_compile.py): per rank and tile a dispatch (ring mode), the gate/up column blocks and the down
+    tasks (``down_span`` column blocks each), plus per rank ``combine_blocks``."""
+    per_tile = int(dispatch_tasks) + -(-intermediate // GATE_UP_COLUMNS) + -(-hidden // DOWN_COLUMNS) // down_span
     return num_ranks * (capacity // BLOCK_M) * per_tile + num_ranks * combine_blocks
 
 

@@ -51,6 +51,7 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //   skip_padding_half: a GEMM tile whose rows 64..127 are all padding runs one consumer warpgroup's MMA
 //   trace: int64 [N, kSm90TraceFields] to receive the task timeline of tickets 0..N-1 (include/mok/trace.cuh), or an
 //     empty tensor
+//   down_span: column blocks per down task (divides ceil(H / 256); > 1 needs store_warps off)
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
@@ -60,7 +61,8 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
              int64_t ablate, bool gather_x, int64_t gather_prefetch, const at::Tensor& saved_gate_up,
              bool gather_row_prefetch, bool signal_warp, bool mxfp8, int64_t x_row_bytes, int64_t local_rank,
              int64_t phases, bool store_warps, const at::Tensor& combine_tokens,
-             const at::Tensor& combine_offsets, bool skip_padding_half, const at::Tensor& trace) {
+             const at::Tensor& combine_offsets, bool skip_padding_half, const at::Tensor& trace,
+             int64_t down_span) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -171,6 +173,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.signal_warp = signal_warp;
   q.store_warps = store_warps;
   q.skip_padding_half = skip_padding_half;
+  q.down_span = static_cast<int>(down_span);
   q.trace = tracing ? trace.data_ptr<int64_t>() : nullptr;
   q.trace_tickets = tracing ? static_cast<int>(trace.size(0)) : 0;
   q.mxfp8 = mxfp8;

@@ -149,8 +149,11 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
     return fail(message, message_len, "early combine is for emulated ranks with combine tasks (not one real rank's "
                 "launch, not the fused top-1 combine)");
   const int max_minibatches = ceil_div(q.capacity, q.minibatch_rows);
-  const long long tickets =
-      launch_tickets<Tiles>(q.num_ranks, q.capacity, q.hidden, q.intermediate, !q.gather_x, combine_blocks);
+  if (q.down_span < 1 || down_nblocks % q.down_span != 0)
+    return fail(message, message_len, "down_span must divide the %d column blocks of H=%d, got %d", down_nblocks,
+                q.hidden, q.down_span);
+  const long long tickets = launch_tickets<Tiles>(q.num_ranks, q.capacity, q.hidden, q.intermediate, !q.gather_x,
+                                                  combine_blocks, q.down_span);
   const long long pushed = static_cast<long long>(q.tokens_per_rank) * q.top_k * down_nblocks;
   if (ring_total >= (1ll << 31) || weight_rows >= (1ll << 31) || tickets >= (1ll << 31) || pushed >= (1ll << 31))
     return fail(message, message_len, "problem too large for 32-bit tile coordinates or counters");
@@ -194,6 +197,10 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   // The store warps are idle producer warps too, and hand-offs with the signal warp; the timing ablations skip
   // epilogue work the hand-off expects, so they run without them.
   p.store_warps = (q.store_warps && p.signal_warp && q.ablate == 0) ? 1 : 0;
+  // The store warps' hand-off runs one phase per down task of one column block (store_warps.cuh).
+  if (q.down_span > 1 && p.store_warps)
+    return fail(message, message_len, "down_span > 1 needs store_warps off (they hand off one block per task)");
+  p.down_span = q.down_span;
   p.skip_padding_half = q.skip_padding_half ? 1 : 0;
   p.local_rank = q.local_rank;
   p.phases = q.phases;

@@ -71,9 +71,10 @@ __device__ __forceinline__ void load_row_entries(const Sm90MoeParams& p, const T
 }
 
 // push_destinations' second part: from the rows' table entries (load_row_entries) to their destinations.
+// `count`: pushes to count per row (the column blocks that will be pushed from these destinations), 0 for none.
 template <class Tiles, int N>
 __device__ __forceinline__ void resolve_destinations(const Sm90MoeParams& p, const Task& t, const int (&rows)[N],
-                                                     const int (&src_rank)[N], const int (&src_slot)[N], bool count,
+                                                     const int (&src_rank)[N], const int (&src_slot)[N], int count,
                                                      int* push_count, uint4* (&dst)[N], float (&weight)[N]) {
   const int slots_per_rank = p.tokens_per_rank * p.top_k;
   const long long row_chunks = p.hidden / 8;
@@ -91,11 +92,11 @@ __device__ __forceinline__ void resolve_destinations(const Sm90MoeParams& p, con
     weight[i] = weights[i] != 0 ? __ldg(reinterpret_cast<const float*>(weights[i]) + src_slot[i]) : 0.0f;
     dst[i] = valid[i] ? reinterpret_cast<uint4*>(base[i]) + src_slot[i] * row_chunks : nullptr;
   }
-  if (!count) return;
+  if (count == 0) return;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     if (valid[i]) {
-      if (!fuse) atomicAdd(push_count + src_rank[i], 1);
+      if (!fuse) atomicAdd(push_count + src_rank[i], count);
     } else if (src_rank[i] >= 0) {
       record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * Tiles::kBlockM + rows[i], src_rank[i], src_slot[i],
                    t.ticket);
@@ -105,7 +106,7 @@ __device__ __forceinline__ void resolve_destinations(const Sm90MoeParams& p, con
 
 // Where rows `rows[i]` of a down tile go (nullptr: padding, or an inconsistent schedule) and, fused top-1, their
 // router weights (else 0). With `count` (the lane that speaks for its rows) each row is counted for its source rank
-// in `push_count` and an inconsistent schedule is recorded. Shared by the consumers' push below and the store warps
+// in `push_count` (once: one column block) and an inconsistent schedule is recorded. Shared by the consumers' push below and the store warps
 // (store_warps.cuh), which must send every row to the same place.
 // NOTE: the loads go in batches, every row's table entries first, then the pointer tables, then (fused top-1) the
 // weights, so N rows wait for two L2 round trips (fused top-1: three) rather than 2N (3N). The consumers go further
@@ -117,7 +118,7 @@ __device__ __forceinline__ void push_destinations(const Sm90MoeParams& p, const 
                                                   bool count, int* push_count, uint4* (&dst)[N], float (&weight)[N]) {
   int src_rank[N], src_slot[N];
   load_row_entries<Tiles>(p, t, rows, src_rank, src_slot);
-  resolve_destinations<Tiles>(p, t, rows, src_rank, src_slot, count, push_count, dst, weight);
+  resolve_destinations<Tiles>(p, t, rows, src_rank, src_slot, count ? 1 : 0, push_count, dst, weight);
 }
 
 // One consumer lane's share of a down tile's row lookups. The 16 lanes that copy the same 8 rows (rows
@@ -144,21 +145,36 @@ __device__ __forceinline__ RowLookup consumer_row_lookup(const Sm90MoeParams& p,
   return {src_rank[0], src_slot[0]};
 }
 
-// The destinations (and, fused, router weights) of the 8 rows this thread copies: each lane resolves its table
-// entries (with `count`, lanes 0..7 of each 16 count their row and record an inconsistent schedule), then takes
-// the 8 rows' results by shuffle from the lanes that hold them. Timing ablation kAblatePush: rows counted as
-// pushed are stored in place instead.
+// The destination (and, fused, router weight) of the row this lane looked up (consumer_row_lookup): with `count` > 0,
+// lanes 0..7 of each 16 count their row `count` times (once per column block pushed from it) and record an
+// inconsistent schedule. Three registers, so a down task of several column blocks keeps it across its mainloops.
+struct LaneDestination {
+  uint4* dst;
+  float weight;
+};
+
 template <class Tiles>
-__device__ __forceinline__ void resolve_shared_destinations(const Sm90MoeParams& p, const Task& t, int consumer_wg,
-                                                            const RowLookup& entries, bool count, int* push_count,
-                                                            uint4* (&dst_row)[8], float (&w_row)[8]) {
+__device__ __forceinline__ LaneDestination resolve_lane_destination(const Sm90MoeParams& p, const Task& t,
+                                                                    int consumer_wg, const RowLookup& entries,
+                                                                    int count, int* push_count) {
   const int t128 = threadIdx.x & 127;
-  const int lane = threadIdx.x & 31;
   const int my_row[1] = {consumer_lookup_row(consumer_wg)};
   const int src_rank[1] = {entries.src_rank}, src_slot[1] = {entries.src_slot};
   uint4* my_dst[1];
   float my_w[1];
-  resolve_destinations<Tiles>(p, t, my_row, src_rank, src_slot, count && (t128 & 15) < 8, push_count, my_dst, my_w);
+  resolve_destinations<Tiles>(p, t, my_row, src_rank, src_slot, (t128 & 15) < 8 ? count : 0, push_count, my_dst,
+                              my_w);
+  return {my_dst[0], my_w[0]};
+}
+
+// The destinations (and router weights) of the 8 rows this thread copies, by shuffle from the lanes that looked
+// them up. Timing ablation kAblatePush: rows counted as pushed are stored in place instead.
+template <class Tiles>
+__device__ __forceinline__ void share_destinations(const Sm90MoeParams& p, const Task& t, int consumer_wg,
+                                                   const LaneDestination& mine, uint4* (&dst_row)[8],
+                                                   float (&w_row)[8]) {
+  const int t128 = threadIdx.x & 127;
+  const int lane = threadIdx.x & 31;
   const int row_chunks = p.hidden / 8;
   const int slots_per_rank = p.tokens_per_rank * p.top_k;
   const bool fuse = p.fuse_top1 != 0;
@@ -168,14 +184,23 @@ __device__ __forceinline__ void resolve_shared_destinations(const Sm90MoeParams&
     const int row = 64 * consumer_wg + (t128 >> 4) + 8 * it;
     const int owner = (lane & 16) | it;  // the lane of this 16-lane group that looked row `it` up
     dst_row[it] = reinterpret_cast<uint4*>(
-        __shfl_sync(0xFFFFFFFFu, reinterpret_cast<unsigned long long>(my_dst[0]), owner));
-    w_row[it] = __shfl_sync(0xFFFFFFFFu, my_w[0], owner);
+        __shfl_sync(0xFFFFFFFFu, reinterpret_cast<unsigned long long>(mine.dst), owner));
+    w_row[it] = __shfl_sync(0xFFFFFFFFu, mine.weight, owner);
     if (contiguous && dst_row[it] != nullptr) {  // counted as pushed (the combine still waits), stored in place
       const int wrap = fuse ? p.tokens_per_rank : slots_per_rank;
       const long long at = (static_cast<long long>(t.tile) * Tiles::kBlockM + row) % wrap;
       dst_row[it] = reinterpret_cast<uint4*>(fuse ? p.out_ptrs[t.rank] : p.combine_ptrs[t.rank]) + at * row_chunks;
     }
   }
+}
+
+// Both of the above: the destinations (and, fused, router weights) of the 8 rows this thread copies.
+template <class Tiles>
+__device__ __forceinline__ void resolve_shared_destinations(const Sm90MoeParams& p, const Task& t, int consumer_wg,
+                                                            const RowLookup& entries, int count, int* push_count,
+                                                            uint4* (&dst_row)[8], float (&w_row)[8]) {
+  const LaneDestination mine = resolve_lane_destination<Tiles>(p, t, consumer_wg, entries, count, push_count);
+  share_destinations<Tiles>(p, t, consumer_wg, mine, dst_row, w_row);
 }
 
 // One half (128 columns) of this consumer warpgroup's 64 rows: y = bf16(acc) into the staging rows, then each row's
@@ -205,21 +230,18 @@ __device__ __forceinline__ void push_half(const Sm90MoeParams& p, const Task& t,
   named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
 }
 
-// One consumer warpgroup: its 64 rows x 256 output columns -> the source ranks' combine slots.
-// `entries`: this lane's table entries (consumer_row_lookup); `push_count[s]` (shared) collects how many of this
-// tile's rows went to source rank s.
+// One consumer warpgroup: its 64 rows x 256 output columns (column block t.nblock) -> the source ranks' combine
+// slots, at the destinations resolve_shared_destinations found for the tile's rows (run_down_task resolves them
+// once per down task, for every column block of the task).
 //
 // With p.fuse_top1 (top_k == 1) a slot is the token itself, so the weighted sum of its one slot is done here:
 // out[src_rank][token] = bf16(0 + w * y), with y rounded to bf16 first and the add kept (0 + -0 = +0), which is
 // exactly combine_block's arithmetic for K = 1. Then there are no slots, no combine tasks and no combine tail.
 template <class Tiles>
-__device__ __forceinline__ void down_epilogue_push(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
-                                                   const float (&acc)[128], int consumer_wg, const RowLookup& entries,
-                                                   int* push_count) {
+__device__ __forceinline__ void push_down_block(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
+                                                const float (&acc)[128], int consumer_wg, uint4* const (&dst_row)[8],
+                                                const float (&w_row)[8]) {
   static_assert(Tiles::kBlockN == 2 * Tiles::kHalfN, "the down tile is staged in two halves");
-  uint4* dst_row[8];
-  float w_row[8];
-  resolve_shared_destinations<Tiles>(p, t, consumer_wg, entries, true, push_count, dst_row, w_row);
   // Timing ablation: rows are counted (the combine still waits for them) but nothing is staged or stored.
   if (p.ablate & kAblateEpilogue) return;
 #pragma unroll

@@ -14,7 +14,8 @@
 //     step 0 only:  D(0)      dispatch tiles of minibatch 0
 //     every step:   G(s)      gate/up tiles of minibatch s (tile-major, then column block)
 //                   D(s+1)    dispatch tiles of the next minibatch (prefetch: overlaps the down GEMMs)
-//                   W(s)      down tiles of minibatch s (tile-major, then column block)
+//                   W(s)      down tiles of minibatch s (tile-major, then column span: down_span column blocks
+//                             per task, so down_nblocks here counts tasks per tile)
 //                   C(s)      early combine only: the combine blocks placed in step s (below)
 //     after all steps: C      without early combine: combine blocks, per source rank, kCombineTokens tokens each
 //
@@ -74,7 +75,7 @@ struct ScheduleView {
   int ring_slots;
   int max_minibatches;
   int gate_up_nblocks;
-  int down_nblocks;
+  int down_nblocks;         // down tasks per tile: ceil(H / kBlockN) / down_span
   int combine_blocks;       // per source rank
   int num_steps;            // max over ranks of ceil(rank_tiles / tiles_per_minibatch)
   const int* rank_tiles;    // [num_ranks] used tiles of each rank's table

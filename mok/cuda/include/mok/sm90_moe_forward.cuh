@@ -140,8 +140,11 @@ __device__ __forceinline__ void signal_task_done(const Sm90MoeParams& p, const S
   }
 }
 
+// What the producer loads for column block `nblock` of GEMM task t (a down task spans p.down_span blocks:
+// down_block).
 template <class Tiles>
-__device__ __forceinline__ TileLoad tile_load(const Sm90MoeParams& p, const ScheduleView& v, const Task& t) {
+__device__ __forceinline__ TileLoad tile_load(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
+                                              int nblock) {
   TileLoad load;
   load.a_row = own_slot(p, t.rank) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
   load.gather_row0 = table_row0<Tiles>(p, t);
@@ -149,17 +152,36 @@ __device__ __forceinline__ TileLoad tile_load(const Sm90MoeParams& p, const Sche
     load.a_map = p.gather_x ? nullptr : &p.tmap_ring_x;
     load.b_map0 = &p.tmap_w_gate;
     load.b_map1 = &p.tmap_w_up;
-    load.b_row0 = load.b_row1 = t.expert * p.intermediate + t.nblock * Tiles::kHalfN;
+    load.b_row0 = load.b_row1 = t.expert * p.intermediate + nblock * Tiles::kHalfN;
     load.num_kblocks = p.hidden / Tiles::kBlockK;
   } else {
     load.a_map = &p.tmap_ring_h;
     load.b_map0 = &p.tmap_w_down;
     load.b_map1 = nullptr;
-    load.b_row0 = t.expert * p.hidden + t.nblock * Tiles::kBlockN;
+    load.b_row0 = t.expert * p.hidden + nblock * Tiles::kBlockN;
     load.b_row1 = 0;
     load.num_kblocks = p.intermediate / Tiles::kBlockK;
   }
   return load;
+}
+
+// Column block `c` (0 <= c < p.down_span) of down task t: Task::nblock counts down tasks within the tile, so the
+// task's blocks are nblock * down_span + c.
+__device__ __forceinline__ int down_block(const Sm90MoeParams& p, const Task& t, int c) {
+  return t.nblock * p.down_span + c;
+}
+
+// The producer's share of a GEMM task: its tile's K blocks, once per column block of a down task.
+template <class Tiles>
+__device__ __forceinline__ void produce_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
+                                             const ScheduleView& v, const Task& t, int producer_thread) {
+  if (t.kind != kTaskDown) {
+    produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t, t.nblock), t, producer_thread);
+    return;
+  }
+  for (int c = 0; c < p.down_span; ++c) {
+    produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t, down_block(p, t, c)), t, producer_thread);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -193,6 +215,35 @@ __device__ __forceinline__ void task_mainloop(const Sm90MoeParams& p, SharedStor
   if (threadIdx.x == 128) trace_mark(p, t.ticket, kTraceMainloopDone);
 }
 
+// A down task: its p.down_span column blocks of the tile, one after the other, each a mainloop and a push. The rows'
+// table entries are loaded before the first mainloop and resolved after it (combine.cuh); the destinations serve
+// every block, and each row is counted once per block. Wider spans pay the lookups' round trip, and the task's
+// hand-off, fence and signal, once per span instead of once per block (the fixed cost that made anchor-2's down
+// tasks slow: mok/cuda/README.md, round 16). With store warps (pipelined variant, one block per task: the launch
+// checks) the consumers push half the rows and the store warps the other half (store_warps.cuh).
+template <class Tiles, bool kOverlap>
+__device__ __forceinline__ void run_down_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
+                                              const Task& t, int consumer_wg, int* push_count,
+                                              StagingHandoff& handoff) {
+  const RowLookup entries = consumer_row_lookup<Tiles>(p, t, consumer_wg);
+  LaneDestination mine{};  // resolved after the first mainloop, kept (3 registers) for the others
+  for (int c = 0; c < p.down_span; ++c) {
+    Task block = t;
+    block.nblock = down_block(p, t, c);
+    float acc[128];
+    task_mainloop<Tiles, kOverlap>(p, s, pipe, block, p.intermediate / Tiles::kBlockK, consumer_wg, false, acc);
+    if (kOverlap && p.store_warps) {  // compiled out of the simple variant
+      down_epilogue_staged<Tiles>(p, block, s, acc, consumer_wg, entries, handoff);
+      continue;
+    }
+    if (c == 0) mine = resolve_lane_destination<Tiles>(p, t, consumer_wg, entries, p.down_span, push_count);
+    uint4* dst_row[8];
+    float w_row[8];
+    share_destinations<Tiles>(p, t, consumer_wg, mine, dst_row, w_row);
+    push_down_block<Tiles>(p, block, s, acc, consumer_wg, dst_row, w_row);
+  }
+}
+
 template <class Tiles, bool kOverlap>
 __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
                                                   const ScheduleView& v, const Task& t, PipeState<Tiles>& pipe,
@@ -220,18 +271,9 @@ __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, Shared
       gate_up_epilogue<Tiles>(p, v, t, s, acc, consumer_wg);
       break;
     }
-    case kTaskDown: {
-      // The rows' table entries are loaded before the mainloop and first used after it (combine.cuh).
-      const RowLookup entries = consumer_row_lookup<Tiles>(p, t, consumer_wg);
-      float acc[128];
-      task_mainloop<Tiles, kOverlap>(p, s, pipe, t, p.intermediate / Tiles::kBlockK, consumer_wg, false, acc);
-      if (kOverlap && p.store_warps) {  // store warps: the pipelined variant only (compiled out of the simple one)
-        down_epilogue_staged<Tiles>(p, t, s, acc, consumer_wg, entries, handoff);  // the store warps push half the rows
-      } else {
-        down_epilogue_push<Tiles>(p, t, s, acc, consumer_wg, entries, push_count);
-      }
+    case kTaskDown:
+      run_down_task<Tiles, kOverlap>(p, s, pipe, t, consumer_wg, push_count, handoff);
       break;
-    }
     default:
       break;
   }
@@ -254,7 +296,7 @@ __device__ __forceinline__ void simple_producer(const Sm90MoeParams& p, SharedSt
     if (leader) trace_mark(p, t.ticket, kTraceStart);
     // Gather mode: the whole producer warpgroup loads (gemm_mainloop.cuh, produce_tile).
     if ((leader || p.gather_x) && is_gemm_task(t)) {
-      produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t), t, static_cast<int>(threadIdx.x));
+      produce_task<Tiles>(p, s, pipe, v, t, static_cast<int>(threadIdx.x));
     }
     named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task finished, writes published
     if (leader) {
@@ -355,7 +397,7 @@ __device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, Share
       t = s.tasks[slot];
     }
     if (t.kind == kTaskStop) break;
-    if (is_gemm_task(t)) produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t), t, static_cast<int>(threadIdx.x));
+    if (is_gemm_task(t)) produce_task<Tiles>(p, s, pipe, v, t, static_cast<int>(threadIdx.x));
     if (++slot == Tiles::kTaskQueue) {
       slot = 0;
       parity ^= 1u;
@@ -478,7 +520,7 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
   v.ring_slots = p.ring_slots;
   v.max_minibatches = p.max_minibatches;
   v.gate_up_nblocks = p.gate_up_nblocks;
-  v.down_nblocks = p.down_nblocks;
+  v.down_nblocks = p.down_nblocks / p.down_span;  // down tasks per tile
   v.combine_blocks = p.combine_blocks;
   v.num_steps = s.num_steps;
   v.rank_tiles = s.rank_tiles;

@@ -91,7 +91,7 @@ __device__ __forceinline__ void down_epilogue_staged(const Sm90MoeParams& p, con
                                                      const RowLookup& entries, StagingHandoff& handoff) {
   uint4* dst_row[8];
   float w_row[8];
-  resolve_shared_destinations<Tiles>(p, t, consumer_wg, entries, false, nullptr, dst_row, w_row);
+  resolve_shared_destinations<Tiles>(p, t, consumer_wg, entries, 0, nullptr, dst_row, w_row);
   wait_staging_free<Tiles>(p, s, consumer_wg, handoff);  // the store warp has read the last rows handed to it
   push_half<Tiles>(p, t, s, acc, consumer_wg, 0, dst_row, w_row);
   stage_accumulator_half<Tiles>(s.staging, consumer_wg, acc, 1);

@@ -55,14 +55,15 @@ struct Sm90Tiles {
 };
 
 // The number of tasks (tickets) of a launch: per rank and tile of `capacity` rows a dispatch (ring mode only), the
-// gate/up column blocks and the down column blocks, plus per rank its `combine_blocks`. mok/cuda/workspace.py
-// (launch_tickets) mirrors it to size the task-timeline buffer; tests/test_cuda_compile.py checks the two agree.
+// gate/up column blocks and the down tasks (column blocks / down_span), plus per rank its `combine_blocks`.
+// mok/cuda/workspace.py (launch_tickets) mirrors it to size the task-timeline buffer; tests/test_cuda_compile.py
+// checks the two agree.
 template <class Tiles>
 __host__ __device__ constexpr long long launch_tickets(int num_ranks, int capacity, int hidden, int intermediate,
-                                                       bool dispatch_tasks, int combine_blocks) {
+                                                       bool dispatch_tasks, int combine_blocks, int down_span = 1) {
   return static_cast<long long>(num_ranks) * (capacity / Tiles::kBlockM) *
              ((dispatch_tasks ? 1 : 0) + (intermediate + Tiles::kHalfN - 1) / Tiles::kHalfN +
-              (hidden + Tiles::kBlockN - 1) / Tiles::kBlockN) +
+              (hidden + Tiles::kBlockN - 1) / Tiles::kBlockN / down_span) +
          static_cast<long long>(num_ranks) * combine_blocks;
 }
 
@@ -175,7 +176,9 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int ring_slots;            // ring_rows / minibatch_rows
   int max_minibatches;       // ceil(capacity / minibatch_rows): size of the per-minibatch counters
   int gate_up_nblocks;       // ceil(I / kHalfN)
-  int down_nblocks;          // ceil(H / kBlockN)
+  int down_nblocks;          // ceil(H / kBlockN): column blocks of a down tile row (what `pushed` counts)
+  int down_span;             // column blocks per down task (divides down_nblocks; ScheduleView::down_nblocks is
+                             //    down_nblocks / down_span, the down tasks per tile)
   int combine_blocks;        // ceil(T_local / kCombineTokens) per rank; 0 when fuse_top1 (no combine tasks)
   int fuse_top1;             // 1: top_k == 1 and the down epilogue writes out[token] = bf16(0 + w * y) itself
   int ablate;                // AblateFlags bitmask (timing experiments only; 0 in normal runs)
@@ -249,7 +252,8 @@ struct Task {
                   // was placed in (ScheduleView::combine_ready_step), or -1
   int tile;       // schedule tile index within the rank's table (combine: first position of its tokens in the
                   // rank's token order: the token itself, or its place in combine_tokens)
-  int nblock;     // column block (gate/up: of I in kHalfN; down: of H in kBlockN)
+  int nblock;     // column block (gate/up: of I in kHalfN; down: of H in kBlockN, or, in a task's own copy, the
+                  // task's index within the tile when down_span > 1: its blocks are down_block(p, t, 0..span-1))
   int expert;     // global expert of the tile (gate/up, down)
   int ticket;
   // GEMM tasks: 1 if rows 64..127 of the tile are all padding (its expert's rows end in the first half), so
