@@ -104,12 +104,13 @@ def summarize(tl: dict[str, np.ndarray], flops: dict[str, float], num_sms: int) 
             "tail_us_mean": float((span - last).mean()), "tail_us_max": float((span - last).max())}
 
 
-def task_flops(shape) -> dict[str, float]:
+def task_flops(shape, down_span: int = 1) -> dict[str, float]:
     """FLOPs of one task (multiply-adds x 2): gate/up 128 rows x 256 columns (128 gate, 128 up) x H, down 128 rows x
-    256 columns x I (the kernel's tile sizes, mok/cuda/workspace.py)."""
+    256 columns x I per column block, ``down_span`` blocks per task (the kernel's tile sizes, mok/cuda/workspace.py;
+    the launch's span: mok.cuda.backend.resolve_down_span)."""
     from mok.cuda.workspace import BLOCK_M, DOWN_COLUMNS, GATE_UP_COLUMNS
     return {"gate_up": 2.0 * BLOCK_M * 2 * GATE_UP_COLUMNS * shape.hidden,
-            "down": 2.0 * BLOCK_M * DOWN_COLUMNS * shape.intermediate}
+            "down": 2.0 * BLOCK_M * DOWN_COLUMNS * shape.intermediate * down_span}
 
 
 def format_summary(name: str, dispatch: str, s: dict) -> str:
@@ -202,7 +203,8 @@ def record(name: str, dispatch: str = "auto", warmup: int = 3,
     backend.launch(prep, dispatch=dispatch, trace=trace, **launch_options)
     backend.check_error(prep)
     tl = load_trace(trace.cpu().numpy())
-    summary = summarize(tl, task_flops(shape), torch.cuda.get_device_properties(0).multi_processor_count)
+    span = backend.resolve_down_span(launch_options.get("down_span"), dispatch, shape.hidden)
+    summary = summarize(tl, task_flops(shape, span), torch.cuda.get_device_properties(0).multi_processor_count)
     del prep, p, trace
     release_workspaces()
     torch.cuda.empty_cache()

@@ -133,9 +133,10 @@ def test_trace_reaches_the_launch_before_the_down_span():
 
 
 def test_down_span_reaches_the_launch_last_and_turns_the_store_warps_off(monkeypatch):
-    """launch() passes the down span last: 1 by default, MOK_CUDA_DOWN_SPAN, or its own argument; a span must divide
-    the column blocks of H; a span above 1 turns the default store warps off and refuses them when asked for."""
-    from mok.cuda.backend import launch
+    """launch() passes the down span last: by default (``auto``) the widest of 4, 2, 1 dividing the column blocks of
+    H in gather mode and 1 in ring mode, else MOK_CUDA_DOWN_SPAN or its own argument; a span must divide the column
+    blocks; a span above 1 turns the default store warps off and refuses them when asked for."""
+    from mok.cuda.backend import launch, resolve_down_span
 
     prep = small_launch(seed=7, tokens=256, hidden=1024, inter=128, experts=8)  # 4 column blocks of 256
     store_warps_at = -6  # store_warps, then the order (2 tensors), skip_padding_half, trace, down_span
@@ -148,18 +149,24 @@ def test_down_span_reaches_the_launch_last_and_turns_the_store_warps_off(monkeyp
 
     monkeypatch.delenv("MOK_CUDA_DOWN_SPAN", raising=False)
     monkeypatch.delenv("MOK_CUDA_STORE_WARPS", raising=False)
-    assert passed() == (1, True)
+    assert passed(dispatch="ring") == (1, True)
+    assert passed(dispatch="gather")[0] == 4
     monkeypatch.setenv("MOK_CUDA_DOWN_SPAN", "4")
-    assert passed() == (4, False)
-    assert passed(down_span=2) == (2, False)
-    assert passed(down_span=1) == (1, True)
+    assert passed(dispatch="ring") == (4, False)
+    assert passed(dispatch="ring", down_span=2) == (2, False)
+    assert passed(dispatch="ring", down_span=1) == (1, True)
     with pytest.raises(ValueError, match="down_span"):
         passed(down_span=3)
     with pytest.raises(ValueError, match="store_warps"):
-        passed(down_span=2, store_warps=True)
+        passed(dispatch="ring", down_span=2, store_warps=True)
     monkeypatch.setenv("MOK_CUDA_DOWN_SPAN", "two")
     with pytest.raises(ValueError, match="MOK_CUDA_DOWN_SPAN"):
         passed()
+    monkeypatch.delenv("MOK_CUDA_DOWN_SPAN")
+    # auto in gather mode: 16 blocks (anchor-2) -> 4, 6 (anchor-1) -> 2, 5 -> 1, 1 -> 1; ring mode always 1.
+    assert [resolve_down_span(None, "gather", h) for h in (4096, 1536, 1280, 256, 320)] == [4, 2, 1, 1, 2]
+    assert [resolve_down_span(None, "ring", h) for h in (4096, 1536)] == [1, 1]
+    assert resolve_down_span("auto", "gather", 7168) == 4 and resolve_down_span(2, "gather", 7168) == 2
 
 
 def test_padding_half_tiles_counts_the_tiles_whose_second_half_is_padding():

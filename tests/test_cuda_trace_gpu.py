@@ -25,15 +25,17 @@ CASES = {"top2": (600, 256, 384, 8, 2), "top1": (1000, 512, 256, 16, 1)}
 
 def expected_task_counts(prep, dispatch: str) -> dict[str, int]:
     """Tasks per kind of one launch, from the tables: every used tile has a dispatch task (ring mode), its gate/up
-    column blocks (I / 128) and its down column blocks (H / 256); every rank has ceil(T_local / 16) combine blocks
-    unless the down epilogue writes the output itself (fused top-1)."""
+    column blocks (I / 128) and its down tasks (H / 256 column blocks, the launch's default span of them per task);
+    every rank has ceil(T_local / 16) combine blocks unless the down epilogue writes the output itself (fused
+    top-1)."""
+    from mok.cuda.backend import resolve_down_span
     from mok.cuda.schedule_tables import COMBINE_BLOCK_TOKENS
     from mok.cuda.workspace import DOWN_COLUMNS, GATE_UP_COLUMNS
     tiles = prep.schedule.padding_half_tiles()[0]  # used tiles over every rank
     intermediate, hidden = prep.w_gate.shape[1], prep.w_gate.shape[2]
     return {"dispatch": tiles if dispatch == "ring" else 0,
             "gate_up": tiles * -(-intermediate // GATE_UP_COLUMNS),
-            "down": tiles * -(-hidden // DOWN_COLUMNS),
+            "down": tiles * -(-hidden // DOWN_COLUMNS) // resolve_down_span(None, dispatch, hidden),
             "combine": 0 if prep.fuse_top1 else
             prep.schedule.ep_size * -(-prep.tokens_per_rank // COMBINE_BLOCK_TOKENS)}
 

@@ -150,6 +150,8 @@ def test_task_flops_add_up_to_the_layer():
     tiles = shape.tokens * shape.top_k // 128
     total = tiles * (shape.intermediate // 128 * flops["gate_up"] + shape.hidden // 256 * flops["down"])
     assert total == 6 * shape.tokens * shape.top_k * shape.hidden * shape.intermediate
+    # Down tasks of two column blocks: half as many tasks, each twice the work.
+    assert task_timeline.task_flops(shape, down_span=2)["down"] == 2 * flops["down"]
 
 
 def test_ablate_mask_takes_the_backend_names_and_refuses_others():

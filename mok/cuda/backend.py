@@ -62,7 +62,7 @@ Environment:
   (:func:`default_early_combine`);
 * ``MOK_CUDA_SKIP_PADDING_HALF`` (default on): a tile whose second 64 rows are all padding multiplies only its
   first 64 (:func:`default_skip_padding_half`);
-* ``MOK_CUDA_DOWN_SPAN`` (default 1): column blocks of 256 per down task (:func:`default_down_span`).
+* ``MOK_CUDA_DOWN_SPAN`` (default ``auto``): column blocks of 256 per down task (:func:`resolve_down_span`).
 """
 
 from __future__ import annotations
@@ -154,15 +154,28 @@ def default_store_warps() -> bool:
     return _env_on("MOK_CUDA_STORE_WARPS", "1")
 
 
-def default_down_span() -> int:
-    """``MOK_CUDA_DOWN_SPAN`` (default 1): column blocks of 256 per down task. A wider span resolves the rows'
-    destinations and signals the task once per span instead of once per block (mok/cuda/README.md, round 16); it
-    must divide ceil(H / 256), and it turns the store warps off (their hand-off is one block per task). Changes no
-    bit."""
-    value = os.environ.get("MOK_CUDA_DOWN_SPAN", "1")
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"MOK_CUDA_DOWN_SPAN must be a positive integer, got {value!r}")
-    return int(value)
+def resolve_down_span(down_span: int | str | None, dispatch: str, hidden: int) -> int:
+    """Column blocks of 256 per down task for a launch in ``dispatch`` mode ("ring" or "gather") with ``hidden``
+    columns: ``down_span`` if it is a number, else ``MOK_CUDA_DOWN_SPAN`` (a number, or ``auto``, the default).
+
+    ``auto``: in gather mode the widest of 4, 2, 1 that divides ceil(H / 256); in ring mode 1. A wider span resolves
+    the rows' destinations and signals the task once per span instead of once per block. Measured on the H200
+    (round 16, A/B of the kernel alone, gather mode): anchor-2 (16 blocks) 0.925-0.928x the time at span 4 and 0.956x
+    at span 2, anchor-1 (6 blocks) 0.977-0.979x at span 2. Ring mode keeps one block per task for its store warps,
+    whose hand-off is one block per task: without them span 2 was 1.005-1.013x slower at anchors 4-5 and the kimi
+    slice. Changes no bit (GPU test)."""
+    if down_span is None:
+        down_span = os.environ.get("MOK_CUDA_DOWN_SPAN", "auto")
+    blocks = -(-hidden // DOWN_COLUMNS)
+    if isinstance(down_span, str):
+        if down_span == "auto":
+            return next(s for s in (4, 2, 1) if blocks % s == 0) if dispatch == "gather" else 1
+        if not down_span.isdigit():
+            raise ValueError(f"MOK_CUDA_DOWN_SPAN must be 'auto' or a positive integer, got {down_span!r}")
+        down_span = int(down_span)
+    if down_span < 1 or blocks % down_span:
+        raise ValueError(f"down_span must be a positive divisor of the {blocks} column blocks of H, got {down_span}")
+    return down_span
 
 
 def default_skip_padding_half() -> bool:
@@ -396,9 +409,9 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     kind of task, and for GEMM tasks when the first K block landed and the mainloop ended, in %globaltimer ns:
     :data:`TRACE_FIELDS`, ``include/mok/trace.cuh``; ``experiments/task_timeline.py`` reads it), or ``None``.
     Changes no bit.
-    ``down_span``: column blocks of 256 per down task (default :func:`default_down_span`); must divide ceil(H / 256).
-    With ``down_span > 1`` the store warps default to off (and an explicit ``store_warps=True`` is an error). Changes
-    no bit.
+    ``down_span``: column blocks of 256 per down task, a divisor of ceil(H / 256) (default: :func:`resolve_down_span`,
+    wider in gather mode). With ``down_span > 1`` the store warps default to off (and an explicit ``store_warps=True``
+    is an error). Changes no bit.
     ``extension``: another build of the kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to
     launch instead of the default one, for A/B timing (experiments/ab_kernels.py).
     """
@@ -422,10 +435,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
                          "combine tasks, i.e. not the fused top-1 combine; prepare(..., early_combine=True))")
     # The default follows MOK_CUDA_EARLY_COMBINE, not whether the launch happens to carry an order.
     use_order = has_order and (default_early_combine() if early_combine is None else early_combine)
-    down_span = default_down_span() if down_span is None else int(down_span)
-    down_blocks = -(-prep.w_gate.shape[2] // DOWN_COLUMNS)
-    if down_span < 1 or down_blocks % down_span:
-        raise ValueError(f"down_span must be a positive divisor of the {down_blocks} column blocks of H, got {down_span}")
+    down_span = resolve_down_span(down_span, dispatch, prep.w_gate.shape[2])
     if store_warps is None:
         store_warps = default_store_warps() and down_span == 1
     elif store_warps and down_span > 1:
