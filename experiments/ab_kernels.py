@@ -94,9 +94,13 @@ def read_clock_log(path: Path) -> list[tuple[float, float, float]]:
 def start_clock_sampler(path: Path) -> subprocess.Popen:
     """nvidia-smi writing (timestamp, SM clock, power) of the current GPU every 50 ms into ``path`` until terminated
     (read it with :func:`read_clock_log`). Only the GPU the kernels run on: on a machine with several, nvidia-smi
-    would list each per sample (round 9's first log on two H200s mixed the idle one's 345 MHz and ~78 W in)."""
+    would list each per sample (round 9's first log on two H200s mixed the idle one's 345 MHz and ~78 W in).
+    NOTE: its standard streams go nowhere: one inherited from a caller's pipe (gpu_run.sh tees every stage) keeps the
+    pipe open after this process dies, and the stage then waits for it (round 16: a failed A/B held its call for the
+    whole 600 s). Callers terminate it in a ``finally``."""
     return subprocess.Popen(["nvidia-smi", "-i", smi_index(), "--query-gpu=timestamp,clocks.sm,power.draw",
-                             "--format=csv,noheader,nounits", "-lms", "50", "-f", str(path)])
+                             "--format=csv,noheader,nounits", "-lms", "50", "-f", str(path)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def clock_medians(samples: list[tuple[float, float, float]], start: float, stop: float) -> tuple[float, float, list]:
@@ -146,9 +150,6 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch  # noqa: PLC0415
 
-    from cuda_breakdown import SHAPES, Problem  # noqa: PLC0415
-    from mok.bench.harness import time_interleaved  # noqa: PLC0415
-    from mok.cuda import backend  # noqa: PLC0415
     from mok.cuda.build import load_extension  # noqa: PLC0415
     from mok.cuda.workspace import release_workspaces  # noqa: PLC0415
 
@@ -161,46 +162,61 @@ def main(argv: list[str] | None = None) -> None:
     if prepare_options:
         print(f"prepare options (both): {prepare_options}")
 
-    sampler = None
-    if args.clock_log is not None:
-        sampler = start_clock_sampler(args.clock_log)
+    sampler = start_clock_sampler(args.clock_log) if args.clock_log is not None else None
     windows = {}
-    for name in args.shapes:
-        window_start = time.time()
-        shape = SHAPES[name]
-        problem = Problem(shape, n_sets=2)
-        preps = [problem.prepare(j, **prepare_options) for j in range(2)]
-        saved = [backend.saved_gate_up_buffer(prep) if args.saved_rows else None for prep in preps]
-        outs = {}
-        for label, ext in builds.items():
-            preps[0].out.fill_(float("nan"))  # poisoned for each build, so rows it leaves unwritten show
-            if saved[0] is not None:
-                saved[0].fill_(float("nan"))
-            out = backend.launch(preps[0], dispatch=args.dispatch, extension=ext, saved_gate_up=saved[0],
-                                 **launch_options[label]).clone()
-            outs[label] = (out,) if saved[0] is None else (out, saved[0].clone())
-            backend.check_error(preps[0])
-        same = all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(outs["A"], outs["B"]))
-        launches = {label: (lambda j, ext=ext, preps=preps, saved=saved, options=launch_options[label]: backend.launch(
-                                preps[j], dispatch=args.dispatch, extension=ext, saved_gate_up=saved[j], **options))
-                    for label, ext in builds.items()}
-        timings = time_interleaved(launches, device=preps[0].out.device, rounds=args.rounds, calls=args.launches)
-        backend.check_error(preps[0])
-        med = {label: t.median_ms for label, t in timings.items()}
-        print(f"{name}: A {med['A']:.3f} ms ({shape.forward_flops / med['A'] / 1e9:.0f} TFLOP/s), "
-              f"B {med['B']:.3f} ms ({shape.forward_flops / med['B'] / 1e9:.0f} TFLOP/s), "
-              f"B/A time {med['B'] / med['A']:.3f}; outputs{' and saved rows' if args.saved_rows else ''} bitwise "
-              f"equal: {same}", flush=True)
-        windows[name] = (window_start, time.time())
-        del preps, problem, outs, saved
-        release_workspaces()
-        torch.cuda.empty_cache()
+    try:
+        for name in args.shapes:
+            window_start = time.time()
+            try:
+                compare_at_shape(name, builds, launch_options, prepare_options, args)
+            except ValueError as err:  # e.g. a launch option this shape cannot take: the other shapes still run
+                print(f"{name}: skipped ({err})", flush=True)
+                continue
+            windows[name] = (window_start, time.time())
+            release_workspaces()
+            torch.cuda.empty_cache()
+    finally:
+        if sampler is not None:
+            sampler.terminate()
+            sampler.wait()
     if sampler is not None:
-        sampler.terminate()
-        sampler.wait()
         samples = read_clock_log(args.clock_log)
         for name, (start, stop) in windows.items():
             print(f"{name}: {clock_summary(samples, start, stop)}")
+
+
+def compare_at_shape(name: str, builds: dict, launch_options: dict, prepare_options: dict, args) -> None:
+    """Builds A and B at preset ``name``: outputs compared bit for bit, then timed interleaved; prints one line."""
+    import torch  # noqa: PLC0415
+
+    from cuda_breakdown import SHAPES, Problem  # noqa: PLC0415
+    from mok.bench.harness import time_interleaved  # noqa: PLC0415
+    from mok.cuda import backend  # noqa: PLC0415
+
+    shape = SHAPES[name]
+    problem = Problem(shape, n_sets=2)
+    preps = [problem.prepare(j, **prepare_options) for j in range(2)]
+    saved = [backend.saved_gate_up_buffer(prep) if args.saved_rows else None for prep in preps]
+    outs = {}
+    for label, ext in builds.items():
+        preps[0].out.fill_(float("nan"))  # poisoned for each build, so rows it leaves unwritten show
+        if saved[0] is not None:
+            saved[0].fill_(float("nan"))
+        out = backend.launch(preps[0], dispatch=args.dispatch, extension=ext, saved_gate_up=saved[0],
+                             **launch_options[label]).clone()
+        outs[label] = (out,) if saved[0] is None else (out, saved[0].clone())
+        backend.check_error(preps[0])
+    same = all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(outs["A"], outs["B"]))
+    launches = {label: (lambda j, ext=ext, options=launch_options[label]: backend.launch(
+                            preps[j], dispatch=args.dispatch, extension=ext, saved_gate_up=saved[j], **options))
+                for label, ext in builds.items()}
+    timings = time_interleaved(launches, device=preps[0].out.device, rounds=args.rounds, calls=args.launches)
+    backend.check_error(preps[0])
+    med = {label: t.median_ms for label, t in timings.items()}
+    print(f"{name}: A {med['A']:.3f} ms ({shape.forward_flops / med['A'] / 1e9:.0f} TFLOP/s), "
+          f"B {med['B']:.3f} ms ({shape.forward_flops / med['B'] / 1e9:.0f} TFLOP/s), "
+          f"B/A time {med['B'] / med['A']:.3f}; outputs{' and saved rows' if args.saved_rows else ''} bitwise "
+          f"equal: {same}", flush=True)
 
 
 if __name__ == "__main__":
