@@ -11,6 +11,8 @@ One module per stage, in data-flow order; each opens with what it reads and writ
 * :mod:`.push_combine`   -- pushes rows into the source ranks' (token, k) slots; fixed-order sums over k.
 * :mod:`.pipeline`       -- composes them over emulated EP ranks and ring minibatches; registers the backend.
 
+Routing: :mod:`.router_topk` (``mok.route``'s top-k selection on the GPU: equal logits to the lower expert id).
+
 MXFP8 (``precision="mxfp8"``): :mod:`.mxfp8_quant` (quantize/dequantize kernels), :mod:`.mxfp8_gemm` (grouped GEMM
 with on-chip dequantization), :mod:`.mxfp8_rows` (the packed FP8-plus-scales rows that dispatch moves, and the
 layer's MXFP8 arithmetic in PyTorch for tests). Experiments: :mod:`.push_pull` (push vs pull row transfers).
