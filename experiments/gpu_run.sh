@@ -42,7 +42,8 @@
 #                         SANITIZE 200, BREAKDOWN 150, TUNE 200, ROOFLINE 200, TIMELINE 150, PUSHPULL 120,
 #                         NOTEBOOKS 300, TRAIN 180); a stage also never runs past the deadline
 #   MOK_BENCH_SHAPES      shapes for the bench stage (presets/groups, see python3 -m mok.bench --help)
-#   MOK_BENCH_ARGS        extra arguments for the bench stage (e.g. "--iters 50 --backends torch,triton")
+#   MOK_BENCH_ARGS        extra arguments for the bench stage (e.g. "--iters 50 --backends torch,triton"; add
+#                         "--interleave" for same-run ratios that the machine's drift does not bias)
 #   MOK_CUDA_BENCH        shapes the cuda stage times the megakernel on (default "kimi-k2.7/ep64 anchor-4")
 #   MOK_TUNE_ARGS         extra arguments for experiments/tune_triton.py
 #   MOK_SONIC_SHAPES      opt-in SonicMoE for these bench shapes. Its GEMMs compile and autotune on first use

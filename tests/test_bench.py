@@ -72,6 +72,20 @@ def test_time_interleaved_rotates_the_order_every_round():
     assert all(t.method == "host-clock" for t in timings.values())
 
 
+def test_time_rotated_warms_every_label_then_rotates_series_of_calls():
+    """Each label is warmed up first; then in every round each label runs its ``calls`` back to back, the order
+    rotated by one label per round, and each label gets rounds x calls timings."""
+    order = []
+    fns = {label: (lambda j, label=label: order.append((label, j))) for label in ("A", "B", "C")}
+    timings = harness.time_rotated(fns, device="cpu", n_sets=2, warmup=1, rounds=3, calls=2)
+    assert order[:3] == [("A", 0), ("B", 0), ("C", 0)]  # warm-up
+    timed = order[3:]
+    assert [timed[6 * r][0] for r in range(3)] == ["A", "B", "C"]
+    assert timed[6:12] == [("B", 0), ("B", 1), ("C", 0), ("C", 1), ("A", 0), ("A", 1)]
+    assert {label: t.iters for label, t in timings.items()} == {"A": 6, "B": 6, "C": 6}
+    assert all(t.method == "host-clock, rotated across backends" for t in timings.values())
+
+
 def test_time_fn_sizes_the_series_from_the_last_warmup_call():
     """A slow first call (compilation) must not cut the series to ``min_iters``."""
     import time
@@ -134,6 +148,24 @@ def test_quick_run_writes_json_and_markdown_with_metadata(tmp_path, capsys, monk
     lines = [ln for ln in captured.out.splitlines() if ln.startswith("tiny ")]
     assert len(lines) == 4 and "\r" not in captured.out
     assert all(("ms" in ln and "TFLOP/s" in ln) or "n/a" in ln for ln in lines)
+
+
+def test_interleaved_run_times_every_backend_and_records_a_failing_one(tmp_path, capsys, monkeypatch):
+    """--interleave: a shape's backends are timed in rotation; each still gets its fwd and bwd records and ratios,
+    and a backend that fails on its first call is recorded as an error while the others are timed."""
+    monkeypatch.delenv("OUT", raising=False)
+    rc = main(["--quick", "--backends", "torch,naive,no-such-backend", "--shapes", "tiny", "--warmup", "0",
+               "--iters", "3", "--rounds", "2", "--interleave", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 2, out
+    doc = json.loads((tmp_path / "bench_latest.json").read_text())
+    timed = [r for r in doc["results"] if r["backend"] in ("torch", "naive") and r["shape"] == "tiny"]
+    assert {(r["backend"], r["pass"]) for r in timed} == {("torch", "fwd"), ("torch", "bwd"), ("naive", "fwd"),
+                                                          ("naive", "bwd")}
+    fwd = next(r for r in timed if r["backend"] == "naive" and r["pass"] == "fwd")
+    assert fwd["ms"] > 0 and fwd["iters"] == 4 and "torch" in fwd["ratios"]  # 2 rounds x ceil(3 / 2) calls
+    assert all(r["error"] for r in doc["results"] if r["backend"] == "no-such-backend")
+    assert "rotation" in doc["settings"]["timing"]
 
 
 def test_unknown_backend_is_recorded_not_raised(tmp_path, capsys, monkeypatch):

@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sets", type=int, default=3, help="input sets rotated so caches do not flatter")
     p.add_argument("--max-seconds", type=float, default=20.0,
                    help="cap on one timed series: fewer iterations (at least 3) for slow calls")
+    p.add_argument("--interleave", action="store_true",
+                   help="time a shape's backends in rotation (harness.time_rotated: rounds of back-to-back calls, "
+                        "the order rotated) instead of one backend after another, so the machine's drift favours "
+                        "none of them in the ratios")
+    p.add_argument("--rounds", type=int, default=5, help="--interleave: rounds (each backend's calls are split "
+                                                          "over them)")
     p.add_argument("--out", default=None, help="result folder (default experiments/results)")
     p.add_argument("--no-save", action="store_true", help="print only")
     sonic = p.add_mutually_exclusive_group()
@@ -194,17 +200,89 @@ def time_calls(calls: dict[str, Any], shape: MoEShape, name: str, precision: str
         records.append(harness.make_record(shape, name, precision, "fwd", fwd, note=note))
     if "bwd" in passes:
         both = harness.time_fn(calls["fwd+bwd"], **timing_kw)
-        bwd_ms = both.median_ms - fwd.median_ms
-        if bwd_ms > 0:
-            # The spread of a difference of medians is not the difference of spreads: keep fwd+bwd's own.
-            bwd = harness.Timing(bwd_ms, both.p10_ms - fwd.median_ms, both.p90_ms - fwd.median_ms, both.iters,
-                                 both.method + ", (fwd+bwd)-fwd")
-            records.append(harness.make_record(shape, name, precision, "bwd", bwd, note=note))
-        else:  # timing noise larger than the backward itself (tiny shapes on a busy CPU)
-            records.append(harness.make_record(
-                shape, name, precision, "bwd", None,
-                note=f"backward not resolved: fwd+bwd {both.median_ms:.4f} ms <= fwd {fwd.median_ms:.4f} ms"))
+        records.append(backward_record(shape, name, precision, fwd, both, note))
     return records
+
+
+def rotated_series(fns: dict[str, Any], device: torch.device, args) -> dict[str, harness.Timing]:
+    """``harness.time_rotated`` over ``fns`` with about ``args.iters`` calls per backend in ``args.rounds`` rounds,
+    fewer (at least one call in each of 3 rounds) when one round of every backend would pass ``args.max_seconds``
+    divided by the rounds; each function has run once already (compilation)."""
+    rounds = max(1, min(args.rounds, args.iters))
+    calls = max(1, -(-args.iters // rounds))
+    if args.max_seconds is not None:
+        one_round = 0.0
+        for fn in fns.values():  # one timed call each, to size the series
+            start = time.perf_counter()
+            fn(0)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            one_round += time.perf_counter() - start
+        while calls > 1 and rounds * calls * one_round > args.max_seconds * len(fns):
+            calls -= 1
+        while rounds > 3 and rounds * calls * one_round > args.max_seconds * len(fns):
+            rounds -= 1
+    return harness.time_rotated(fns, device=device, n_sets=args.sets, warmup=args.warmup, rounds=rounds,
+                                calls=calls)
+
+
+def run_rotated(shape: MoEShape, names: list[str], precision: str, passes: list[str], device: torch.device,
+                args) -> list[dict]:
+    """``--interleave``: every backend of one (shape, precision), timed in rotation; errors become records."""
+    records: list[dict] = []
+    calls: dict[str, dict[str, Any]] = {}
+    notes: dict[str, str | None] = {}
+    problem = sonic = None
+    try:
+        for name in names:
+            try:
+                if name == SONIC_NAME:
+                    sonic = SonicLayer(shape, device, n_sets=args.sets, seed=args.seed)
+                    calls[name], notes[name] = sonic.calls(), SONIC_NOTE
+                else:
+                    if problem is None:  # one set of inputs for every mok backend
+                        problem = LayerProblem(shape, precision, device, n_sets=args.sets,
+                                               router=args.router == "include", ep_size=args.ep_size, seed=args.seed)
+                    calls[name], notes[name] = problem.calls(name), None
+                for pass_ in ("fwd", "fwd+bwd") if "bwd" in passes else ("fwd",):
+                    calls[name][pass_](0)  # compile and fail here, not in the middle of a rotation
+            except Exception as err:  # noqa: BLE001 (a failing backend must not end the sweep)
+                calls.pop(name, None)
+                records += [harness.make_record(shape, name, precision, p, None, error=_error_text(err))
+                            for p in passes]
+        if not calls:
+            return records
+        try:
+            fwd = rotated_series({n: c["fwd"] for n, c in calls.items()}, device, args)
+            both = (rotated_series({n: c["fwd+bwd"] for n, c in calls.items()}, device, args)
+                    if "bwd" in passes else {})
+        except Exception as err:  # noqa: BLE001
+            return records + [harness.make_record(shape, n, precision, p, None, error=_error_text(err))
+                              for n in calls for p in passes]
+        for name in calls:
+            if "fwd" in passes:
+                records.append(harness.make_record(shape, name, precision, "fwd", fwd[name], note=notes[name]))
+            if "bwd" in passes:
+                records.append(backward_record(shape, name, precision, fwd[name], both[name], notes[name]))
+        return records
+    finally:
+        del problem, sonic, calls
+        harness.free_memory(device)
+
+
+def backward_record(shape: MoEShape, name: str, precision: str, fwd: harness.Timing, both: harness.Timing,
+                    note: str | None) -> dict[str, Any]:
+    """The bwd record: median(fwd+bwd) - median(fwd), or an error-free record saying the difference was noise."""
+    bwd_ms = both.median_ms - fwd.median_ms
+    if bwd_ms > 0:
+        # The spread of a difference of medians is not the difference of spreads: keep fwd+bwd's own.
+        bwd = harness.Timing(bwd_ms, both.p10_ms - fwd.median_ms, both.p90_ms - fwd.median_ms, both.iters,
+                             both.method + ", (fwd+bwd)-fwd")
+        return harness.make_record(shape, name, precision, "bwd", bwd, note=note)
+    # timing noise larger than the backward itself (tiny shapes on a busy CPU)
+    return harness.make_record(shape, name, precision, "bwd", None,
+                               note=f"backward not resolved: fwd+bwd {both.median_ms:.4f} ms <= fwd "
+                                    f"{fwd.median_ms:.4f} ms")
 
 
 def run_cell(shape: MoEShape, name: str, precision: str, passes: list[str], device: torch.device, args) -> list[dict]:
@@ -323,7 +401,9 @@ def main(argv: list[str] | None = None) -> int:
         "sonic": use_sonic, "skipped_backends": skipped_all,
         "timing": ("CUDA events" if device.type == "cuda" else "host clock") + f", median of up to {args.iters} "
                   f"calls after {args.warmup} warm-up calls, rotating {args.sets} input sets; autograd enabled; "
-                  "bwd = median(fwd+bwd) - median(fwd)",
+                  "bwd = median(fwd+bwd) - median(fwd)" +
+                  (f"; a shape's backends timed in rotation (up to {args.rounds} rounds of back-to-back calls)"
+                   if args.interleave else "; one backend after another"),
         "router_note": ("mok backends are timed with the router (x @ W_r^T, softmax top-k) inside the layer, "
                         "as SonicMoE always is" if args.router == "include" else
                         "mok backends start from precomputed routing; SonicMoE rows include its router"),
@@ -337,15 +417,27 @@ def main(argv: list[str] | None = None) -> int:
     records: list[dict[str, Any]] = []
     bar = _progress(len(plan), args.progress)
     try:
-        for index, (shape, name, precision) in enumerate(plan):
-            bar.set_postfix_str(f"{shape.name} {name}", refresh=False)
-            cell = run_cell(shape, name, precision, passes, device, args)
+        # Cells of one (shape, precision) are consecutive in the plan: one unit with --interleave.
+        units: list[list[tuple[MoEShape, str, str]]] = []
+        for cell_key in plan:
+            if args.interleave and units and (units[-1][0][0], units[-1][0][2]) == (cell_key[0], cell_key[2]):
+                units[-1].append(cell_key)
+            else:
+                units.append([cell_key])
+        for index, unit in enumerate(units):
+            shape, precision = unit[0][0], unit[0][2]
+            names = [name for _, name, _ in unit]
+            bar.set_postfix_str(f"{shape.name} {','.join(names)}", refresh=False)
+            if args.interleave:
+                cell = run_rotated(shape, names, precision, passes, device, args)
+            else:
+                cell = run_cell(shape, names[0], precision, passes, device, args)
             records.extend(cell)
             harness.add_ratios(records)
             for rec in cell:
                 tqdm.write(harness.format_line(rec))
-            bar.update(1)
-            last_of_shape = index + 1 == len(plan) or plan[index + 1][0] != shape
+            bar.update(len(unit))
+            last_of_shape = index + 1 == len(units) or units[index + 1][0][0] != shape
             if out_dirs and last_of_shape:  # save as we go: a run cut short still leaves its data
                 _write(records, metadata, settings, out_dirs, stamp, png=False)
     finally:

@@ -225,6 +225,49 @@ def time_interleaved(fns: dict[str, Callable[[int], Any]], *, device: torch.devi
     return {label: summarize(values, method) for label, values in times.items()}
 
 
+def time_rotated(fns: dict[str, Callable[[int], Any]], *, device: torch.device | str, n_sets: int = 1,
+                 warmup: int = 5, rounds: int = 5, calls: int = 4) -> dict[str, Timing]:
+    """Time several backends' versions of one layer call side by side, for same-run ratios.
+
+    After ``warmup`` calls of each, ``rounds`` rounds in which every ``fns[label](set_index)`` runs ``calls`` calls
+    back to back as :func:`time_fn` times them (CUDA events around each call and no synchronisation inside the
+    series, so the host can run ahead of the GPU), the labels' order rotated by one each round. Each label's median
+    is then over ``rounds * calls`` calls that alternated in time with the other labels', so a drift of the machine
+    (an H200 at its power limit changes its clock by 5-10% within seconds) favours no label. :func:`time_fn`'s series
+    one after another took in whatever the machine drifted by between them (mok/cuda/README.md, round 16: 5% at
+    anchor-2 from call to call). :func:`time_interleaved` synchronises after every call instead, for kernels alone.
+    """
+    device = torch.device(device)
+    is_cuda = device.type == "cuda"
+    n_sets = max(1, n_sets)
+    labels = list(fns)
+    for label in labels:
+        for w in range(warmup):
+            fns[label](w % n_sets)
+    if is_cuda:
+        torch.cuda.synchronize(device)
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    for round_ in range(rounds):
+        shift = round_ % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            if is_cuda:
+                starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+                ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+                for call in range(calls):
+                    starts[call].record()
+                    fns[label](call % n_sets)
+                    ends[call].record()
+                torch.cuda.synchronize(device)
+                times[label] += [s.elapsed_time(e) for s, e in zip(starts, ends)]
+            else:
+                for call in range(calls):
+                    began = time.perf_counter()
+                    fns[label](call % n_sets)
+                    times[label].append((time.perf_counter() - began) * 1e3)
+    method = ("cuda-events" if is_cuda else "host-clock") + ", rotated across backends"
+    return {label: summarize(values, method) for label, values in times.items()}
+
+
 def free_memory(device: torch.device) -> None:
     """Drop unreachable tensors and, on a GPU, return cached blocks, so the next problem starts from a clean pool."""
     gc.collect()
