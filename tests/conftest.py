@@ -1,8 +1,11 @@
-"""Shared test helpers: the gpu marker, seeded random problems, bit-exact comparison."""
+"""Shared test helpers: the gpu marker, seeded random problems, bit-exact comparison, experiment scripts."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +22,20 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 TRITON_DEVICE = "cpu" if INTERPRET else "cuda"  # where the Triton tests put their tensors
+
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+def load_experiment(relative_path: str):
+    """A script under experiments/ (scripts, not a package) imported as a module named after its file, and
+    registered in sys.modules under that name (dataclasses look their module up there)."""
+    path = EXPERIMENTS / relative_path
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def pytest_collection_modifyitems(config, items):

@@ -3,7 +3,6 @@ copy, the patch's kernel hunks, and that the copy builds under its own extension
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,15 +11,14 @@ import pytest
 
 from mok.cuda import build
 
+from conftest import load_experiment
+
 ROOT = Path(__file__).resolve().parents[1]
 CANDIDATES = ROOT / "experiments" / "results" / "h200_2026-11-29_round8" / "round9_candidates.patch"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("ab_kernels", ROOT / "experiments" / "ab_kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_experiment("ab_kernels.py")
 
 
 HAS_CANDIDATES = "stmatrix" in (build.PACKAGE_DIR / "include" / "mok" / "epilogue_staging.cuh").read_text()

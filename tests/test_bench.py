@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +12,6 @@ from mok.bench import harness
 from mok.bench.cli import main, parse_shapes
 from mok.config import MoEShape
 
-REPO = Path(__file__).resolve().parents[1]
 METADATA_FIELDS = ("date", "gpu", "sm_count", "torch", "triton", "git_commit", "source_digest", "device_type")
 
 
@@ -190,14 +187,11 @@ def test_summarize_prints_saved_results(tmp_path, capsys):
 
 
 def test_train_tiny_moe_quick_is_bitwise_reproducible(tmp_path, capsys, monkeypatch):
-    import importlib.util
+    from conftest import load_experiment
 
     monkeypatch.delenv("OUT", raising=False)
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    spec = importlib.util.spec_from_file_location("train_tiny_moe", REPO / "experiments" / "train_tiny_moe.py")
-    script = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "train_tiny_moe", script)  # dataclasses look their module up there
-    spec.loader.exec_module(script)
+    script = load_experiment("train_tiny_moe.py")
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     try:
         rc = script.main(["--quick", "--backends", "reference", "--steps", "2", "--out", str(tmp_path)])

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from conftest import load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 SAVED = ROOT / "experiments" / "results" / "cuda_breakdown_20261129-114149.json"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("cuda_breakdown", ROOT / "experiments" / "cuda_breakdown.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_experiment("cuda_breakdown.py")
 
 
 def test_from_json_prints_every_shape_and_draws_the_plot(tmp_path, capsys):

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from conftest import load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments/results/multi_gpu/x2_2026-11-29_round9"
 
 
 def _plot_module():
-    spec = importlib.util.spec_from_file_location("plot_bench", ROOT / "experiments/multi_gpu/plot_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_experiment("multi_gpu/plot_bench.py")
 
 
 def test_rows_come_from_the_record():

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_experiment
 
 CSV = '''"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"
 "0","sm90_moe_forward_kernel","GPU Speed Of Light Throughput","Duration","ms","10.78"
@@ -19,10 +16,7 @@ CSV = '''"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric V
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("ncu_gemm_gap", ROOT / "experiments" / "ncu_gemm_gap.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_experiment("ncu_gemm_gap.py")
 
 
 def test_table_rows_columns_and_stalls():

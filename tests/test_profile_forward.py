@@ -3,19 +3,15 @@ intervals), checked without a GPU; its argument parsing too."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_experiment
+
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("profile_forward", ROOT / "experiments" / "profile_forward.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_experiment("profile_forward.py")
 
 
 def test_busy_time_merges_overlaps_and_gaps_come_longest_first():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import TRITON_DEVICE
+from conftest import TRITON_DEVICE, load_experiment
 from mok.routing import _topk_ids
 from mok.triton_ref.router_topk import router_topk_ids
 
@@ -77,12 +77,7 @@ def test_gpu_kernel_matches_the_sort_and_route_matches_the_cpu(tokens, experts, 
 
 def test_the_experiments_packed_key_candidate_matches_too():
     """experiments/router_topk_bench.py's one-reduction candidate (int64 keys) keeps the same ids."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "experiments" / "router_topk_bench.py"
-    spec = importlib.util.spec_from_file_location("router_topk_bench", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_experiment("router_topk_bench.py")
     gen = torch.Generator().manual_seed(5)
     logits = torch.randint(-2, 3, (40, 12), generator=gen).float()
     logits[0] = float("-inf")

@@ -233,7 +233,8 @@ def time_rotated(fns: dict[str, Callable[[int], Any]], *, device: torch.device |
     back to back as :func:`time_fn` times them (CUDA events around each call and no synchronisation inside the
     series, so the host can run ahead of the GPU), the labels' order rotated by one each round. Each label's median
     is then over ``rounds * calls`` calls that alternated in time with the other labels', so a drift of the machine
-    (an H200 at its power limit changes its clock by 5-10% within seconds) favours no label. :func:`time_fn`'s series
+    favours no label (an H200 at its 700 W limit moves its SM clock within seconds: round 16's A/B clock logs show
+    medians of 1,395-1,980 MHz by shape and minima down to 1,080 MHz). :func:`time_fn`'s series
     one after another took in whatever the machine drifted by between them (mok/cuda/README.md, round 16: 5% at
     anchor-2 from call to call). :func:`time_interleaved` synchronises after every call instead, for kernels alone.
     """

@@ -8,7 +8,9 @@
 // thread 0; the simple variant's thread 0). For GEMM tasks consumer thread 0 (consumer warpgroup 0, which always
 // multiplies) also marks when the first K block landed (kTraceDataIn) and when its accumulators were complete
 // (kTraceMainloopDone): start -> data in is waiting for loads, data in -> mainloop done the wgmma (and any wait for
-// a later K block), and the rest the epilogue and the hand-off. Dispatch and combine tasks leave those two at -1.
+// a later K block), and the rest the epilogue and the hand-off. Dispatch and combine tasks leave those two at -1. A
+// down task of several column blocks (Sm90MoeParams::down_span) writes both marks once per block, so its row keeps
+// the last block's: the earlier blocks' mainloops and pushes then count as waiting for loads.
 // Each mark is one store right where its time is read, so nothing stays live across a wait (the producer has 56
 // registers). Stop tickets are not recorded.
 #pragma once
