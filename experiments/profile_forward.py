@@ -90,7 +90,8 @@ def profile_calls(problem, backend: str, calls: int) -> None:
     print("  longest idle gaps (us, kernel before -> kernel after):")
     for length, before, after in gaps[:6]:
         print(f"    {length:10.1f}  {before[:50]} -> {after[:50]}")
-    # Which Python lines launched the GPU time (the operators grouped by their innermost frames).
+    # Which operators launched the GPU time (aten::sort, CudaMoE, ...), grouped by their innermost Python frames
+    # where the profiler recorded them (torch 2.11 on the H200 printed the operators without a source column).
     print(prof.key_averages(group_by_stack_n=3).table(sort_by="self_device_time_total", row_limit=16,
                                                       max_name_column_width=40, max_src_column_width=90))
 
