@@ -174,22 +174,28 @@ def time_fn(fn: Callable[[int], Any], *, device: torch.device | str, n_sets: int
     if max_seconds is not None and last > 0:
         iters = max(min_iters, min(iters, int(max_seconds / last)))
 
-    times: list[float] = []
-    if is_cuda:
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        for it in range(iters):
-            starts[it].record()
-            fn(it % n_sets)
-            ends[it].record()
-        sync()
-        times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-        return summarize(times, "cuda-events")
-    for it in range(iters):
-        start = time.perf_counter()
-        fn(it % n_sets)
-        times.append((time.perf_counter() - start) * 1e3)
-    return summarize(times, "host-clock")
+    times = _back_to_back_ms(fn, device, iters, n_sets)
+    return summarize(times, "cuda-events" if is_cuda else "host-clock")
+
+
+def _back_to_back_ms(fn: Callable[[int], Any], device: torch.device, calls: int, n_sets: int) -> list[float]:
+    """``calls`` calls of ``fn(call % n_sets)`` in a row, each timed in ms: on CUDA by events around it, with no
+    synchronisation until the last (the host may run ahead, as in training), else by the host clock."""
+    if device.type == "cuda":
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+        for call in range(calls):
+            starts[call].record()
+            fn(call % n_sets)
+            ends[call].record()
+        torch.cuda.synchronize(device)
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    times = []
+    for call in range(calls):
+        began = time.perf_counter()
+        fn(call % n_sets)
+        times.append((time.perf_counter() - began) * 1e3)
+    return times
 
 
 def time_interleaved(fns: dict[str, Callable[[int], Any]], *, device: torch.device | str, n_sets: int = 2,
@@ -251,20 +257,7 @@ def time_rotated(fns: dict[str, Callable[[int], Any]], *, device: torch.device |
     for round_ in range(rounds):
         shift = round_ % len(labels)
         for label in labels[shift:] + labels[:shift]:
-            if is_cuda:
-                starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-                ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-                for call in range(calls):
-                    starts[call].record()
-                    fns[label](call % n_sets)
-                    ends[call].record()
-                torch.cuda.synchronize(device)
-                times[label] += [s.elapsed_time(e) for s, e in zip(starts, ends)]
-            else:
-                for call in range(calls):
-                    began = time.perf_counter()
-                    fns[label](call % n_sets)
-                    times[label].append((time.perf_counter() - began) * 1e3)
+            times[label] += _back_to_back_ms(fns[label], device, calls, n_sets)
     method = ("cuda-events" if is_cuda else "host-clock") + ", rotated across backends"
     return {label: summarize(values, method) for label, values in times.items()}
 

@@ -15,8 +15,8 @@ Why a kernel of its own
 
 Tiling
     A program owns ``BLOCK_T`` whole token rows (``BLOCK_E`` = E rounded up to a power of two, padding masked out)
-    and keeps them in registers, one warp per program for rows of up to 2,048 experts (:func:`default_tiling`). Each round takes the row maximum, the lowest column holding it (the tie rule), and
-    retires that column. Every token's choice is made by one program in a fixed order, so the result depends on
+    and keeps them in registers, one warp per program for rows of up to 2,048 experts (:func:`default_tiling`).
+    Each round takes the row maximum, the lowest column holding it (the tie rule), and retires that column. Every token's choice is made by one program in a fixed order, so the result depends on
     the logits only: the same bits for any batch split, any EP degree, any run.
 """
 
