@@ -419,9 +419,11 @@ def test_store_warps_equal_consumer_stores_bitwise(name):
             check_accuracy(runs["1"][0], problem, with_oracle=False)
 
 
-# Shapes for the down span (MOK_CUDA_DOWN_SPAN): H of 2 and 4 column blocks, a partial last block, fused top-1.
+# Shapes for the down span (MOK_CUDA_DOWN_SPAN): H of 2 and 4 column blocks, a partial last block, fused top-1,
+# and I = 256 (4 K blocks, the stage count), where a span's later blocks reuse the A its first block landed.
 SPAN_SHAPES = {"ragged-tokens": SMALL_SHAPES["ragged-tokens"], "h-not-256": SMALL_SHAPES["h-not-256"],
-               "wide": SMALL_SHAPES["wide"], "one-hot-wide": (256, 512, 256, 8, 1, 30.0)}
+               "wide": SMALL_SHAPES["wide"], "one-hot-wide": (256, 512, 256, 8, 1, 30.0),
+               "a-stays-4-blocks": (320, 1024, 256, 8, 4, 0.0)}
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -430,7 +432,8 @@ def test_down_span_equals_one_block_per_task_bitwise(name, variant):
     """Down tasks of 2 or 4 column blocks (MOK_CUDA_DOWN_SPAN) compute the same blocks with the same arithmetic and
     push each row once per block, so outputs and saved gate/up rows are the same bits as one block per task, in
     both dispatch modes, whatever the EP degree (push counts per source rank), ring size or CTA count (1 CTA: every
-    task on one SM; a producer and consumers that disagree on a task's blocks deadlock)."""
+    task on one SM; a producer and consumers that disagree on a task's blocks deadlock). At I = 256 a span's blocks
+    after the first multiply the A that the first landed (produce_task): a stale or overwritten A shows here."""
     from mok.cuda.backend import sm90_forward
     t, h, i, e, k, skew = SPAN_SHAPES[name]
     problem = make_inputs(t, h, i, e, k, skew=skew, seed=350 + list(SPAN_SHAPES).index(name))

@@ -50,7 +50,8 @@ def make_inputs(tokens, hidden, intermediate, experts, top_k, *, seed=0, skew=0.
 
 
 def check_small(variant: str, top_k: int = 2, dispatch: str = "ring", precision: str = "bf16") -> bool:
-    problem = make_inputs(200, 320, 192, 8, top_k, skew=1.5)
+    # Gather mode at I = 256: its down span (2 blocks of H = 320) reuses the A in the stages (produce_task).
+    problem = make_inputs(200, 320, 256 if dispatch == "gather" else 192, 8, top_k, skew=1.5)
     config = MoKConfig(minibatch_rows=128, ring_rows=128)
     prep = prepare(*problem, ep_size=2, config=config, poison=True, precision=precision)
     # The saved gate/up rows (training) are written too, so their stores run under the sanitizer.

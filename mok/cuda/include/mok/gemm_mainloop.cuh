@@ -224,10 +224,14 @@ __device__ __forceinline__ void gather_issue(const Sm90MoeParams& p, const Share
 // for every GEMM task. Gate/up: thread 0 loads B by TMA and all 128 threads copy A rows, one `.noinc`
 // arrival each, so `full` expects 1 + 128 arrivals; down: thread 0 loads A and B by TMA and makes the 128
 // arrivals itself, the other threads only step their pipeline position.
+// `load_a` = false (TMA-fed tiles only): land B alone and leave each stage's A as it is. A down task spanning
+// several column blocks of a tile with exactly kStages K blocks finds its A K block k in the same stage for every
+// block (produce_task), so only its first block loads A.
 // ---------------------------------------------------------------------------------------------------------
 template <class Tiles>
 __device__ __forceinline__ void produce_tile(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
-                                             const TileLoad& load, const Task& t, int producer_thread) {
+                                             const TileLoad& load, const Task& t, int producer_thread,
+                                             bool load_a = true) {
   const bool leader = producer_thread == 0;
   if (load.a_map == nullptr) {
     // NOTE: the producer warpgroup met at a barrier since it last read gather_src (the task hand-off), so the
@@ -256,10 +260,10 @@ __device__ __forceinline__ void produce_tile(const Sm90MoeParams& p, SharedStora
     // Fresh barriers sit in phase 0, so waiting for parity (phase ^ 1) passes on the first lap.
     mbar_wait(p, &s.empty[pipe.stage], pipe.phase ^ 1u, kCtrMbarEmpty, static_cast<int>(pipe.stage));
     // NOTE: the expected byte count must equal what the boxes land, or the stage never completes.
-    mbar_arrive_expect_tx(&s.full[pipe.stage], Tiles::kStageTxBytes);
+    mbar_arrive_expect_tx(&s.full[pipe.stage], load_a ? Tiles::kStageTxBytes : Tiles::kStageBytesB);
     if (p.gather_x) mbar_arrive_count(&s.full[pipe.stage], Tiles::kProducerThreads);
     const int k0 = kb * Tiles::kBlockK;
-    tma_load_2d(s.a[pipe.stage], load.a_map, &s.full[pipe.stage], k0, load.a_row);
+    if (load_a) tma_load_2d(s.a[pipe.stage], load.a_map, &s.full[pipe.stage], k0, load.a_row);
     tma_load_2d(s.b[pipe.stage], load.b_map0, &s.full[pipe.stage], k0, load.b_row0);
     if (load.b_map1 != nullptr) {
       tma_load_2d(s.b[pipe.stage] + Tiles::kStageBytesB / 2, load.b_map1, &s.full[pipe.stage], k0, load.b_row1);

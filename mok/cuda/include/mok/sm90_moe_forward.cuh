@@ -172,6 +172,10 @@ __device__ __forceinline__ int down_block(const Sm90MoeParams& p, const Task& t,
 }
 
 // The producer's share of a GEMM task: its tile's K blocks, once per column block of a down task.
+// A down tile of exactly kStages K blocks (I = 256) keeps its A in the stage ring: block c's K block k lands in
+// stage (first + c * kStages + k) % kStages, the stage that already holds A's K block k from the task's first
+// block, and nothing else writes a stage's A in between. So blocks after the first load B alone: 128 of 192 KB,
+// the A re-reads from L2 gone (mok/cuda/README.md, round 17).
 template <class Tiles>
 __device__ __forceinline__ void produce_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
                                              const ScheduleView& v, const Task& t, int producer_thread) {
@@ -179,8 +183,10 @@ __device__ __forceinline__ void produce_task(const Sm90MoeParams& p, SharedStora
     produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t, t.nblock), t, producer_thread);
     return;
   }
+  const bool a_stays = p.intermediate == Tiles::kStages * Tiles::kBlockK;
   for (int c = 0; c < p.down_span; ++c) {
-    produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t, down_block(p, t, c)), t, producer_thread);
+    produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t, down_block(p, t, c)), t, producer_thread,
+                        c == 0 || !a_stays);
   }
 }
 
