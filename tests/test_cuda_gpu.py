@@ -423,13 +423,13 @@ def test_store_warps_equal_consumer_stores_bitwise(name):
 # and I = 256 (4 K blocks, the stage count), where a span's later blocks reuse the A its first block landed.
 SPAN_SHAPES = {"ragged-tokens": SMALL_SHAPES["ragged-tokens"], "h-not-256": SMALL_SHAPES["h-not-256"],
                "wide": SMALL_SHAPES["wide"], "one-hot-wide": (256, 512, 256, 8, 1, 30.0),
-               "a-stays-4-blocks": (320, 1024, 256, 8, 4, 0.0)}
+               "a-stays-4-blocks": (320, 1024, 256, 8, 4, 0.0), "a-stays-6-blocks": (256, 1536, 256, 8, 4, 0.0)}
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("name", list(SPAN_SHAPES))
 def test_down_span_equals_one_block_per_task_bitwise(name, variant):
-    """Down tasks of 2 or 4 column blocks (MOK_CUDA_DOWN_SPAN) compute the same blocks with the same arithmetic and
+    """Down tasks of 2 to 6 column blocks (MOK_CUDA_DOWN_SPAN) compute the same blocks with the same arithmetic and
     push each row once per block, so outputs and saved gate/up rows are the same bits as one block per task, in
     both dispatch modes, whatever the EP degree (push counts per source rank), ring size or CTA count (1 CTA: every
     task on one SM; a producer and consumers that disagree on a task's blocks deadlock). At I = 256 a span's blocks
@@ -441,7 +441,7 @@ def test_down_span_equals_one_block_per_task_bitwise(name, variant):
     for dispatch in ("ring", "gather"):
         for ep_size, config, num_ctas in hand_off_cases(t, e):
             runs = {}
-            for span in [s for s in (1, 2, 4) if blocks % s == 0]:
+            for span in [s for s in range(1, 9) if blocks % s == 0]:  # every span up to auto's widest
                 with pytest.MonkeyPatch.context() as env:
                     env.setenv("MOK_CUDA_DOWN_SPAN", str(span))
                     runs[span] = sm90_forward(*problem, ep_size=ep_size, config=config, variant=variant,

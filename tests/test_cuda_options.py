@@ -133,7 +133,7 @@ def test_trace_reaches_the_launch_before_the_down_span():
 
 
 def test_down_span_reaches_the_launch_last_and_turns_the_store_warps_off(monkeypatch):
-    """launch() passes the down span last: by default (``auto``) the widest of 4, 2, 1 dividing the column blocks of
+    """launch() passes the down span last: by default (``auto``) the widest divisor up to 8 of the column blocks of
     H in gather mode and 1 in ring mode, else MOK_CUDA_DOWN_SPAN or its own argument; a span must divide the column
     blocks; a span above 1 turns the default store warps off and refuses them when asked for."""
     from mok.cuda.backend import launch, resolve_down_span
@@ -163,10 +163,12 @@ def test_down_span_reaches_the_launch_last_and_turns_the_store_warps_off(monkeyp
     with pytest.raises(ValueError, match="MOK_CUDA_DOWN_SPAN"):
         passed()
     monkeypatch.delenv("MOK_CUDA_DOWN_SPAN")
-    # auto in gather mode: 16 blocks (anchor-2) -> 4, 6 (anchor-1) -> 2, 5 -> 1, 1 -> 1; ring mode always 1.
-    assert [resolve_down_span(None, "gather", h) for h in (4096, 1536, 1280, 256, 320)] == [4, 2, 1, 1, 2]
+    # auto in gather mode: the widest divisor of the column blocks up to 8 (16 blocks, anchor-2 -> 8; 6, anchor-1
+    # -> 6; 5 -> 5; 28 -> 7; 11 -> 1); ring mode always 1.
+    assert [resolve_down_span(None, "gather", h) for h in (4096, 1536, 1280, 256, 320, 7168, 2816)] == [8, 6, 5, 1, 2,
+                                                                                                    7, 1]
     assert [resolve_down_span(None, "ring", h) for h in (4096, 1536)] == [1, 1]
-    assert resolve_down_span("auto", "gather", 7168) == 4 and resolve_down_span(2, "gather", 7168) == 2
+    assert resolve_down_span("auto", "gather", 7168) == 7 and resolve_down_span(2, "gather", 7168) == 2
 
 
 def test_padding_half_tiles_counts_the_tiles_whose_second_half_is_padding():

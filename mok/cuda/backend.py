@@ -154,22 +154,30 @@ def default_store_warps() -> bool:
     return _env_on("MOK_CUDA_STORE_WARPS", "1")
 
 
+# The widest span the auto default takes (gather mode). Round 17 (A/B, kernel alone): 8 blocks 0.984x the time of 4
+# at anchor-2, 6 blocks 0.989x the time of 2 at anchor-1.
+MAX_AUTO_DOWN_SPAN = 8
+
+
 def resolve_down_span(down_span: int | str | None, dispatch: str, hidden: int) -> int:
     """Column blocks of 256 per down task for a launch in ``dispatch`` mode ("ring" or "gather") with ``hidden``
     columns: ``down_span`` if it is a number, else ``MOK_CUDA_DOWN_SPAN`` (a number, or ``auto``, the default).
 
-    ``auto``: in gather mode the widest of 4, 2, 1 that divides ceil(H / 256); in ring mode 1. A wider span resolves
-    the rows' destinations and signals the task once per span instead of once per block. Measured on the H200
-    (round 16, A/B of the kernel alone, gather mode): anchor-2 (16 blocks) 0.925-0.928x the time at span 4 and 0.956x
-    at span 2, anchor-1 (6 blocks) 0.977-0.979x at span 2. Ring mode keeps one block per task for its store warps,
-    whose hand-off is one block per task: without them span 2 was 1.005-1.013x slower at anchors 4-5 and the kimi
-    slice. Changes no bit (GPU test)."""
+    ``auto``: in gather mode the widest divisor of ceil(H / 256) up to :data:`MAX_AUTO_DOWN_SPAN`; in ring mode 1. A
+    wider span resolves the rows' destinations and signals the task once per span instead of once per block, and at
+    I = 256 lands the tile's A once (produce_task). Measured on the H200 (A/B of the kernel alone, gather mode):
+    round 16, against one block per task, anchor-2 (16 blocks) 0.925-0.928x the time at span 4 and 0.956x at span 2,
+    anchor-1 (6 blocks) 0.977-0.979x at span 2; round 17, span 8 0.984x span 4 at anchor-2 and span 6 0.989x span 2
+    at anchor-1. Ring mode keeps one block per task for its store warps, whose hand-off is one block per task:
+    without them span 2 was 1.005-1.013x slower at anchors 4-5 and the kimi slice. Changes no bit (GPU test)."""
     if down_span is None:
         down_span = os.environ.get("MOK_CUDA_DOWN_SPAN", "auto")
     blocks = -(-hidden // DOWN_COLUMNS)
     if isinstance(down_span, str):
         if down_span == "auto":
-            return next(s for s in (4, 2, 1) if blocks % s == 0) if dispatch == "gather" else 1
+            if dispatch != "gather":
+                return 1
+            return max(s for s in range(1, min(blocks, MAX_AUTO_DOWN_SPAN) + 1) if blocks % s == 0)
         if not down_span.isdigit():
             raise ValueError(f"MOK_CUDA_DOWN_SPAN must be 'auto' or a positive integer, got {down_span!r}")
         down_span = int(down_span)
