@@ -108,6 +108,19 @@ def test_named_backends_without_the_precision_are_skipped_not_failed():
     assert names == ["torch", "naive"] and not skipped
 
 
+def test_a_name_that_is_no_backend_stops_the_bench_before_it_runs(capsys):
+    """A typo, or SonicMoE named as a backend (round 17 lost a row per shape to ``--backends torch,cuda,sonic``), ends
+    the bench at once with the names it knows and, for SonicMoE, how it is asked for."""
+    from mok.bench.cli import main, unknown_backends_message
+
+    assert unknown_backends_message("auto") is None and unknown_backends_message("torch,naive") is None
+    assert main(["--quick", "--backends", "torch,sonic", "--shapes", "tiny", "--passes", "fwd"]) == 1
+    err = capsys.readouterr().err
+    assert "'sonic'" in err and "torch" in err and "--sonic" in err
+    message = unknown_backends_message("torhc")
+    assert "'torhc'" in message and "SonicMoE" not in message
+
+
 def test_parse_shapes_groups_custom_and_scale():
     shapes = parse_shapes("tiny,anchor-1,128:64:32:8:2", tokens_scale=1.0, ep_size=1)
     assert [s.name for s in shapes][:3] == ["tiny", "tiny-wide", "tiny-top1"]
@@ -151,7 +164,8 @@ def test_interleaved_run_times_every_backend_and_records_a_failing_one(tmp_path,
     """--interleave: a shape's backends are timed in rotation; each still gets its fwd and bwd records and ratios,
     and a backend that fails on its first call is recorded as an error while the others are timed."""
     monkeypatch.delenv("OUT", raising=False)
-    rc = main(["--quick", "--backends", "torch,naive,no-such-backend", "--shapes", "tiny", "--warmup", "0",
+    register_failing_backend(monkeypatch)
+    rc = main(["--quick", "--backends", "torch,naive,failing", "--shapes", "tiny", "--warmup", "0",
                "--iters", "3", "--rounds", "2", "--interleave", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 2, out
@@ -161,16 +175,27 @@ def test_interleaved_run_times_every_backend_and_records_a_failing_one(tmp_path,
                                                           ("naive", "bwd")}
     fwd = next(r for r in timed if r["backend"] == "naive" and r["pass"] == "fwd")
     assert fwd["ms"] > 0 and fwd["iters"] == 4 and "torch" in fwd["ratios"]  # 2 rounds x ceil(3 / 2) calls
-    assert all(r["error"] for r in doc["results"] if r["backend"] == "no-such-backend")
+    assert all(r["error"] for r in doc["results"] if r["backend"] == "failing")
     assert "rotation" in doc["settings"]["timing"]
 
 
-def test_unknown_backend_is_recorded_not_raised(tmp_path, capsys, monkeypatch):
+def register_failing_backend(monkeypatch) -> None:
+    """A backend named ``failing`` whose every call raises (registered for this test only)."""
+    import mok.backends as backends
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("this backend always fails")
+
+    monkeypatch.setitem(backends._BACKENDS, "failing", backends.Backend("failing", fail, ("bf16", "fp32"), "fails"))
+
+
+def test_a_failing_backend_is_recorded_not_raised(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("OUT", raising=False)
-    rc = main(["--quick", "--backends", "no-such-backend", "--shapes", "tiny", "--passes", "fwd",
+    register_failing_backend(monkeypatch)
+    rc = main(["--quick", "--backends", "failing", "--shapes", "tiny", "--passes", "fwd",
                "--warmup", "0", "--iters", "1", "--out", str(tmp_path)])
     out = capsys.readouterr().out
-    assert rc == 1 and "ERROR" in out and "no-such-backend" in out
+    assert rc == 1 and "ERROR" in out and "always fails" in out
     doc = json.loads((tmp_path / "bench_latest.json").read_text())
     assert all(r["error"] for r in doc["results"])
 

@@ -147,6 +147,23 @@ def probe_backend(name: str, device: torch.device, precision: str, run: bool = T
     return None
 
 
+def unknown_backends_message(spec: str) -> str | None:
+    """Why ``--backends`` names something that is no backend at all (a typo, or SonicMoE, which is not a mok backend
+    and runs beside them through ``--sonic`` / ``--sonic-shapes``), or ``None``. Checked before anything runs: a
+    misspelt name would otherwise cost a failed row per shape, after the baselines' warm-up and compilation."""
+    if spec == "auto":
+        return None
+    known = mok.available_backends()
+    unknown = [name for name in _split(spec) if name not in known]
+    if not unknown:
+        return None
+    message = f"--backends: unknown {', '.join(map(repr, unknown))}; mok's backends are {', '.join(known)}"
+    if any(name.startswith("sonic") for name in unknown):
+        message += (". SonicMoE is not a mok backend: it is timed beside them when it imports (--sonic to insist, "
+                    "--sonic-shapes or $MOK_SONIC_SHAPES to limit it to some shapes)")
+    return message
+
+
 def select_backends(spec: str, device: torch.device, precision: str, quick: bool) -> tuple[list[str], dict[str, str]]:
     """``(backends to time, {skipped backend: reason})``; the baseline comes first so ratios print at once.
 
@@ -364,6 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     passes = [p for p in _split(args.passes) if p in harness.PASSES]
     if not passes:
         print(f"--passes must name fwd and/or bwd, got {args.passes!r}", file=sys.stderr)
+        return 1
+    unknown = unknown_backends_message(args.backends)
+    if unknown:
+        print(unknown, file=sys.stderr)
         return 1
     shapes = parse_shapes(args.shapes, args.tokens_scale, args.ep_size)
     precisions = _split(args.precision)
