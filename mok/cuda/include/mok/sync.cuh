@@ -266,14 +266,29 @@ struct TaskQueueCursor {
   uint32_t slot = 0;
   uint32_t parity = 0;
 
-  // After this warp's wait on task_full[slot]: read the task, let lane 0 arrive on task_empty[slot] for the warp
-  // (after every lane has read it), move to the next slot. `task_slot` gets the slot the task came from.
+  // After this warp's wait on task_full[slot]: lane 0 reads the task and hands it to the other lanes by shuffles,
+  // then arrives on task_empty[slot] for the warp; move to the next slot. `task_slot` gets the slot the task came
+  // from. NOTE: one reader per warp, so the arrival releases exactly the read it follows. When every lane read the
+  // slot, only __syncwarp ordered the other lanes' reads before lane 0's arrival (correct by the PTX memory model),
+  // and compute-sanitizer's racecheck flagged them against the producer's next write of the slot in 1 of 4 runs
+  // (round 17); with one reader, 3 of 3 runs were clean (mok/cuda/README.md, round 18).
   template <class Storage>
   __device__ __forceinline__ Task take(Storage& s, uint32_t& task_slot) {
-    const Task t = s.tasks[slot];
+    const bool lane0 = (threadIdx.x & 31) == 0;
+    __syncwarp();  // converged after the (divergent) wait loop, for the shuffles
+    Task t{};
+    if (lane0) t = s.tasks[slot];
+    t.kind = __shfl_sync(0xFFFFFFFFu, t.kind, 0);
+    t.rank = __shfl_sync(0xFFFFFFFFu, t.rank, 0);
+    t.minibatch = __shfl_sync(0xFFFFFFFFu, t.minibatch, 0);
+    t.tile = __shfl_sync(0xFFFFFFFFu, t.tile, 0);
+    t.nblock = __shfl_sync(0xFFFFFFFFu, t.nblock, 0);
+    t.expert = __shfl_sync(0xFFFFFFFFu, t.expert, 0);
+    t.ticket = __shfl_sync(0xFFFFFFFFu, t.ticket, 0);
+    t.padding_half = __shfl_sync(0xFFFFFFFFu, t.padding_half, 0);
+    static_assert(sizeof(Task) == 8 * sizeof(int), "take() shuffles every field of Task");
     task_slot = slot;
-    __syncwarp();
-    if ((threadIdx.x & 31) == 0) mbar_arrive(&s.task_empty[slot]);
+    if (lane0) mbar_arrive(&s.task_empty[slot]);
     if (++slot == kSlots) {
       slot = 0;
       parity ^= 1u;
