@@ -66,6 +66,12 @@ def parse_options(pairs: list[str]) -> dict:
     return options
 
 
+def build_launch_options(dispatch: str | None, pairs_a: list[str], pairs_b: list[str]) -> dict[str, dict]:
+    """Each build's launch options: ``--dispatch`` for both, unless a build's own ``dispatch=`` (``--launch-a`` /
+    ``--launch-b``) overrides it, which is how one build is compared in ring and in gather mode."""
+    return {label: {"dispatch": dispatch, **parse_options(pairs)} for label, pairs in (("A", pairs_a), ("B", pairs_b))}
+
+
 def smi_index() -> str:
     """nvidia-smi's index of the current CUDA device (through CUDA_VISIBLE_DEVICES when it is set)."""
     import torch  # noqa: PLC0415 (as main(): the CPU tests import this file without a GPU)
@@ -143,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
                              "too)")
     parser.add_argument("shapes", nargs="*", default=["anchor-1", "anchor-4", "kimi-k2.7/ep64"])
     args = parser.parse_args(argv)
-    launch_options = {"A": parse_options(args.launch_a), "B": parse_options(args.launch_b)}
+    launch_options = build_launch_options(args.dispatch, args.launch_a, args.launch_b)
     prepare_options = parse_options(args.prepare)
     if args.patch is None and args.tree is None and launch_options["A"] == launch_options["B"]:
         parser.error("give --patch or --tree, or launch options that differ between A and B")
@@ -202,13 +208,12 @@ def compare_at_shape(name: str, builds: dict, launch_options: dict, prepare_opti
         preps[0].out.fill_(float("nan"))  # poisoned for each build, so rows it leaves unwritten show
         if saved[0] is not None:
             saved[0].fill_(float("nan"))
-        out = backend.launch(preps[0], dispatch=args.dispatch, extension=ext, saved_gate_up=saved[0],
-                             **launch_options[label]).clone()
+        out = backend.launch(preps[0], extension=ext, saved_gate_up=saved[0], **launch_options[label]).clone()
         outs[label] = (out,) if saved[0] is None else (out, saved[0].clone())
         backend.check_error(preps[0])
     same = all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(outs["A"], outs["B"]))
     launches = {label: (lambda j, ext=ext, options=launch_options[label]: backend.launch(
-                            preps[j], dispatch=args.dispatch, extension=ext, saved_gate_up=saved[j], **options))
+                            preps[j], extension=ext, saved_gate_up=saved[j], **options))
                 for label, ext in builds.items()}
     timings = time_interleaved(launches, device=preps[0].out.device, rounds=args.rounds, calls=args.launches)
     backend.check_error(preps[0])

@@ -91,3 +91,11 @@ def test_an_options_only_comparison_needs_options_that_differ():
         script.main(["anchor-1"])
     with pytest.raises(SystemExit):
         script.main(["--launch-a", "early_combine=1", "--launch-b", "early_combine=1", "anchor-1"])
+
+
+def test_a_builds_own_dispatch_overrides_the_common_one():
+    """--launch-b dispatch=gather against the default ring: each build gets one dispatch keyword (round 18's first
+    try passed it twice and stopped)."""
+    options = load_script().build_launch_options("ring", ["store_warps=false"], ["dispatch=gather", "down_span=4"])
+    assert options["A"] == {"dispatch": "ring", "store_warps": False}
+    assert options["B"] == {"dispatch": "gather", "down_span": 4}
