@@ -213,18 +213,20 @@ static long long run_launch(const Problem& P, const ScheduleView& v, int pushed_
   return tickets;
 }
 
-static int steps_of(const Problem& P, const std::vector<int>& tiles) {
+// The steps the order walks (the kernel's prologue): the minibatches, and with overlapped steps one more.
+static int steps_of(const Problem& P, const std::vector<int>& tiles, int overlap) {
   int steps = 0;
   for (int r = 0; r < P.R; ++r) steps = std::max(steps, (tiles[r] + P.tpm - 1) / P.tpm);
-  return steps;
+  return steps > 0 && overlap ? steps + 1 : steps;
 }
 
 int main() {
   Problem P;
   int one_rank = 0;  // 1: every rank in its own launches (expert launch per rank, then combine launch per rank)
   int early = 0;     // 1: early combine (tables follow the pushes)
-  if (scanf("%d %d %d %d %d %d %d %d %d %d %d", &P.R, &P.tiles_per_rank, &P.tpm, &P.slots, &P.n_gu, &P.n_down,
-            &P.combine_blocks, &P.slots_per_rank, &P.gather, &one_rank, &early) != 11) return 2;
+  int overlap = 0;   // 1: overlapped steps (G(s) beside W(s - 1); one step more for the last W)
+  if (scanf("%d %d %d %d %d %d %d %d %d %d %d %d", &P.R, &P.tiles_per_rank, &P.tpm, &P.slots, &P.n_gu, &P.n_down,
+            &P.combine_blocks, &P.slots_per_rank, &P.gather, &one_rank, &early, &overlap) != 12) return 2;
   const int R = P.R;
   std::vector<int> rank_tiles(R);
   for (int& v : rank_tiles) if (scanf("%d", &v) != 1) return 2;
@@ -246,8 +248,8 @@ int main() {
   long long tickets = 0;
   if (!one_rank) {
     const ScheduleView v{R, P.tiles_per_rank, P.tpm, P.slots, max_mb, P.n_gu, P.n_down, P.combine_blocks,
-                         steps_of(P, rank_tiles), rank_tiles.data(), P.gather, -1,
-                         early ? P.combine_offsets.data() : nullptr};
+                         steps_of(P, rank_tiles, overlap), rank_tiles.data(), P.gather, -1,
+                         early ? P.combine_offsets.data() : nullptr, overlap, early ? 0 : R * P.combine_blocks};
     tickets = run_launch(P, v, pushed_expected, pushed);
     if (tickets < 0) return 1;
   } else {
@@ -255,8 +257,8 @@ int main() {
     for (int r = 0; r < R; ++r) {
       std::vector<int> tiles(R, 0);
       tiles[r] = rank_tiles[r];
-      const ScheduleView v{R, P.tiles_per_rank, P.tpm, P.slots, max_mb, P.n_gu, P.n_down, 0, steps_of(P, tiles),
-                           tiles.data(), P.gather, r};
+      const ScheduleView v{R, P.tiles_per_rank, P.tpm, P.slots, max_mb, P.n_gu, P.n_down, 0,
+                           steps_of(P, tiles, overlap), tiles.data(), P.gather, r, nullptr, overlap, 0};
       const long long n = run_launch(P, v, pushed_expected, pushed);
       if (n < 0) return 1;
       tickets += n;
@@ -272,7 +274,7 @@ int main() {
       std::vector<int> none(R, 0);
       std::vector<long long> unused(R, 0);
       const ScheduleView v{R, P.tiles_per_rank, P.tpm, P.slots, max_mb, P.n_gu, P.n_down, P.combine_blocks, 0,
-                           none.data(), P.gather, r};
+                           none.data(), P.gather, r, nullptr, overlap, P.combine_blocks};
       const long long n = run_launch(P, v, 0, unused);
       if (n < 0) return 1;
       tickets += n;
@@ -315,7 +317,7 @@ SCHEDULE_CASES = [
 
 
 def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, minibatch_rows, ring_slots, skew, gather,
-                     one_rank=False, early=False):
+                     one_rank=False, early=False, overlap=False):
     gen = torch.Generator().manual_seed(tokens + experts + ranks)
     logits = torch.randn(tokens, experts, generator=gen) - skew * torch.arange(experts, dtype=torch.float32)
     _, ids = mok.route(logits, top_k)
@@ -326,7 +328,7 @@ def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, miniba
     lines = [" ".join(str(v) for v in (ranks, sched.capacity // 128, minibatch_rows // 128, ring_slots,
                                        math.ceil(intermediate / 128), math.ceil(hidden / 256),
                                        combine_blocks, tokens // ranks * top_k, int(gather), int(one_rank),
-                                       int(early))),
+                                       int(early), int(overlap))),
              " ".join(str(t) for t in rank_tiles)]
     for r in range(ranks):
         for m in range(rank_tiles[r]):
@@ -343,7 +345,8 @@ def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, miniba
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("launches", ["emulated", "emulated/early-combine", "one-rank"])
+@pytest.mark.parametrize("launches", ["emulated", "emulated/early-combine", "one-rank", "emulated/overlap-steps",
+                                      "one-rank/overlap-steps"])
 @pytest.mark.parametrize("dispatch", ["ring", "gather"])
 @pytest.mark.parametrize("case", SCHEDULE_CASES, ids=lambda c: "R{}-T{}-K{}-E{}-H{}-I{}-mb{}-slots{}-skew{}".format(*c))
 @needs_nvcc
@@ -355,7 +358,11 @@ def test_task_order_cannot_deadlock(schedule_simulator, case, dispatch, launches
     early = launches == "emulated/early-combine"
     if early and case[2] == 1:
         pytest.skip("top-1 layers fuse the combine: no combine blocks to place")
-    stdin = _simulator_input(*case, dispatch == "gather", one_rank=launches == "one-rank", early=early)
+    overlap = launches.endswith("overlap-steps")
+    if overlap and case[7] < 2:
+        pytest.skip("overlapped steps need a ring of 2 or more minibatches (the launch refuses 1)")
+    stdin = _simulator_input(*case, dispatch == "gather", one_rank=launches.startswith("one-rank"), early=early,
+                             overlap=overlap)
     proc = subprocess.run([str(schedule_simulator)], input=stdin, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
 

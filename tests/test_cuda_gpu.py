@@ -586,3 +586,66 @@ def test_skipping_padding_halves_changes_no_bit(name):
                 check_accuracy(runs[True][0], problem, ep_size=ep_size, config=config, with_oracle=False)
     if name == "short-last-tiles":
         assert skipped > 0, "no tile had a padding half: the skip was not exercised"
+
+
+# Overlapped steps (launch(overlap_steps=...), MOK_CUDA_OVERLAP_STEPS): ring configurations of 2 and 3 minibatches
+# of one tile each (every step mixes one tile's gate/up and the previous tile's down tasks), and the default ring.
+def overlap_cases(tokens: int, experts: int):
+    """(EP degree, config, CTA count) runs for the overlapped-steps tests: EP 1/2/4/8 with rings of 2, 3 and 4
+    minibatches of one tile and the default, all CTAs, 3 and 1. Skips EP degrees that do not divide T and E."""
+    two, three = MoKConfig(minibatch_rows=128, ring_rows=256), MoKConfig(minibatch_rows=128, ring_rows=384)
+    for ep_size, config, num_ctas in ((1, two, 0), (2, None, 0), (4, three, 3), (8, two, 1)):
+        if tokens % ep_size == 0 and experts % ep_size == 0:
+            yield ep_size, config, num_ctas
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", ["basic", "ragged-tokens", "empty-experts", "one-hot-expert", "wide", "h-not-256"])
+def test_overlapped_steps_equal_the_plain_order_bitwise(name, variant):
+    """The overlapped-steps order (each step's gate/up tasks beside the previous step's down tasks, scheduler.cuh)
+    runs the same tasks with the same arithmetic: outputs and saved gate/up rows are the same bits as the plain
+    order in both dispatch modes, whatever the EP degree, ring or CTA count (1 CTA: a dependency on a later ticket
+    would deadlock it, which the bounded waits report as an error)."""
+    from mok.cuda.backend import sm90_forward
+    t, h, i, e, k, skew = SMALL_SHAPES[name]
+    problem = make_inputs(t, h, i, e, k, skew=skew, seed=450 + list(SMALL_SHAPES).index(name))
+    for dispatch in ("ring", "gather"):
+        for ep_size, config, num_ctas in overlap_cases(t, e):
+            runs = {}
+            for overlap in ("0", "1"):
+                with pytest.MonkeyPatch.context() as env:
+                    env.setenv("MOK_CUDA_OVERLAP_STEPS", overlap)
+                    runs[overlap] = sm90_forward(*problem, ep_size=ep_size, config=config, variant=variant,
+                                                 num_ctas=num_ctas, check=True, poison=True, dispatch=dispatch,
+                                                 save_gate_up=True)
+            what = f"overlapped steps {dispatch} ep={ep_size} ring={config} ctas={num_ctas}"
+            assert_bitwise_equal(runs["1"][0], runs["0"][0], what + " (output)")
+            assert_bitwise_equal(runs["1"][1], runs["0"][1], what + " (saved gate/up rows)")
+    check_accuracy(runs["1"][0], problem, with_oracle=False)
+
+
+def test_overlapped_steps_reorder_the_tasks_and_refuse_a_one_minibatch_ring():
+    """With a ring of 2 minibatches the task timeline's kinds by ticket differ from the plain order's (the order did
+    change) and hold the same tasks; a ring of one minibatch, where a step's gate/up tasks must wait for the previous
+    step's down tasks, is refused when asked for and falls back to the plain order by default."""
+    from mok.cuda.backend import TASK_KINDS, TRACE_FIELDS, check_error, launch, prepare, trace_buffer
+    t, h, i, e, k, skew = SMALL_SHAPES["wide"]
+    problem = make_inputs(t, h, i, e, k, skew=skew, seed=460)
+    who = TRACE_FIELDS.index("who")
+    prep = prepare(*problem, ep_size=2, config=MoKConfig(minibatch_rows=128, ring_rows=256), poison=True)
+    kinds = {}
+    for overlap in (False, True):
+        trace = trace_buffer(prep)
+        launch(prep, variant="pipelined", dispatch="gather", overlap_steps=overlap, trace=trace)
+        check_error(prep)
+        rows = trace.cpu()
+        kinds[overlap] = [TASK_KINDS[int(v) & 0xFF] for v in rows[rows[:, who] >= 0, who]]
+    assert sorted(kinds[True]) == sorted(kinds[False])
+    assert kinds[True] != kinds[False], "overlap_steps=True ran the plain order"
+    one = prepare(*problem, ep_size=2, config=MoKConfig(minibatch_rows=128, ring_rows=128), poison=True)
+    with pytest.raises(ValueError, match="overlap_steps"):
+        launch(one, overlap_steps=True)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MOK_CUDA_OVERLAP_STEPS", "1")
+        launch(one, variant="pipelined")  # the plain order
+        check_error(one)

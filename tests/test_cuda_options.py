@@ -53,8 +53,8 @@ def test_early_combine_order_reaches_the_launch_only_when_asked(monkeypatch):
     def passed_order(prep, **kw):
         ext = _RecordingExtension()
         launch(prep, extension=ext, **kw)
-        # the binding's last arguments: order, skip_padding_half, trace, down_span
-        tokens_arg, offsets_arg = ext.args[-5:-3]
+        # the binding's last arguments: order, skip_padding_half, trace, down_span, overlap_steps
+        tokens_arg, offsets_arg = ext.args[-6:-4]
         assert (tokens_arg.numel() > 0) == (offsets_arg.numel() > 0)
         return tokens_arg.numel() > 0
 
@@ -77,7 +77,7 @@ def test_early_combine_order_reaches_the_launch_only_when_asked(monkeypatch):
         launch(top1, extension=_RecordingExtension(), early_combine=True)
 
 
-def small_launch(*, seed: int, tokens: int, hidden: int, inter: int, experts: int, ep_size: int = 1):
+def small_launch(*, seed: int, tokens: int, hidden: int, inter: int, experts: int, ep_size: int = 1, config=None):
     """prepare() of a random top-2 layer on the CPU (the launch arguments are all these tests look at)."""
     import torch
 
@@ -89,12 +89,12 @@ def small_launch(*, seed: int, tokens: int, hidden: int, inter: int, experts: in
     w_gate, w_up = (torch.randn(experts, inter, hidden, generator=gen).to(torch.bfloat16) for _ in range(2))
     w_down = torch.randn(experts, hidden, inter, generator=gen).to(torch.bfloat16)
     w, ids = mok.route(torch.randn(tokens, experts, generator=gen), 2)
-    return prepare(x, ids, w, w_gate, w_up, w_down, ep_size=ep_size)
+    return prepare(x, ids, w, w_gate, w_up, w_down, ep_size=ep_size, config=config)
 
 
 def test_skip_padding_half_reaches_the_launch(monkeypatch):
-    """launch() passes skip_padding_half before the trace and the down span: on by default, off with MOK_CUDA_SKIP_PADDING_HALF=0, and
-    its own argument wins over the environment."""
+    """launch() passes skip_padding_half before the trace, the down span and overlap_steps: on by default, off with
+    MOK_CUDA_SKIP_PADDING_HALF=0, and its own argument wins over the environment."""
     from mok.cuda.backend import launch
 
     prep = small_launch(seed=5, tokens=128, hidden=64, inter=64, experts=4)
@@ -102,8 +102,8 @@ def test_skip_padding_half_reaches_the_launch(monkeypatch):
     def passed(**kw):
         ext = _RecordingExtension()
         launch(prep, extension=ext, **kw)
-        assert isinstance(ext.args[-3], bool)
-        return ext.args[-3]
+        assert isinstance(ext.args[-4], bool)
+        return ext.args[-4]
 
     monkeypatch.delenv("MOK_CUDA_SKIP_PADDING_HALF", raising=False)
     assert passed() is True
@@ -113,7 +113,7 @@ def test_skip_padding_half_reaches_the_launch(monkeypatch):
 
 
 def test_trace_reaches_the_launch_before_the_down_span():
-    """launch() passes the task-timeline buffer last but one: an empty int64 tensor without one, the buffer itself
+    """launch() passes the task-timeline buffer third from last: an empty int64 tensor without one, the buffer itself
     with one; trace_buffer() sizes it for every task the launch can have (-1: not recorded)."""
     import torch
 
@@ -122,30 +122,30 @@ def test_trace_reaches_the_launch_before_the_down_span():
     prep = small_launch(seed=6, tokens=256, hidden=512, inter=384, experts=8, ep_size=2)
     ext = _RecordingExtension()
     launch(prep, extension=ext)
-    assert ext.args[-2].dtype == torch.int64 and ext.args[-2].numel() == 0
+    assert ext.args[-3].dtype == torch.int64 and ext.args[-3].numel() == 0
     trace = trace_buffer(prep)
     launch(prep, extension=ext, trace=trace)
-    assert ext.args[-2] is trace
+    assert ext.args[-3] is trace
     # 2 ranks x (capacity / 128) tiles x (1 dispatch + 3 gate/up + 2 down column blocks) + 2 x 8 combine blocks
     tiles = prep.schedule.capacity // 128
     assert trace.shape == (2 * tiles * 6 + 2 * 8, len(TRACE_FIELDS))
     assert bool((trace == -1).all())
 
 
-def test_down_span_reaches_the_launch_last_and_turns_the_store_warps_off(monkeypatch):
-    """launch() passes the down span last: by default (``auto``) the widest divisor up to 8 of the column blocks of
+def test_down_span_reaches_the_launch_last_but_one_and_turns_the_store_warps_off(monkeypatch):
+    """launch() passes the down span last but one: by default (``auto``) the widest divisor up to 8 of the column blocks of
     H in gather mode and 1 in ring mode, else MOK_CUDA_DOWN_SPAN or its own argument; a span must divide the column
     blocks; a span above 1 turns the default store warps off and refuses them when asked for."""
     from mok.cuda.backend import launch, resolve_down_span
 
     prep = small_launch(seed=7, tokens=256, hidden=1024, inter=128, experts=8)  # 4 column blocks of 256
-    store_warps_at = -6  # store_warps, then the order (2 tensors), skip_padding_half, trace, down_span
+    store_warps_at = -7  # store_warps, the order (2 tensors), skip_padding_half, trace, down_span, overlap_steps
 
     def passed(**kw):
         ext = _RecordingExtension()
         launch(prep, extension=ext, **kw)
-        assert isinstance(ext.args[-1], int) and isinstance(ext.args[store_warps_at], bool)
-        return ext.args[-1], ext.args[store_warps_at]
+        assert isinstance(ext.args[-2], int) and isinstance(ext.args[store_warps_at], bool)
+        return ext.args[-2], ext.args[store_warps_at]
 
     monkeypatch.delenv("MOK_CUDA_DOWN_SPAN", raising=False)
     monkeypatch.delenv("MOK_CUDA_STORE_WARPS", raising=False)
@@ -169,6 +169,35 @@ def test_down_span_reaches_the_launch_last_and_turns_the_store_warps_off(monkeyp
                                                                                                     7, 1]
     assert [resolve_down_span(None, "ring", h) for h in (4096, 1536)] == [1, 1]
     assert resolve_down_span("auto", "gather", 7168) == 7 and resolve_down_span(2, "gather", 7168) == 2
+
+
+def test_overlap_steps_reach_the_launch_last_where_the_ring_allows_them(monkeypatch):
+    """launch() passes overlap_steps last: off by default, on with MOK_CUDA_OVERLAP_STEPS=1 where the ring holds 2
+    or more minibatches (or all of them) and early combine is off, else the plain order; asked for where not
+    allowed, a ValueError."""
+    from mok.config import MoKConfig
+    from mok.cuda.backend import launch, overlap_steps_allowed, resolve_overlap_steps
+
+    def passed(prep, **kw):
+        ext = _RecordingExtension()
+        launch(prep, extension=ext, **kw)
+        assert isinstance(ext.args[-1], bool)
+        return ext.args[-1]
+
+    two = small_launch(seed=8, tokens=256, hidden=256, inter=128, experts=8,
+                       config=MoKConfig(minibatch_rows=128, ring_rows=256))
+    one = small_launch(seed=8, tokens=256, hidden=256, inter=128, experts=8,
+                       config=MoKConfig(minibatch_rows=128, ring_rows=128))
+    monkeypatch.delenv("MOK_CUDA_OVERLAP_STEPS", raising=False)
+    assert passed(two) is False and passed(two, overlap_steps=True) is True
+    monkeypatch.setenv("MOK_CUDA_OVERLAP_STEPS", "1")
+    assert passed(two) is True and passed(one) is False and passed(two, overlap_steps=False) is False
+    with pytest.raises(ValueError, match="overlap_steps"):
+        passed(one, overlap_steps=True)
+    # ring slots >= 2, or >= every minibatch (1 of 1: nothing is overwritten); never with early combine
+    assert overlap_steps_allowed(256, 128, 1024, False) and overlap_steps_allowed(128, 128, 128, False)
+    assert not overlap_steps_allowed(128, 128, 1024, False) and not overlap_steps_allowed(512, 128, 1024, True)
+    assert resolve_overlap_steps(None, False) is False
 
 
 def test_padding_half_tiles_counts_the_tiles_whose_second_half_is_padding():

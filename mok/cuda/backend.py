@@ -186,6 +186,25 @@ def resolve_down_span(down_span: int | str | None, dispatch: str, hidden: int) -
     return down_span
 
 
+def overlap_steps_allowed(ring_rows: int, minibatch_rows: int, capacity: int, early_combine: bool) -> bool:
+    """Whether a launch can take the overlapped-steps order (include/mok/scheduler.cuh): step s's gate/up tasks then
+    share a group with step s - 1's down tasks, so they must not wait for those (the ring holds 2 or more
+    minibatches, or all of them), and early combine, whose blocks follow each step's down tasks, is off."""
+    ring_slots = ring_rows // minibatch_rows
+    return not early_combine and ring_slots >= min(2, -(-capacity // minibatch_rows))
+
+
+def resolve_overlap_steps(overlap_steps: bool | None, allowed: bool) -> bool:
+    """``overlap_steps`` if given (``True`` where :func:`overlap_steps_allowed` says no is an error), else
+    ``MOK_CUDA_OVERLAP_STEPS`` (default off; where it is not allowed the plain order runs). Changes no bit."""
+    if overlap_steps is None:
+        return _env_on("MOK_CUDA_OVERLAP_STEPS", "0") and allowed
+    if overlap_steps and not allowed:
+        raise ValueError("overlap_steps=True needs a ring of at least 2 minibatches (or the whole schedule) and "
+                         "no early combine")
+    return bool(overlap_steps)
+
+
 def default_skip_padding_half() -> bool:
     """``MOK_CUDA_SKIP_PADDING_HALF`` (default on; pipelined variant): a GEMM tile whose rows 64..127 are all
     padding (the last tile of an expert with at most 64 rows left) runs only the first consumer warpgroup's wgmma;
@@ -396,7 +415,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
            saved_gate_up: torch.Tensor | None = None, gather_row_prefetch: bool | None = None,
            signal_warp: bool | None = None, store_warps: bool | None = None, early_combine: bool | None = None,
            skip_padding_half: bool | None = None, trace: torch.Tensor | None = None,
-           down_span: int | None = None, extension=None) -> torch.Tensor:
+           down_span: int | None = None, overlap_steps: bool | None = None, extension=None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -420,6 +439,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     ``down_span``: column blocks of 256 per down task, a divisor of ceil(H / 256) (default: :func:`resolve_down_span`,
     wider in gather mode). With ``down_span > 1`` the store warps default to off (and an explicit ``store_warps=True``
     is an error). Changes no bit.
+    ``overlap_steps``: the task order puts each step's gate/up tasks and the previous step's down tasks in one group,
+    tile by tile, so that the CTAs' pushes do not all meet (:func:`resolve_overlap_steps`). Changes no bit.
     ``extension``: another build of the kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to
     launch instead of the default one, for A/B timing (experiments/ab_kernels.py).
     """
@@ -449,6 +470,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     elif store_warps and down_span > 1:
         raise ValueError("store_warps=True needs down_span=1 (the store warps hand off one column block per task)")
     s, ws = prep.schedule, prep.workspace
+    overlap_steps = resolve_overlap_steps(overlap_steps, overlap_steps_allowed(
+        ws.key.ring_rows, prep.minibatch_rows, ws.key.capacity, use_order))
     (extension or load_extension()).forward(
         s.src_rank, s.src_slot, s.tile_expert, s.segment_offsets,
         prep.x_ptrs, prep.weight_ptrs, prep.combine_ptrs, prep.out_ptrs,
@@ -461,7 +484,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         prep.local_rank, prep.phases, bool(store_warps),
         prep.combine_tokens if use_order else _NO_INT_TENSOR, prep.combine_offsets if use_order else _NO_INT_TENSOR,
         default_skip_padding_half() if skip_padding_half is None else bool(skip_padding_half),
-        _NO_LONG_TENSOR if trace is None else trace, down_span)
+        _NO_LONG_TENSOR if trace is None else trace, down_span, overlap_steps)
     return prep.out
 
 

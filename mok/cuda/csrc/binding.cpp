@@ -52,6 +52,7 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //   trace: int64 [N, kSm90TraceFields] to receive the task timeline of tickets 0..N-1 (include/mok/trace.cuh), or an
 //     empty tensor
 //   down_span: column blocks per down task (divides ceil(H / 256); > 1 needs store_warps off)
+//   overlap_steps: each step's gate/up tasks share a group of the task order with the previous step's down tasks
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
@@ -62,7 +63,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
              bool gather_row_prefetch, bool signal_warp, bool mxfp8, int64_t x_row_bytes, int64_t local_rank,
              int64_t phases, bool store_warps, const at::Tensor& combine_tokens,
              const at::Tensor& combine_offsets, bool skip_padding_half, const at::Tensor& trace,
-             int64_t down_span) {
+             int64_t down_span, bool overlap_steps) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -174,6 +175,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.store_warps = store_warps;
   q.skip_padding_half = skip_padding_half;
   q.down_span = static_cast<int>(down_span);
+  q.overlap_steps = overlap_steps;
   q.trace = tracing ? trace.data_ptr<int64_t>() : nullptr;
   q.trace_tickets = tracing ? static_cast<int>(trace.size(0)) : 0;
   q.mxfp8 = mxfp8;

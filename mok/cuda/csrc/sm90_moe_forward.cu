@@ -152,6 +152,12 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   if (q.down_span < 1 || down_nblocks % q.down_span != 0)
     return fail(message, message_len, "down_span must divide the %d column blocks of H=%d, got %d", down_nblocks,
                 q.hidden, q.down_span);
+  // Overlapped steps put W(s - 1) beside G(s), so G(s) may not wait for W(s - 1): the ring must hold two
+  // minibatches (or the whole schedule, whose rows are never overwritten).
+  const int ring_slots = q.ring_rows / q.minibatch_rows;
+  if (q.overlap_steps && (early_combine || ring_slots < (max_minibatches < 2 ? max_minibatches : 2)))
+    return fail(message, message_len, "overlap_steps needs a ring of at least 2 minibatches (or the whole "
+                "schedule; got %d of %d) and no early combine", ring_slots, max_minibatches);
   const long long tickets = launch_tickets<Tiles>(q.num_ranks, q.capacity, q.hidden, q.intermediate, !q.gather_x,
                                                   combine_blocks, q.down_span);
   const long long pushed = static_cast<long long>(q.tokens_per_rank) * q.top_k * down_nblocks;
@@ -180,11 +186,13 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.minibatch_rows = q.minibatch_rows;
   p.tiles_per_minibatch = q.minibatch_rows / Tiles::kBlockM;
   p.ring_rows = q.ring_rows;
-  p.ring_slots = q.ring_rows / q.minibatch_rows;
+  p.ring_slots = ring_slots;
   p.max_minibatches = max_minibatches;
   p.gate_up_nblocks = gate_up_nblocks;
   p.down_nblocks = down_nblocks;
   p.combine_blocks = combine_blocks;
+  // Every rank's blocks, or (one real rank per launch) only its own; none with early combine (placed in the steps).
+  p.combine_tasks = early_combine ? 0 : (one_rank ? 1 : q.num_ranks) * combine_blocks;
   p.fuse_top1 = q.fuse_top1 ? 1 : 0;
   p.ablate = q.ablate;
   p.gather_x = q.gather_x ? 1 : 0;
@@ -201,6 +209,7 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   if (q.down_span > 1 && p.store_warps)
     return fail(message, message_len, "down_span > 1 needs store_warps off (they hand off one block per task)");
   p.down_span = q.down_span;
+  p.overlap_steps = q.overlap_steps ? 1 : 0;
   p.skip_padding_half = q.skip_padding_half ? 1 : 0;
   p.local_rank = q.local_rank;
   p.phases = q.phases;

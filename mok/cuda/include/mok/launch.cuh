@@ -78,6 +78,9 @@ struct Sm90MoeProblem {
                                  // so the consumers start the next mainloop sooner (store_warps.cuh); not with ablate
   int down_span = 1;             // column blocks per down task (dividing ceil(H / 256)): the rows' destinations are
                                  // resolved and the task signalled once per span; > 1 needs store_warps off
+  bool overlap_steps = false;    // the task order mixes each step's gate/up tasks with the previous step's down
+                                 // tasks (scheduler.cuh); needs a ring of 2 or more minibatches (or the whole
+                                 // schedule), not with early combine; changes no bit
   bool skip_padding_half = true; // pipelined variant: a GEMM tile whose rows 64..127 are all padding runs one
                                  // consumer warpgroup's MMA (Task::padding_half); changes no bit
   // One real rank per launch (expert parallelism across GPUs; mok/cuda/rank_run.py). -1: all R ranks are emulated

@@ -19,6 +19,19 @@
 //                   C(s)      early combine only: the combine blocks placed in step s (below)
 //     after all steps: C      without early combine: combine blocks, per source rank, kCombineTokens tokens each
 //
+// Overlapped steps (`overlap_steps`, round 18): G(s) and W(s - 1) share one group, tile by tile (the gnb gate/up
+// tasks of tile q of minibatch s, then the down tasks of tile q of minibatch s - 1), and one more step at the end
+// holds W of the last minibatch:
+//
+//     step s:       D(0) (s = 0), GW(s) = G(s, 0) W(s-1, 0) G(s, 1) W(s-1, 1) ..., D(s+1)
+//
+// In the plain order every CTA runs the step's gate/up tasks and then, at about the same time as all the others,
+// its down tasks, whose pushes then meet at the HBM's write rate (experiments/push_store_probe.cu: 2.1 us per tile
+// with all 132 SMs pushing, 1.2 us with half of them). Mixed, the pushes of some CTAs run beside the mainloops of
+// the others. Every dependency still points backwards: W(s - 1, q) waits for G(s - 1, q), a group earlier; G(s)
+// waits for W(s - ring_slots) (ring h free), which needs ring_slots >= 2 (the host refuses 1); dispatch is unchanged.
+// Not with early combine, whose blocks follow W(s) in step s.
+//
 // Early combine (`combine_offsets` set; mok/cuda/schedule_tables.py, combine_order). A token's weighted sum needs
 // its K rows, which lie in up to K experts' segments, so without more information it must wait for the last down
 // task of its source rank: the whole sum (T x K x H values read) became a memory-bound tail after the last GEMM
@@ -77,7 +90,7 @@ struct ScheduleView {
   int gate_up_nblocks;
   int down_nblocks;         // down tasks per tile: ceil(H / kBlockN) / down_span
   int combine_blocks;       // per source rank
-  int num_steps;            // max over ranks of ceil(rank_tiles / tiles_per_minibatch)
+  int num_steps;            // max over ranks of ceil(rank_tiles / tiles_per_minibatch) (+ 1: overlap_steps)
   const int* rank_tiles;    // [num_ranks] used tiles of each rank's table
   int gather_x;             // 1: no dispatch tasks; gate/up gathers its A rows itself (last but one, so
                             //    that aggregate initialisers without it mean the ring mode)
@@ -86,6 +99,13 @@ struct ScheduleView {
   // Early combine: [R, max_minibatches + 1], the first combine block of each rank placed in each step
   // (Sm90MoeParams::combine_offsets); nullptr: every combine block after the last step.
   const int* combine_offsets = nullptr;
+  int overlap_steps = 0;    // 1: G(s) and W(s - 1) in one group (above); needs ring_slots >= 2, no early combine.
+                            //    num_steps then counts one step more than the minibatches: the last one's W
+  // Combine tasks after the last step: (combine_rank >= 0 ? 1 : num_ranks) * combine_blocks (0 with early combine).
+  // NOTE: a field, not a method: the kernel reads it from the launch parameters (Sm90MoeParams::combine_tasks),
+  // where the product computed in the producer's task loop was hoisted into one more register than the producer
+  // has (ptxas spilled it once the overlapped-steps decode came in).
+  int combine_tasks = 0;
 
   __host__ __device__ bool early_combine() const { return combine_offsets != nullptr; }
 
@@ -112,9 +132,11 @@ struct ScheduleView {
   __host__ __device__ int group_size(int step, int phase, int rank) const {
     switch (phase) {
       case kPhaseDispatchFirst: return step == 0 && !gather_x ? tiles_in_minibatch(rank, 0) : 0;
-      case kPhaseGateUp: return tiles_in_minibatch(rank, step) * gate_up_nblocks;
+      case kPhaseGateUp:
+        return tiles_in_minibatch(rank, step) * gate_up_nblocks +
+               (overlap_steps && step > 0 ? tiles_in_minibatch(rank, step - 1) * down_nblocks : 0);
       case kPhaseDispatchNext: return gather_x ? 0 : tiles_in_minibatch(rank, step + 1);
-      case kPhaseDown: return tiles_in_minibatch(rank, step) * down_nblocks;
+      case kPhaseDown: return overlap_steps ? 0 : tiles_in_minibatch(rank, step) * down_nblocks;
       default:  // kPhaseEarlyCombine
         return early_combine() ? first_combine_block(rank, step + 1) - first_combine_block(rank, step) : 0;
     }
@@ -147,6 +169,33 @@ struct TaskCursor {
     count = step < v.num_steps ? v.group_size(step, phase, rank) : 0;
   }
 
+  // Entry j of group GW(step) of rank `rank` (overlapped steps): tile q's gate/up tasks of minibatch `step`, then
+  // tile q's down tasks of minibatch `step - 1`, for every tile q of minibatch `step`; then the down tasks of the
+  // tiles minibatch `step - 1` has beyond those. A rank's minibatches are full but the last, so minibatch `step`
+  // never has more tiles than `step - 1` (the extra last step has no gate/up tasks). Step 0, which has no down
+  // tasks, decodes as the plain order's G(0).
+  __host__ __device__ void decode_overlapped(const ScheduleView& v, int j, Task& t) const {
+    // NOTE: unsigned arithmetic: the producer thread runs this with 56 registers, and signed division's longer
+    // sequence made ptxas spill one.
+    const unsigned gate_up_tiles = static_cast<unsigned>(v.tiles_in_minibatch(rank, step));
+    const unsigned gnb = static_cast<unsigned>(v.gate_up_nblocks), dnb = static_cast<unsigned>(v.down_nblocks);
+    const unsigned paired = gate_up_tiles * (gnb + dnb);  // one tile of each, gate_up_tiles times
+    const unsigned u = static_cast<unsigned>(j);
+    unsigned q, r;
+    if (u < paired) {
+      q = u / (gnb + dnb);
+      r = u - q * (gnb + dnb);
+    } else {
+      q = gate_up_tiles + (u - paired) / dnb;
+      r = gnb + (u - paired) % dnb;
+    }
+    const bool gate_up = r < gnb;
+    t.kind = gate_up ? kTaskGateUp : kTaskDown;
+    t.minibatch = gate_up ? step : step - 1;
+    t.tile = t.minibatch * v.tiles_per_minibatch + static_cast<int>(q);
+    t.nblock = static_cast<int>(gate_up ? r : r - gnb);
+  }
+
   __host__ __device__ Task decode(const ScheduleView& v, int ticket) {
     while (step < v.num_steps && ticket >= base + count) advance(v);
     Task t{};
@@ -163,6 +212,10 @@ struct TaskCursor {
           t.tile = step * v.tiles_per_minibatch + j;
           break;
         case kPhaseGateUp:
+          if (v.overlap_steps && step > 0) {
+            decode_overlapped(v, j, t);
+            break;
+          }
           t.kind = kTaskGateUp;
           t.minibatch = step;
           t.tile = step * v.tiles_per_minibatch + j / v.gate_up_nblocks;
@@ -185,7 +238,7 @@ struct TaskCursor {
           t.tile = (v.first_combine_block(rank, step) + j) * Sm90Tiles::kCombineTokens;
           break;
       }
-    } else if (!v.early_combine() && j < (v.combine_rank >= 0 ? 1 : v.num_ranks) * v.combine_blocks) {
+    } else if (!v.early_combine() && j < v.combine_tasks) {
       t.kind = kTaskCombine;
       t.rank = v.combine_rank >= 0 ? v.combine_rank : j / v.combine_blocks;
       t.tile = j % v.combine_blocks * Sm90Tiles::kCombineTokens;

@@ -515,7 +515,8 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
     for (int r = 0; r < p.num_ranks; ++r) {
       steps = max(steps, (s.rank_tiles[r] + p.tiles_per_minibatch - 1) / p.tiles_per_minibatch);
     }
-    s.num_steps = steps;
+    // Overlapped steps walk one step more: the last minibatch's down tasks (scheduler.cuh).
+    s.num_steps = steps > 0 && p.overlap_steps ? steps + 1 : steps;
   }
   __syncthreads();
 
@@ -533,6 +534,8 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
   v.gather_x = p.gather_x;
   v.combine_rank = p.local_rank;
   v.combine_offsets = p.combine_offsets;
+  v.overlap_steps = p.overlap_steps;
+  v.combine_tasks = p.combine_tasks;
 
   // Roles. NOTE: setmaxnreg needs each warpgroup's role to be one branch of a single if/else.
   const int warpgroup = threadIdx.x / 128;

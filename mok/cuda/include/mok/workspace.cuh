@@ -180,6 +180,7 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int down_span;             // column blocks per down task (divides down_nblocks; ScheduleView::down_nblocks is
                              //    down_nblocks / down_span, the down tasks per tile)
   int combine_blocks;        // ceil(T_local / kCombineTokens) per rank; 0 when fuse_top1 (no combine tasks)
+  int combine_tasks;         // combine tasks after the last step: combine_blocks per rank combined here
   int fuse_top1;             // 1: top_k == 1 and the down epilogue writes out[token] = bf16(0 + w * y) itself
   int ablate;                // AblateFlags bitmask (timing experiments only; 0 in normal runs)
   int gather_x;              // 1: gate/up gathers A rows from x_ptrs itself (no dispatch tasks, ring x unused)
@@ -188,6 +189,7 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int signal_warp;           // 1: warp 1 of the producer warpgroup signals finished tasks (pipelined, ring mode)
   int store_warps;           // 1: warps 2-3 of the producer warpgroup store the down tiles' staged rows
                              //    (store_warps.cuh; needs signal_warp, and ablate == 0)
+  int overlap_steps;         // 1: G(s) and W(s - 1) share a group of the task order (scheduler.cuh)
   int skip_padding_half;     // 1: a GEMM tile whose rows 64..127 are all padding runs one warpgroup's MMA
                              //    (pipelined variant; Task::padding_half; the other's accumulators stay zero)
   int mxfp8;                 // 1: token rows are packed MXFP8 rows (mxfp8.cuh), h is MX-rounded (ring mode only)
