@@ -196,7 +196,13 @@ def overlap_steps_allowed(ring_rows: int, minibatch_rows: int, capacity: int, ea
 
 def resolve_overlap_steps(overlap_steps: bool | None, allowed: bool) -> bool:
     """``overlap_steps`` if given (``True`` where :func:`overlap_steps_allowed` says no is an error), else
-    ``MOK_CUDA_OVERLAP_STEPS`` (default off; where it is not allowed the plain order runs). Changes no bit."""
+    ``MOK_CUDA_OVERLAP_STEPS`` (default off; where it is not allowed the plain order runs). Changes no bit.
+
+    Off by default because it measured slower where it matters most (H200, round 18, A/B of the kernel alone, one
+    build launched both ways): gather mode 0.996x the time at anchor-2 and 0.988x at anchor-1, but ring mode 1.056x
+    at anchor-3, 1.041x at the qwen slice, 1.144x at the kimi slice and 1.187x at anchor-5, where each step's
+    experts' weights no longer fit in L2 beside the previous step's (mok/cuda/README.md, round 18). Kept as an
+    option for research on the task order."""
     if overlap_steps is None:
         return _env_on("MOK_CUDA_OVERLAP_STEPS", "0") and allowed
     if overlap_steps and not allowed:

@@ -31,6 +31,9 @@
 // the others. Every dependency still points backwards: W(s - 1, q) waits for G(s - 1, q), a group earlier; G(s)
 // waits for W(s - ring_slots) (ring h free), which needs ring_slots >= 2 (the host refuses 1); dispatch is unchanged.
 // Not with early combine, whose blocks follow W(s) in step s.
+// Measured (round 18, mok/cuda/README.md): 0.4-1.2% faster in gather mode (anchors 1-2), 4-19% slower in ring
+// mode (anchors 3 and 5, the slices), where a step's gate/up weights and the previous step's down weights no longer
+// share L2; so it is off by default (MOK_CUDA_OVERLAP_STEPS).
 //
 // Early combine (`combine_offsets` set; mok/cuda/schedule_tables.py, combine_order). A token's weighted sum needs
 // its K rows, which lie in up to K experts' segments, so without more information it must wait for the last down
