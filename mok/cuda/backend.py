@@ -62,7 +62,9 @@ Environment:
   (:func:`default_early_combine`);
 * ``MOK_CUDA_SKIP_PADDING_HALF`` (default on): a tile whose second 64 rows are all padding multiplies only its
   first 64 (:func:`default_skip_padding_half`);
-* ``MOK_CUDA_DOWN_SPAN`` (default ``auto``): column blocks of 256 per down task (:func:`resolve_down_span`).
+* ``MOK_CUDA_DOWN_SPAN`` (default ``auto``): column blocks of 256 per down task (:func:`resolve_down_span`);
+* ``MOK_CUDA_OVERLAP_STEPS`` (default off): each step's gate/up tasks share a group of the task order with the
+  previous step's down tasks (:func:`resolve_overlap_steps`).
 """
 
 from __future__ import annotations
