@@ -180,7 +180,8 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int down_span;             // column blocks per down task (divides down_nblocks; ScheduleView::down_nblocks is
                              //    down_nblocks / down_span, the down tasks per tile)
   int combine_blocks;        // ceil(T_local / kCombineTokens) per rank; 0 when fuse_top1 (no combine tasks)
-  int combine_tasks;         // combine tasks after the last step: combine_blocks per rank combined here
+  int combine_tasks;         // combine tasks after the last step: combine_blocks for each rank combined in this
+                             //    launch (all, or a real rank's own); 0 with early combine (ScheduleView)
   int fuse_top1;             // 1: top_k == 1 and the down epilogue writes out[token] = bf16(0 + w * y) itself
   int ablate;                // AblateFlags bitmask (timing experiments only; 0 in normal runs)
   int gather_x;              // 1: gate/up gathers A rows from x_ptrs itself (no dispatch tasks, ring x unused)
