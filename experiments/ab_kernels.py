@@ -67,9 +67,10 @@ def parse_options(pairs: list[str]) -> dict:
 
 
 def build_launch_options(dispatch: str | None, pairs_a: list[str], pairs_b: list[str]) -> dict[str, dict]:
-    """Each build's launch options: ``--dispatch`` for both, unless a build's own ``dispatch=`` (``--launch-a`` /
-    ``--launch-b``) overrides it, which is how one build is compared in ring and in gather mode."""
-    return {label: {"dispatch": dispatch, **parse_options(pairs)} for label, pairs in (("A", pairs_a), ("B", pairs_b))}
+    """Each build's launch options: ``--dispatch`` for both (when given), unless a build's own ``dispatch=``
+    (``--launch-a`` / ``--launch-b``) overrides it, which is how one build is compared in ring and in gather mode."""
+    common = {} if dispatch is None else {"dispatch": dispatch}
+    return {label: {**common, **parse_options(pairs)} for label, pairs in (("A", pairs_a), ("B", pairs_b))}
 
 
 def smi_index() -> str:

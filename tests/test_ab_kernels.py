@@ -99,3 +99,5 @@ def test_a_builds_own_dispatch_overrides_the_common_one():
     options = load_script().build_launch_options("ring", ["store_warps=false"], ["dispatch=gather", "down_span=4"])
     assert options["A"] == {"dispatch": "ring", "store_warps": False}
     assert options["B"] == {"dispatch": "gather", "down_span": 4}
+    # without --dispatch the backend's default stands (and 'launch options default' is printed for none)
+    assert load_script().build_launch_options(None, [], ["overlap_steps=true"]) == {"A": {}, "B": {"overlap_steps": True}}

@@ -372,13 +372,14 @@ def test_task_order_cannot_deadlock(schedule_simulator, case, dispatch, launches
 # ------------------------------------------------------------------------------------------------------
 
 LAUNCH_CHECK_SOURCE = r"""
-// Calls sm90_moe_forward with valid sizes, null pointers and the (R, E, local_rank, phases) of each input line;
-// prints its return code and message. A combination the checks accept stops at the null-pointer check.
+// Calls sm90_moe_forward with valid sizes, null pointers and the (R, E, local_rank, phases, overlap_steps, ring
+// minibatches) of each input line (capacity: 2 minibatches); prints its return code and message. A combination the
+// checks accept stops at the null-pointer check.
 #include <cstdio>
 #include "mok/launch.cuh"
 int main() {
-  int ranks, experts, local_rank, phases;
-  while (scanf("%d %d %d %d", &ranks, &experts, &local_rank, &phases) == 4) {
+  int ranks, experts, local_rank, phases, overlap, ring_minibatches;
+  while (scanf("%d %d %d %d %d %d", &ranks, &experts, &local_rank, &phases, &overlap, &ring_minibatches) == 6) {
     mok::sm90::Sm90MoeProblem q;
     q.num_ranks = ranks;
     q.tokens_per_rank = 128;
@@ -386,9 +387,11 @@ int main() {
     q.hidden = q.intermediate = 128;
     q.num_experts = experts;
     q.capacity = 256;
-    q.minibatch_rows = q.ring_rows = 128;
+    q.minibatch_rows = 128;
+    q.ring_rows = 128 * ring_minibatches;
     q.local_rank = local_rank;
     q.phases = phases;
+    q.overlap_steps = overlap != 0;
     char message[512] = "";
     const int rc = mok::sm90::sm90_moe_forward(q, nullptr, message, sizeof(message));
     printf("%d %s\n", rc, message);
@@ -398,21 +401,23 @@ int main() {
 """
 
 ACCEPTED = "a required device pointer is null"  # every check of the combination passed
-# (R, E, local_rank, phases) -> the message the launch function stops with
+# (R, E, local_rank, phases, overlap_steps, ring minibatches) -> the message the launch function stops with
 LAUNCH_CHECK_CASES = {
-    (2, 8, -1, 3): ACCEPTED,                  # emulated ranks: every phase in one launch
-    (2, 4, 0, 1): ACCEPTED,                   # real rank 0 of 2: its expert launch (E = its own 4 experts)
-    (2, 4, 1, 2): ACCEPTED,                   # real rank 1 of 2: its combine launch
-    (1, 4, 0, 3): ACCEPTED,                   # a single real rank may run both phases (all pushes are its own)
-    (2, 8, -1, 1): "emulated ranks run every phase in one launch",
-    (2, 8, -1, 2): "emulated ranks run every phase in one launch",
-    (2, 4, 0, 3): "separate launches",        # its combine would wait for pushes from the other GPU
-    (2, 4, 2, 1): "local_rank (2) must be -1 or in [0, num_ranks=2)",
-    (2, 8, -2, 3): "local_rank (-2) must be -1 or in [0, num_ranks=2)",
-    (2, 4, 0, 0): "phases must be 1",
-    (2, 4, 0, 4): "phases must be 1",
-    (2, 7, -1, 3): "must be a multiple of num_ranks",
-    (2, 0, 0, 1): "must be a multiple of num_ranks",
+    (2, 8, -1, 3, 0, 1): ACCEPTED,                  # emulated ranks: every phase in one launch
+    (2, 4, 0, 1, 0, 1): ACCEPTED,                   # real rank 0 of 2: its expert launch (E = its own 4 experts)
+    (2, 4, 1, 2, 0, 1): ACCEPTED,                   # real rank 1 of 2: its combine launch
+    (1, 4, 0, 3, 0, 1): ACCEPTED,                   # a single real rank may run both phases (all pushes are its own)
+    (2, 8, -1, 1, 0, 1): "emulated ranks run every phase in one launch",
+    (2, 8, -1, 2, 0, 1): "emulated ranks run every phase in one launch",
+    (2, 4, 0, 3, 0, 1): "separate launches",        # its combine would wait for pushes from the other GPU
+    (2, 4, 2, 1, 0, 1): "local_rank (2) must be -1 or in [0, num_ranks=2)",
+    (2, 8, -2, 3, 0, 1): "local_rank (-2) must be -1 or in [0, num_ranks=2)",
+    (2, 4, 0, 0, 0, 1): "phases must be 1",
+    (2, 4, 0, 4, 0, 1): "phases must be 1",
+    (2, 7, -1, 3, 0, 1): "must be a multiple of num_ranks",
+    (2, 0, 0, 1, 0, 1): "must be a multiple of num_ranks",
+    (2, 8, -1, 3, 1, 2): ACCEPTED,            # overlapped steps with a ring of both minibatches
+    (2, 8, -1, 3, 1, 1): "overlap_steps needs a ring of at least 2 minibatches",  # G(s) would wait for W(s - 1)
 }
 
 
@@ -421,7 +426,7 @@ def test_launch_checks_refuse_inconsistent_rank_launches(kernel_object, tmp_path
     obj, _ = kernel_object
     exe = compile_host_program(LAUNCH_CHECK_SOURCE, tmp_path, "launch_checks", str(obj))
     cases = list(LAUNCH_CHECK_CASES.items())
-    run = subprocess.run([str(exe)], input="".join("{} {} {} {}\n".format(*case) for case, _ in cases),
+    run = subprocess.run([str(exe)], input="".join("{} {} {} {} {} {}\n".format(*case) for case, _ in cases),
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()

@@ -588,11 +588,11 @@ def test_skipping_padding_halves_changes_no_bit(name):
         assert skipped > 0, "no tile had a padding half: the skip was not exercised"
 
 
-# Overlapped steps (launch(overlap_steps=...), MOK_CUDA_OVERLAP_STEPS): ring configurations of 2 and 3 minibatches
-# of one tile each (every step mixes one tile's gate/up and the previous tile's down tasks), and the default ring.
 def overlap_cases(tokens: int, experts: int):
-    """(EP degree, config, CTA count) runs for the overlapped-steps tests: EP 1/2/4/8 with rings of 2, 3 and 4
-    minibatches of one tile and the default, all CTAs, 3 and 1. Skips EP degrees that do not divide T and E."""
+    """(EP degree, config, CTA count) runs for the overlapped-steps tests (launch(overlap_steps=...),
+    MOK_CUDA_OVERLAP_STEPS): EP 1/2/4/8 with rings of 2 and 3 one-tile minibatches (every step mixes one tile's
+    gate/up tasks with the previous tile's down tasks) and the default ring, all CTAs, 3 and 1. Skips EP degrees that
+    do not divide T and E."""
     two, three = MoKConfig(minibatch_rows=128, ring_rows=256), MoKConfig(minibatch_rows=128, ring_rows=384)
     for ep_size, config, num_ctas in ((1, two, 0), (2, None, 0), (4, three, 3), (8, two, 1)):
         if tokens % ep_size == 0 and experts % ep_size == 0:

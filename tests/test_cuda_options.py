@@ -28,11 +28,21 @@ def test_default_variant_is_pipelined_unless_overridden(monkeypatch):
     assert default_variant() == "simple"
 
 
+# The binding's last positional arguments, in order (csrc/binding.cpp, forward): a new trailing argument is added
+# here once instead of shifting every test's index.
+FORWARD_TAIL = ("store_warps", "combine_tokens", "combine_offsets", "skip_padding_half", "trace", "down_span",
+                "overlap_steps")
+
+
 class _RecordingExtension:
     """Stands in for the compiled extension: keeps the arguments of the last forward() call."""
 
     def forward(self, *args):
         self.args = args
+
+    def arg(self, name: str):
+        """The trailing argument ``name`` (FORWARD_TAIL) of the last call."""
+        return self.args[len(self.args) - len(FORWARD_TAIL) + FORWARD_TAIL.index(name)]
 
 
 def test_early_combine_order_reaches_the_launch_only_when_asked(monkeypatch):
@@ -53,8 +63,7 @@ def test_early_combine_order_reaches_the_launch_only_when_asked(monkeypatch):
     def passed_order(prep, **kw):
         ext = _RecordingExtension()
         launch(prep, extension=ext, **kw)
-        # the binding's last arguments: order, skip_padding_half, trace, down_span, overlap_steps
-        tokens_arg, offsets_arg = ext.args[-6:-4]
+        tokens_arg, offsets_arg = ext.arg("combine_tokens"), ext.arg("combine_offsets")
         assert (tokens_arg.numel() > 0) == (offsets_arg.numel() > 0)
         return tokens_arg.numel() > 0
 
@@ -102,8 +111,8 @@ def test_skip_padding_half_reaches_the_launch(monkeypatch):
     def passed(**kw):
         ext = _RecordingExtension()
         launch(prep, extension=ext, **kw)
-        assert isinstance(ext.args[-4], bool)
-        return ext.args[-4]
+        assert isinstance(ext.arg("skip_padding_half"), bool)
+        return ext.arg("skip_padding_half")
 
     monkeypatch.delenv("MOK_CUDA_SKIP_PADDING_HALF", raising=False)
     assert passed() is True
@@ -113,7 +122,7 @@ def test_skip_padding_half_reaches_the_launch(monkeypatch):
 
 
 def test_trace_reaches_the_launch_before_the_down_span():
-    """launch() passes the task-timeline buffer third from last: an empty int64 tensor without one, the buffer itself
+    """launch() passes the task-timeline buffer (after skip_padding_half): an empty int64 tensor without one, the buffer itself
     with one; trace_buffer() sizes it for every task the launch can have (-1: not recorded)."""
     import torch
 
@@ -122,30 +131,28 @@ def test_trace_reaches_the_launch_before_the_down_span():
     prep = small_launch(seed=6, tokens=256, hidden=512, inter=384, experts=8, ep_size=2)
     ext = _RecordingExtension()
     launch(prep, extension=ext)
-    assert ext.args[-3].dtype == torch.int64 and ext.args[-3].numel() == 0
+    assert ext.arg("trace").dtype == torch.int64 and ext.arg("trace").numel() == 0
     trace = trace_buffer(prep)
     launch(prep, extension=ext, trace=trace)
-    assert ext.args[-3] is trace
+    assert ext.arg("trace") is trace
     # 2 ranks x (capacity / 128) tiles x (1 dispatch + 3 gate/up + 2 down column blocks) + 2 x 8 combine blocks
     tiles = prep.schedule.capacity // 128
     assert trace.shape == (2 * tiles * 6 + 2 * 8, len(TRACE_FIELDS))
     assert bool((trace == -1).all())
 
 
-def test_down_span_reaches_the_launch_last_but_one_and_turns_the_store_warps_off(monkeypatch):
-    """launch() passes the down span last but one: by default (``auto``) the widest divisor up to 8 of the column blocks of
+def test_down_span_reaches_the_launch_and_turns_the_store_warps_off(monkeypatch):
+    """launch() passes the down span: by default (``auto``) the widest divisor up to 8 of the column blocks of
     H in gather mode and 1 in ring mode, else MOK_CUDA_DOWN_SPAN or its own argument; a span must divide the column
     blocks; a span above 1 turns the default store warps off and refuses them when asked for."""
     from mok.cuda.backend import launch, resolve_down_span
 
     prep = small_launch(seed=7, tokens=256, hidden=1024, inter=128, experts=8)  # 4 column blocks of 256
-    store_warps_at = -7  # store_warps, the order (2 tensors), skip_padding_half, trace, down_span, overlap_steps
-
     def passed(**kw):
         ext = _RecordingExtension()
         launch(prep, extension=ext, **kw)
-        assert isinstance(ext.args[-2], int) and isinstance(ext.args[store_warps_at], bool)
-        return ext.args[-2], ext.args[store_warps_at]
+        assert isinstance(ext.arg("down_span"), int) and isinstance(ext.arg("store_warps"), bool)
+        return ext.arg("down_span"), ext.arg("store_warps")
 
     monkeypatch.delenv("MOK_CUDA_DOWN_SPAN", raising=False)
     monkeypatch.delenv("MOK_CUDA_STORE_WARPS", raising=False)
@@ -171,8 +178,8 @@ def test_down_span_reaches_the_launch_last_but_one_and_turns_the_store_warps_off
     assert resolve_down_span("auto", "gather", 7168) == 7 and resolve_down_span(2, "gather", 7168) == 2
 
 
-def test_overlap_steps_reach_the_launch_last_where_the_ring_allows_them(monkeypatch):
-    """launch() passes overlap_steps last: off by default, on with MOK_CUDA_OVERLAP_STEPS=1 where the ring holds 2
+def test_overlap_steps_reach_the_launch_where_the_ring_allows_them(monkeypatch):
+    """launch() passes overlap_steps: off by default, on with MOK_CUDA_OVERLAP_STEPS=1 where the ring holds 2
     or more minibatches (or all of them) and early combine is off, else the plain order; asked for where not
     allowed, a ValueError."""
     from mok.config import MoKConfig
@@ -181,8 +188,8 @@ def test_overlap_steps_reach_the_launch_last_where_the_ring_allows_them(monkeypa
     def passed(prep, **kw):
         ext = _RecordingExtension()
         launch(prep, extension=ext, **kw)
-        assert isinstance(ext.args[-1], bool)
-        return ext.args[-1]
+        assert isinstance(ext.arg("overlap_steps"), bool)
+        return ext.arg("overlap_steps")
 
     two = small_launch(seed=8, tokens=256, hidden=256, inter=128, experts=8,
                        config=MoKConfig(minibatch_rows=128, ring_rows=256))

@@ -25,9 +25,9 @@
 //
 //     step s:       D(0) (s = 0), GW(s) = G(s, 0) W(s-1, 0) G(s, 1) W(s-1, 1) ..., D(s+1)
 //
-// In the plain order every CTA runs the step's gate/up tasks and then, at about the same time as all the others,
-// its down tasks, whose pushes then meet at the HBM's write rate (experiments/push_store_probe.cu: 2.1 us per tile
-// with all 132 SMs pushing, 1.2 us with half of them). Mixed, the pushes of some CTAs run beside the mainloops of
+// In the plain order every CTA runs the step's gate/up tasks and then its down tasks, at the same time as the others
+// (the first 12 CTAs of round 18's anchor-2 timeline), so their pushes meet at the HBM's write rate
+// (experiments/push_store_probe.cu: 2.1 us per tile with all 132 SMs pushing, 1.2 us with half of them). Mixed, the pushes of some CTAs run beside the mainloops of
 // the others. Every dependency still points backwards: W(s - 1, q) waits for G(s - 1, q), a group earlier; G(s)
 // waits for W(s - ring_slots) (ring h free), which needs ring_slots >= 2 (the host refuses 1); dispatch is unchanged.
 // Not with early combine, whose blocks follow W(s) in step s.
