@@ -599,6 +599,26 @@ def overlap_cases(tokens: int, experts: int):
             yield ep_size, config, num_ctas
 
 
+def assert_switch_changes_no_bit(problem, env_name: str, cases, variant: str, what: str) -> torch.Tensor:
+    """Runs the forward with environment switch ``env_name`` at 0 and at 1 in both dispatch modes for each (EP
+    degree, config, CTA count) of ``cases``, poisoned, and asserts the same output and saved gate/up bits; returns
+    the last output with the switch on."""
+    from mok.cuda.backend import sm90_forward
+    for dispatch in ("ring", "gather"):
+        for ep_size, config, num_ctas in cases:
+            runs = {}
+            for value in ("0", "1"):
+                with pytest.MonkeyPatch.context() as env:
+                    env.setenv(env_name, value)
+                    runs[value] = sm90_forward(*problem, ep_size=ep_size, config=config, variant=variant,
+                                               num_ctas=num_ctas, check=True, poison=True, dispatch=dispatch,
+                                               save_gate_up=True)
+            where = f"{what} {dispatch} ep={ep_size} ring={config} ctas={num_ctas}"
+            assert_bitwise_equal(runs["1"][0], runs["0"][0], where + " (output)")
+            assert_bitwise_equal(runs["1"][1], runs["0"][1], where + " (saved gate/up rows)")
+    return runs["1"][0]
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("name", ["basic", "ragged-tokens", "empty-experts", "one-hot-expert", "wide", "h-not-256"])
 def test_overlapped_steps_equal_the_plain_order_bitwise(name, variant):
@@ -606,22 +626,11 @@ def test_overlapped_steps_equal_the_plain_order_bitwise(name, variant):
     runs the same tasks with the same arithmetic: outputs and saved gate/up rows are the same bits as the plain
     order in both dispatch modes, whatever the EP degree, ring or CTA count (1 CTA: a dependency on a later ticket
     would deadlock it, which the bounded waits report as an error)."""
-    from mok.cuda.backend import sm90_forward
     t, h, i, e, k, skew = SMALL_SHAPES[name]
     problem = make_inputs(t, h, i, e, k, skew=skew, seed=450 + list(SMALL_SHAPES).index(name))
-    for dispatch in ("ring", "gather"):
-        for ep_size, config, num_ctas in overlap_cases(t, e):
-            runs = {}
-            for overlap in ("0", "1"):
-                with pytest.MonkeyPatch.context() as env:
-                    env.setenv("MOK_CUDA_OVERLAP_STEPS", overlap)
-                    runs[overlap] = sm90_forward(*problem, ep_size=ep_size, config=config, variant=variant,
-                                                 num_ctas=num_ctas, check=True, poison=True, dispatch=dispatch,
-                                                 save_gate_up=True)
-            what = f"overlapped steps {dispatch} ep={ep_size} ring={config} ctas={num_ctas}"
-            assert_bitwise_equal(runs["1"][0], runs["0"][0], what + " (output)")
-            assert_bitwise_equal(runs["1"][1], runs["0"][1], what + " (saved gate/up rows)")
-    check_accuracy(runs["1"][0], problem, with_oracle=False)
+    out = assert_switch_changes_no_bit(problem, "MOK_CUDA_OVERLAP_STEPS", overlap_cases(t, e), variant,
+                                       "overlapped steps")
+    check_accuracy(out, problem, with_oracle=False)
 
 
 def test_overlapped_steps_reorder_the_tasks_and_refuse_a_one_minibatch_ring():
@@ -649,3 +658,17 @@ def test_overlapped_steps_reorder_the_tasks_and_refuse_a_one_minibatch_ring():
         env.setenv("MOK_CUDA_OVERLAP_STEPS", "1")
         launch(one, variant="pipelined")  # the plain order
         check_error(one)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", ["basic", "ragged-tokens", "empty-experts", "wide", "h-not-256"])
+def test_down_tma_equals_the_push_bitwise(name, variant):
+    """down_tma (MOK_CUDA_DOWN_TMA: the down tiles leave by TMA into y in schedule order, the weighted sum reads
+    through the inverse map) gives the same output bits as the push into the combine slots, in both dispatch modes,
+    whatever the EP degree, ring, span or CTA count; y and the slots are poisoned first, so a row neither path
+    wrote shows up. "h-not-256" has a last column block partly past H (a TMA box past H is not issued, one across
+    it is clipped)."""
+    t, h, i, e, k, skew = SMALL_SHAPES[name]
+    problem = make_inputs(t, h, i, e, k, skew=skew, seed=470 + list(SMALL_SHAPES).index(name))
+    out = assert_switch_changes_no_bit(problem, "MOK_CUDA_DOWN_TMA", hand_off_cases(t, e), variant, "down_tma")
+    check_accuracy(out, problem, with_oracle=False)

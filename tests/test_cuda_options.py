@@ -31,7 +31,7 @@ def test_default_variant_is_pipelined_unless_overridden(monkeypatch):
 # The binding's last positional arguments, in order (csrc/binding.cpp, forward): a new trailing argument is added
 # here once instead of shifting every test's index.
 FORWARD_TAIL = ("store_warps", "combine_tokens", "combine_offsets", "skip_padding_half", "trace", "down_span",
-                "overlap_steps")
+                "overlap_steps", "y", "y_rows")
 
 
 class _RecordingExtension:
@@ -205,6 +205,51 @@ def test_overlap_steps_reach_the_launch_where_the_ring_allows_them(monkeypatch):
     assert overlap_steps_allowed(256, 128, 1024, False) and overlap_steps_allowed(128, 128, 128, False)
     assert not overlap_steps_allowed(128, 128, 1024, False) and not overlap_steps_allowed(512, 128, 1024, True)
     assert resolve_overlap_steps(None, False) is False
+
+
+def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):
+    """launch() passes y and y_rows: two empty tensors by default; with down_tma (argument or
+    MOK_CUDA_DOWN_TMA=1) the workspace's y buffer [R * capacity, H] and y_rows_table's inverse map, which sends every
+    (source rank, token * K + k) to the schedule row that holds it; refused for a top-1 layer (fused combine)."""
+    import torch
+
+    import mok
+    from mok.cuda.backend import launch, prepare, y_rows_table
+
+    def passed(prep, **kw):
+        ext = _RecordingExtension()
+        launch(prep, extension=ext, **kw)
+        return ext.arg("y"), ext.arg("y_rows")
+
+    prep = small_launch(seed=9, tokens=256, hidden=256, inter=128, experts=8, ep_size=2)
+    monkeypatch.delenv("MOK_CUDA_DOWN_TMA", raising=False)
+    y, y_rows = passed(prep)
+    assert y.numel() == 0 and y_rows.numel() == 0
+    y, y_rows = passed(prep, down_tma=True)
+    s = prep.schedule
+    ranks, capacity = s.src_rank.shape
+    assert y.shape == (ranks * capacity, 256) and y.dtype == torch.bfloat16
+    assert y_rows is prep.y_rows and y_rows.shape == (ranks, s.tokens_per_rank * s.top_k)
+    monkeypatch.setenv("MOK_CUDA_DOWN_TMA", "1")
+    assert passed(prep)[1] is y_rows
+    # The inverse map, checked against the tables row by row.
+    table = y_rows_table(s)
+    for r in range(ranks):
+        for i in range(capacity):
+            src, slot = int(s.src_rank[r, i]), int(s.src_slot[r, i])
+            if src >= 0:
+                assert int(table[src, slot]) == r * capacity + i
+    assert bool((table >= 0).all()), "every (token, k) has a row"
+    # top-1: fused combine, nothing for y
+    gen = torch.Generator().manual_seed(10)
+    x = torch.randn(128, 64, generator=gen).to(torch.bfloat16)
+    w_gate, w_up = (torch.randn(4, 64, 64, generator=gen).to(torch.bfloat16) for _ in range(2))
+    w_down = torch.randn(4, 64, 64, generator=gen).to(torch.bfloat16)
+    w, ids = mok.route(torch.randn(128, 4, generator=gen), 1)
+    top1 = prepare(x, ids, w, w_gate, w_up, w_down)
+    assert passed(top1)[0].numel() == 0  # the environment asks, the fused layer cannot: the push
+    with pytest.raises(ValueError, match="down_tma"):
+        passed(top1, down_tma=True)
 
 
 def test_padding_half_tiles_counts_the_tiles_whose_second_half_is_padding():

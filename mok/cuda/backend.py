@@ -64,7 +64,9 @@ Environment:
   first 64 (:func:`default_skip_padding_half`);
 * ``MOK_CUDA_DOWN_SPAN`` (default ``auto``): column blocks of 256 per down task (:func:`resolve_down_span`);
 * ``MOK_CUDA_OVERLAP_STEPS`` (default off): each step's gate/up tasks share a group of the task order with the
-  previous step's down tasks (:func:`resolve_overlap_steps`).
+  previous step's down tasks (:func:`resolve_overlap_steps`);
+* ``MOK_CUDA_DOWN_TMA`` (default off; EXPERIMENT, not yet run on a GPU): the down tiles leave by TMA into a buffer in
+  schedule order and the weighted sum reads through the inverse map (:func:`resolve_down_tma`).
 """
 
 from __future__ import annotations
@@ -213,6 +215,41 @@ def resolve_overlap_steps(overlap_steps: bool | None, allowed: bool) -> bool:
     return bool(overlap_steps)
 
 
+def down_tma_allowed(prep: "Sm90Launch") -> bool:
+    """Whether a launch can take down_tma: emulated ranks (the y rows stay on this GPU) with combine tasks (top-k > 1:
+    the fused top-1 combine writes the output in the down epilogue itself)."""
+    return prep.local_rank < 0 and not prep.fuse_top1
+
+
+def resolve_down_tma(down_tma: bool | None, allowed: bool) -> bool:
+    """``down_tma`` if given (``True`` where :func:`down_tma_allowed` says no is an error), else ``MOK_CUDA_DOWN_TMA``
+    (default off; where it is not allowed the push runs). EXPERIMENT (round 18, not yet run on a GPU): each consumer
+    warpgroup stores its staged down rows with two TMA boxes per half into a y buffer laid out like the schedule,
+    instead of 16 KB of its own stores into the (token, k) slots, and the weighted sum reads y through
+    :func:`y_rows_table`. Meant to change no bit (mok/cuda/README.md, "What is left")."""
+    if down_tma is None:
+        return _env_on("MOK_CUDA_DOWN_TMA", "0") and allowed
+    if down_tma and not allowed:
+        raise ValueError("down_tma=True needs emulated ranks and a top-k > 1 layer (combine tasks)")
+    return bool(down_tma)
+
+
+def y_rows_table(schedule: "KernelSchedule") -> torch.Tensor:
+    """int32 ``[R, T_local * K]``: for source rank s's (token, k) slot, the row of y (``r * capacity + i``) that
+    schedule row i of rank r holds for it: the inverse of the tables' (src_rank, src_slot). Made on the device by
+    one scatter (padding rows go to a spare entry that is dropped), no host synchronisation."""
+    ranks, capacity = schedule.src_rank.shape
+    slots = schedule.tokens_per_rank * schedule.top_k
+    device = schedule.src_rank.device
+    valid = schedule.src_rank >= 0
+    target = torch.where(valid, schedule.src_rank.long() * slots + schedule.src_slot.long(),
+                         torch.full_like(schedule.src_rank, ranks * slots, dtype=torch.long))
+    rows = torch.arange(ranks * capacity, dtype=torch.int32, device=device)
+    table = torch.full((ranks * slots + 1,), -1, dtype=torch.int32, device=device)
+    table.scatter_(0, target.view(-1), rows)
+    return table[:-1].view(ranks, slots)
+
+
 def default_skip_padding_half() -> bool:
     """``MOK_CUDA_SKIP_PADDING_HALF`` (default on; pipelined variant): a GEMM tile whose rows 64..127 are all
     padding (the last tile of an expert with at most 64 rows left) runs only the first consumer warpgroup's wgmma;
@@ -272,6 +309,8 @@ class Sm90Launch:
             or the combine of real rank r (:mod:`mok.cuda.rank_run`; the weights are then rank r's only).
         combine_tokens, combine_offsets: int32 ``[R, T_local]`` and ``[R, steps + 1]``, the early-combine order
             (:func:`mok.cuda.schedule_tables.combine_order`), or None (every weighted sum after the last GEMM).
+        y_rows: int32 ``[R, T_local * K]``, down_tma's inverse map (:func:`y_rows_table`), or None until a launch
+            with down_tma makes it.
     """
 
     schedule: KernelSchedule
@@ -296,6 +335,7 @@ class Sm90Launch:
     phases: int = 3
     combine_tokens: torch.Tensor | None = None
     combine_offsets: torch.Tensor | None = None
+    y_rows: torch.Tensor | None = None  # down_tma's inverse map (y_rows_table), made by the first launch that uses it
 
 
 def ring_rows_for(config: MoKConfig, capacity: int, minibatch_rows: int) -> int:
@@ -423,7 +463,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
            saved_gate_up: torch.Tensor | None = None, gather_row_prefetch: bool | None = None,
            signal_warp: bool | None = None, store_warps: bool | None = None, early_combine: bool | None = None,
            skip_padding_half: bool | None = None, trace: torch.Tensor | None = None,
-           down_span: int | None = None, overlap_steps: bool | None = None, extension=None) -> torch.Tensor:
+           down_span: int | None = None, overlap_steps: bool | None = None, down_tma: bool | None = None,
+           extension=None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -449,6 +490,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     is an error). Changes no bit.
     ``overlap_steps``: the task order puts each step's gate/up tasks and the previous step's down tasks in one group,
     tile by tile, so that the CTAs' pushes do not all meet (:func:`resolve_overlap_steps`). Changes no bit.
+    ``down_tma``: the down tiles leave by TMA in schedule order (:func:`resolve_down_tma`; an experiment). The store
+    warps are then off.
     ``extension``: another build of the kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to
     launch instead of the default one, for A/B timing (experiments/ab_kernels.py).
     """
@@ -480,6 +523,12 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     s, ws = prep.schedule, prep.workspace
     overlap_steps = resolve_overlap_steps(overlap_steps, overlap_steps_allowed(
         ws.key.ring_rows, prep.minibatch_rows, ws.key.capacity, use_order))
+    if resolve_down_tma(down_tma, down_tma_allowed(prep)):
+        if prep.y_rows is None:
+            prep.y_rows = y_rows_table(s)
+        y, y_rows = ws.y_buffer(), prep.y_rows
+    else:
+        y, y_rows = _NO_TENSOR, _NO_INT_TENSOR
     (extension or load_extension()).forward(
         s.src_rank, s.src_slot, s.tile_expert, s.segment_offsets,
         prep.x_ptrs, prep.weight_ptrs, prep.combine_ptrs, prep.out_ptrs,
@@ -492,7 +541,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         prep.local_rank, prep.phases, bool(store_warps),
         prep.combine_tokens if use_order else _NO_INT_TENSOR, prep.combine_offsets if use_order else _NO_INT_TENSOR,
         default_skip_padding_half() if skip_padding_half is None else bool(skip_padding_half),
-        _NO_LONG_TENSOR if trace is None else trace, down_span, overlap_steps)
+        _NO_LONG_TENSOR if trace is None else trace, down_span, overlap_steps, y, y_rows)
     return prep.out
 
 

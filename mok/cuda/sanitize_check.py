@@ -50,7 +50,7 @@ def make_inputs(tokens, hidden, intermediate, experts, top_k, *, seed=0, skew=0.
 
 
 def check_small(variant: str, top_k: int = 2, dispatch: str = "ring", precision: str = "bf16",
-                overlap_steps: bool = False) -> bool:
+                overlap_steps: bool = False, down_tma: bool = False) -> bool:
     # Gather mode at I = 256: its down span (2 blocks of H = 320) reuses the A in the stages (produce_task).
     problem = make_inputs(200, 320, 256 if dispatch == "gather" else 192, 8, top_k, skew=1.5)
     # Overlapped steps need a ring of two minibatches (scheduler.cuh).
@@ -59,14 +59,14 @@ def check_small(variant: str, top_k: int = 2, dispatch: str = "ring", precision:
     # The saved gate/up rows (training) are written too, so their stores run under the sanitizer.
     saved = saved_gate_up_buffer(prep, poison=True)
     out = launch(prep, variant=variant, timeout_s=600.0, dispatch=dispatch, saved_gate_up=saved,
-                 overlap_steps=overlap_steps)
+                 overlap_steps=overlap_steps, down_tma=down_tma)
     check_error(prep)
     with torch.no_grad():
         ref = mok.moe(*problem, backend="reference", ep_size=2, config=config)
     err = relative_error(out, ref)
     finite = bool(torch.isfinite(out).all())
     fused = " (fused top-1 combine)" if prep.fuse_top1 else ""
-    overlapped = " overlapped steps" if overlap_steps else ""
+    overlapped = (" overlapped steps" if overlap_steps else "") + (" down_tma" if down_tma else "")
     print(f"variant={variant} dispatch={dispatch} top_k={top_k}{fused}{overlapped} precision={precision}: "
           f"relative error vs the bf16 reference {err:.3e}, all finite: {finite}")
     return finite and err < (1e-2 if precision == "bf16" else TOLERANCE["mxfp8"])
@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     ok = all([check_small(v, top_k, d) for v in variants for d in modes for top_k in (2, 1)]
              + [check_small(v, top_k, "ring", "mxfp8") for v in variants for top_k in (2, 1) if "ring" in modes]
              + [check_trace(v) for v in variants if "ring" in modes]
-             + [check_small(v, 2, d, overlap_steps=True) for v in variants for d in modes])
+             + [check_small(v, 2, d, overlap_steps=True) for v in variants for d in modes]
+             + [check_small(v, 2, d, down_tma=True) for v in variants for d in modes])
     return 0 if ok else 1
 
 

@@ -102,6 +102,7 @@ class Sm90Workspace:
         self.error = torch.zeros(ERROR_WORDS, dtype=torch.int32, device=device)
         self.combine = None
         self.combine_ptrs = None
+        self.y = None  # down_tma's y rows (y_buffer), made on first use
         if not key.fuse_top1 and not key.one_rank:
             self.combine = torch.empty(r, key.tokens_per_rank * key.top_k, key.hidden, dtype=torch.bfloat16,
                                        device=device)
@@ -115,9 +116,20 @@ class Sm90Workspace:
             raise ValueError(f"expected {self.key.num_ranks} rank buffers stacked on dim 0, got {tuple(stacked.shape)}")
         return stacked_pointer_table(stacked)
 
+    def y_buffer(self) -> torch.Tensor:
+        """bf16 ``[R * capacity, H]``: down_tma's down outputs in schedule order (row = schedule row), made on first
+        use (the push into the combine slots needs none), NaN-filled so that a row no launch wrote shows up. As
+        large as R times the slots when the capacity is the worst case of routing (the default), which is why it is
+        not made unless asked for."""
+        if self.y is None:
+            key = self.key
+            self.y = torch.full((key.num_ranks * key.capacity, key.hidden), float("nan"), dtype=torch.bfloat16,
+                                device=torch.device(key.device))
+        return self.y
+
     def poison(self) -> None:
-        """NaN-fill the ring and the combine slots (tests: a stale read or an unwritten slot shows up)."""
-        for t in (self.ring_x, self.ring_h, self.combine):
+        """NaN-fill the ring, the combine slots and y (tests: a stale read or an unwritten slot shows up)."""
+        for t in (self.ring_x, self.ring_h, self.combine, self.y):
             if t is not None:
                 t.fill_(float("nan"))
 

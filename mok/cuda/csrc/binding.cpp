@@ -53,6 +53,8 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //     empty tensor
 //   down_span: column blocks per down task (divides ceil(H / 256); > 1 needs store_warps off)
 //   overlap_steps: each step's gate/up tasks share a group of the task order with the previous step's down tasks
+//   y [R * capacity, H] bf16 and y_rows [R, T_local * K] int32: down_tma (the down tiles leave by TMA into y in
+//     schedule order and the weighted sum reads through y_rows), or two empty tensors for the push into the slots
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
@@ -63,7 +65,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
              bool gather_row_prefetch, bool signal_warp, bool mxfp8, int64_t x_row_bytes, int64_t local_rank,
              int64_t phases, bool store_warps, const at::Tensor& combine_tokens,
              const at::Tensor& combine_offsets, bool skip_padding_half, const at::Tensor& trace,
-             int64_t down_span, bool overlap_steps) {
+             int64_t down_span, bool overlap_steps, const at::Tensor& y, const at::Tensor& y_rows) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -127,6 +129,15 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
                 "trace must be [tickets, ", mok::sm90::kSm90TraceFields, "] int64, got ", trace.sizes());
   }
 
+  const bool down_tma = y.numel() > 0;
+  TORCH_CHECK(down_tma == (y_rows.numel() > 0), "y and y_rows come together (down_tma) or are both empty");
+  if (down_tma) {
+    check_tensor(y, "y", at::kBFloat16, device);
+    check_shape(y, "y", {R * capacity, H});
+    check_tensor(y_rows, "y_rows", at::kInt, device);
+    check_shape(y_rows, "y_rows", {R, tokens_per_rank * top_k});
+  }
+
   const bool early_combine = combine_tokens.numel() > 0;
   TORCH_CHECK(early_combine == (combine_offsets.numel() > 0),
               "combine_tokens and combine_offsets come together (early combine) or are both empty");
@@ -176,6 +187,8 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.skip_padding_half = skip_padding_half;
   q.down_span = static_cast<int>(down_span);
   q.overlap_steps = overlap_steps;
+  q.y = down_tma ? y.data_ptr() : nullptr;
+  q.y_rows = down_tma ? y_rows.data_ptr<int32_t>() : nullptr;
   q.trace = tracing ? trace.data_ptr<int64_t>() : nullptr;
   q.trace_tickets = tracing ? static_cast<int>(trace.size(0)) : 0;
   q.mxfp8 = mxfp8;

@@ -158,6 +158,12 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   if (q.overlap_steps && (early_combine || ring_slots < (max_minibatches < 2 ? max_minibatches : 2)))
     return fail(message, message_len, "overlap_steps needs a ring of at least 2 minibatches (or the whole "
                 "schedule; got %d of %d) and no early combine", ring_slots, max_minibatches);
+  const bool down_tma = q.y != nullptr;
+  if (down_tma != (q.y_rows != nullptr)) return fail(message, message_len, "down_tma needs both y and y_rows, or neither");
+  if (down_tma && (one_rank || q.fuse_top1 || combine_blocks == 0))
+    return fail(message, message_len, "down_tma is for emulated ranks with combine tasks (not one real rank's launch, "
+                "not the fused top-1 combine)");
+  if (down_tma && !aligned16(q.y)) return fail(message, message_len, "y must be 16-byte aligned (TMA)");
   const long long tickets = launch_tickets<Tiles>(q.num_ranks, q.capacity, q.hidden, q.intermediate, !q.gather_x,
                                                   combine_blocks, q.down_span);
   const long long pushed = static_cast<long long>(q.tokens_per_rank) * q.top_k * down_nblocks;
@@ -204,12 +210,16 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.signal_warp = (q.signal_warp && q.variant == Sm90Variant::kPipelined && !q.gather_x) ? 1 : 0;
   // The store warps are idle producer warps too, and hand-offs with the signal warp; the timing ablations skip
   // epilogue work the hand-off expects, so they run without them.
-  p.store_warps = (q.store_warps && p.signal_warp && q.ablate == 0) ? 1 : 0;
+  // With down_tma the rows leave by TMA, so there is nothing for the store warps to push.
+  p.store_warps = (q.store_warps && p.signal_warp && q.ablate == 0 && !down_tma) ? 1 : 0;
   // The store warps' hand-off runs one phase per down task of one column block (store_warps.cuh).
   if (q.down_span > 1 && p.store_warps)
     return fail(message, message_len, "down_span > 1 needs store_warps off (they hand off one block per task)");
   p.down_span = q.down_span;
   p.overlap_steps = q.overlap_steps ? 1 : 0;
+  p.down_tma = down_tma ? 1 : 0;
+  p.y = q.y;
+  p.y_rows = q.y_rows;
   p.skip_padding_half = q.skip_padding_half ? 1 : 0;
   p.local_rank = q.local_rank;
   p.phases = q.phases;
@@ -243,6 +253,9 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
       !encode_bf16_2d(&p.tmap_w_down, q.w_down, E * H, I, Tiles::kBlockN, message, message_len, "w_down")) {
     return 1;
   }
+  // y: one consumer warpgroup's 64 rows of a 64-column half per store (combine.cuh, store_down_block_tma).
+  const uint64_t y_rows_total = static_cast<uint64_t>(q.num_ranks) * static_cast<uint64_t>(q.capacity);
+  if (down_tma && !encode_bf16_2d(&p.tmap_y, q.y, y_rows_total, H, 64, message, message_len, "y")) return 1;
 
   // ---- launch: reset, then the persistent kernel ----
   int device = 0, num_sms = 0;

@@ -20,6 +20,7 @@
 #include "epilogue_staging.cuh"
 #include "scheduler.cuh"
 #include "sync.cuh"
+#include "tma.cuh"
 #include "workspace.cuh"
 
 namespace mok::sm90 {
@@ -230,6 +231,49 @@ __device__ __forceinline__ void push_half(const Sm90MoeParams& p, const Task& t,
   named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
 }
 
+// down_tma (p.down_tma): this consumer warpgroup's 64 rows x 256 columns of down block t.nblock into y at their
+// schedule rows, by TMA: per half, the rows are staged (in the 128-byte swizzle the y map reads), made visible to
+// the async proxy, and thread 0 of the warpgroup stores the half's two 64-column boxes and waits until they have
+// been read out of the staging (not until they are written: finish_down_tma does that once per task). The
+// consumers issue two stores per half instead of 16 KB of their own, and are free for the next mainloop while the
+// rows drain. Same bits: y = bf16(acc) as in the push; the weighted sum reads them through p.y_rows.
+template <class Tiles>
+__device__ __forceinline__ void store_down_block_tma(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
+                                                     const float (&acc)[128], int consumer_wg) {
+  if (p.ablate & kAblateEpilogue) return;  // timing ablation, as push_down_block
+  const bool leader = (threadIdx.x & 127) == 0;
+  const int row = static_cast<int>(table_row0<Tiles>(p, t)) + 64 * consumer_wg;  // y row of the warpgroup's first
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    stage_accumulator_half<Tiles>(s.staging, consumer_wg, acc, half);
+    fence_proxy_async_shared();  // this thread's staged rows, visible to the TMA (async proxy) that reads them
+    named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
+    if (leader && !(p.ablate & kAblateStores)) {
+#pragma unroll
+      for (int box = 0; box < 2; ++box) {  // the half's two 64-column boxes (a box past H is not issued)
+        const int col = t.nblock * Tiles::kBlockN + half * Tiles::kHalfN + box * 64;
+        if (col < p.hidden) {
+          tma_store_2d(&p.tmap_y, s.staging + box * Tiles::kStagingHalfBytes + 64 * consumer_wg * 128, col, row);
+        }
+      }
+      bulk_commit_group();
+      bulk_wait_group_read_all();  // the staging may be rewritten
+    }
+    named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
+  }
+}
+
+// down_tma, at the end of a down task: the stores of every block are written, and ordered before the generic
+// release that signals the task (the combine reads y with generic loads on other SMs). Thread 0 of each warpgroup,
+// which issued them, before the task's barrier or its warp's arrival.
+__device__ __forceinline__ void finish_down_tma(int consumer_wg) {
+  if ((threadIdx.x & 127) == 0) {
+    bulk_wait_group_all();
+    fence_proxy_async_global();
+  }
+  (void)consumer_wg;
+}
+
 // One consumer warpgroup: its 64 rows x 256 output columns (column block t.nblock) -> the source ranks' combine
 // slots, at the destinations resolve_shared_destinations found for the tile's rows (run_down_task resolves them
 // once per down task, for every column block of the task).
@@ -282,10 +326,11 @@ __device__ __forceinline__ void wait_combine_ready(const Sm90MoeParams& p, const
 // by 4) of 16 bytes in flight per thread, about 2 TB/s for the whole GPU by Little's law (an estimate, not
 // measured); kCombineItems independent items multiply the loads in flight. The arithmetic of every output
 // element is unchanged (k ascending, product rounded before the add).
-template <class Tiles>
-__device__ __forceinline__ void combine_block(const Sm90MoeParams& p, const Task& t, int thread, int num_threads) {
-  if (p.ablate & kAblateCombine) return;  // timing ablation
-  constexpr int kCombineItems = 4;
+// kFromY (down_tma): each row is read from y through p.y_rows, one more load per (token, k); 2 items then, since 4
+// spilled (the consumers' 224 registers).
+template <class Tiles, bool kFromY>
+__device__ __forceinline__ void combine_rows(const Sm90MoeParams& p, const Task& t, int thread, int num_threads) {
+  constexpr int kCombineItems = kFromY ? 2 : 4;
   const int source = t.rank;
   const int top_k = p.top_k;
   const int row_chunks = p.hidden / 8;
@@ -293,7 +338,9 @@ __device__ __forceinline__ void combine_block(const Sm90MoeParams& p, const Task
   const int total = tokens * row_chunks;
   const int* order = p.combine_tokens != nullptr ? p.combine_tokens + static_cast<long long>(source) * p.tokens_per_rank
                                                  : nullptr;
-  const uint4* slots = reinterpret_cast<const uint4*>(p.combine_ptrs[source]);
+  // down_tma: the rows are in y at their schedule rows (y_rows); else in the source's combine slots.
+  const uint4* slots = kFromY ? reinterpret_cast<const uint4*>(p.y) : reinterpret_cast<const uint4*>(p.combine_ptrs[source]);
+  const int* y_rows = kFromY ? p.y_rows + static_cast<long long>(source) * p.tokens_per_rank * top_k : nullptr;
   const float* weights = reinterpret_cast<const float*>(p.weight_ptrs[source]);
   uint4* out = reinterpret_cast<uint4*>(p.out_ptrs[source]);
 
@@ -320,8 +367,9 @@ __device__ __forceinline__ void combine_block(const Sm90MoeParams& p, const Task
       for (int u = 0; u < kCombineItems; ++u) {
         const long long slot = slot0[u] + k;
         const float w = __ldg(weights + slot);
+        const long long row = kFromY ? static_cast<long long>(__ldg(y_rows + slot)) : slot;
         float y[8];
-        unpack_bf16x8(load_l2(slots + slot * row_chunks + chunk[u]), y);
+        unpack_bf16x8(load_l2(slots + row * row_chunks + chunk[u]), y);
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[u][e] = __fadd_rn(acc[u][e], __fmul_rn(w, y[e]));
       }
@@ -330,6 +378,16 @@ __device__ __forceinline__ void combine_block(const Sm90MoeParams& p, const Task
     for (int u = 0; u < kCombineItems; ++u) {
       if (valid[u]) out[slot0[u] / top_k * row_chunks + chunk[u]] = pack_bf16x8(acc[u]);
     }
+  }
+}
+
+template <class Tiles>
+__device__ __forceinline__ void combine_block(const Sm90MoeParams& p, const Task& t, int thread, int num_threads) {
+  if (p.ablate & kAblateCombine) return;  // timing ablation
+  if (p.down_tma) {
+    combine_rows<Tiles, true>(p, t, thread, num_threads);
+  } else {
+    combine_rows<Tiles, false>(p, t, thread, num_threads);
   }
 }
 

@@ -2,10 +2,12 @@
 // memory so that global stores are whole 16-byte chunks of rows (coalesced), not the 4-byte column pairs
 // the wgmma fragment layout gives each thread.
 //
-// Staging layout: 128 rows (the tile) x 128 bf16 (256 bytes), 16-byte chunk c of row r stored at chunk
-// c ^ (r & 7). The fragments go in with stmatrix (four 8 x 8 blocks per warp instruction, each block's 8 rows in 8
-// different bank groups), and row reads (8 consecutive chunks of one row per quarter warp) are conflict-free
-// too. Consumer warpgroup w owns rows 64w .. 64w+63 and synchronises only with itself.
+// Staging layout: 128 rows (the tile) x 128 bf16 (256 bytes) as two halves of 64 columns, each 128 rows x 128
+// bytes in the 128-byte swizzle (the layout a TMA box of 64 bf16 columns reads; down_tma, combine.cuh): 16-byte
+// chunk c (0..15) of row r sits in half c / 8, row r, at chunk (c % 8) ^ (r & 7). The fragments go in with
+// stmatrix (four 8 x 8 blocks per warp instruction, each block's 8 rows in 8 different bank groups), and row reads
+// (8 consecutive chunks of one row per quarter warp) are conflict-free too. Consumer warpgroup w owns rows 64w ..
+// 64w+63 and synchronises only with itself.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,7 +20,7 @@ namespace mok::sm90 {
 
 template <class Tiles>
 __device__ __forceinline__ uint32_t staging_offset(int row, int chunk) {
-  return static_cast<uint32_t>(row * Tiles::kStagingPitch + ((chunk ^ (row & 7)) << 4));
+  return static_cast<uint32_t>((chunk >> 3) * Tiles::kStagingHalfBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
 }
 
 // Two fp32 values as a bf16 pair, each rounded to nearest even; `lo` in the low half (the lower address).

@@ -243,11 +243,16 @@ __device__ __forceinline__ void run_down_task(const Sm90MoeParams& p, SharedStor
       continue;
     }
     if (c == 0) mine = resolve_lane_destination<Tiles>(p, t, consumer_wg, entries, p.down_span, push_count);
+    if (p.down_tma) {  // the rows are counted above; they leave by TMA (combine.cuh)
+      store_down_block_tma<Tiles>(p, block, s, acc, consumer_wg);
+      continue;
+    }
     uint4* dst_row[8];
     float w_row[8];
     share_destinations<Tiles>(p, t, consumer_wg, mine, dst_row, w_row);
     push_down_block<Tiles>(p, block, s, acc, consumer_wg, dst_row, w_row);
   }
+  if (p.down_tma) finish_down_tma(consumer_wg);
 }
 
 template <class Tiles, bool kOverlap>

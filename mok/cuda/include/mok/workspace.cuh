@@ -40,6 +40,7 @@ struct Sm90Tiles {
   static constexpr int kProducerThreads = 128;                       // the producer warpgroup
   static constexpr int kGatherRowsPerPass = kProducerThreads / 8;    // gather: 8 lanes per 128-byte row
   static constexpr int kStagingPitch = kHalfN * 2;                // epilogue staging row: 128 bf16
+  static constexpr int kStagingHalfBytes = kBlockM * 128;          // one 64-column half of the staging (16 KB)
 
   static_assert(kBlockK * 2 == 128, "a K block must be exactly one 128-byte swizzle row");
   static_assert(kBlockM % kGatherRowsPerPass == 0, "gather: the producer warpgroup covers the tile in passes");
@@ -160,6 +161,7 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   CUtensorMap tmap_w_gate;  // w_gate  [E*I, H],          box {64, 128}: gate/up B rows 0..127
   CUtensorMap tmap_w_up;    // w_up    [E*I, H],          box {64, 128}: gate/up B rows 128..255
   CUtensorMap tmap_w_down;  // w_down  [E*H, I],          box {64, 256}: down B
+  CUtensorMap tmap_y;       // y       [R*capacity, H],   box {64, 64}:  down output stores (down_tma only)
 
   // Problem sizes.
   int num_ranks;             // R emulated (or real) expert-parallel ranks in this launch
@@ -191,6 +193,7 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int store_warps;           // 1: warps 2-3 of the producer warpgroup store the down tiles' staged rows
                              //    (store_warps.cuh; needs signal_warp, and ablate == 0)
   int overlap_steps;         // 1: G(s) and W(s - 1) share a group of the task order (scheduler.cuh)
+  int down_tma;              // 1: y and y_rows are set (the down tiles leave by TMA; see y below)
   int skip_padding_half;     // 1: a GEMM tile whose rows 64..127 are all padding runs one warpgroup's MMA
                              //    (pipelined variant; Task::padding_half; the other's accumulators stay zero)
   int mxfp8;                 // 1: token rows are packed MXFP8 rows (mxfp8.cuh), h is MX-rounded (ring mode only)
@@ -216,6 +219,12 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   const long long* weight_ptrs;   // -> fp32  [T_local * K]     router weights
   const long long* combine_ptrs;  // -> bf16  [T_local * K, H]  combine slots (down epilogue pushes here)
   const long long* out_ptrs;      // -> bf16  [T_local, H]      layer output
+
+  // down_tma (emulated ranks, top-k > 1; combine.cuh): the down tiles go out whole by TMA stores into y, a buffer
+  // laid out like the schedule (row = schedule row, as saved_gate_up), and the weighted sum reads each (token, k)
+  // row through y_rows instead of from the combine slots. nullptr: the push into the slots.
+  void* y;             // bf16 [R * capacity, H]
+  const int* y_rows;   // [R, T_local * K]  schedule row in y of each source rank's (token, k)
 
   // Ring buffers owned by this launch, R' ranks stacked (R' = R, or 1 for one real rank: own_slot() below):
   // written with generic stores, read by TMA.
@@ -277,9 +286,10 @@ template <class Tiles>
 struct alignas(1024) SharedStorage {
   uint8_t a[Tiles::kStages][Tiles::kStageBytesA];  // A tiles: 128 rows x 64 K, swizzled by TMA
   uint8_t b[Tiles::kStages][Tiles::kStageBytesB];  // B tiles: 256 rows x 64 K, swizzled by TMA
-  // Epilogue staging: 128 rows x 128 bf16, 16-byte chunks XOR-swizzled by (row & 7) so that both the
-  // fragment writes and the row reads are free of bank conflicts. Consumer warpgroup w owns rows 64w..+63.
-  alignas(128) uint8_t staging[Tiles::kBlockM * Tiles::kStagingPitch];
+  // Epilogue staging: 128 rows x 128 bf16 in two 64-column halves, 16-byte chunks XOR-swizzled by (row & 7) so
+  // that the fragment writes and the row reads are free of bank conflicts and a TMA box can read a half
+  // (epilogue_staging.cuh). Consumer warpgroup w owns rows 64w..+63.
+  alignas(1024) uint8_t staging[Tiles::kBlockM * Tiles::kStagingPitch];  // (1024: a TMA store's 128B-swizzle source)
   uint64_t full[Tiles::kStages];    // TMA bytes landed (and, in gather mode, the producers' cp.async rows)
   uint64_t empty[Tiles::kStages];   // consumers done reading
   uint64_t task_full[Tiles::kTaskQueue];
