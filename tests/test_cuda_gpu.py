@@ -498,17 +498,19 @@ def test_early_combine_equals_tail_combine_bitwise(name):
         for variant in VARIANTS:
             for dispatch in ("ring", "gather"):
                 outs = {}
-                for early in (False, True):
+                # (early combine, down_tma): the early sums also read y through the table (combine.cuh).
+                for early, down_tma in ((False, False), (True, False), (True, True)):
                     prep.out.fill_(float("nan"))
                     prep.workspace.poison()
-                    outs[early] = launch(prep, variant=variant, num_ctas=num_ctas, dispatch=dispatch,
-                                         early_combine=early).clone()
+                    outs[early, down_tma] = launch(prep, variant=variant, num_ctas=num_ctas, dispatch=dispatch,
+                                                   early_combine=early, down_tma=down_tma).clone()
                     check_error(prep)
                 what = f"early combine {variant} {dispatch} ep={ep_size} ring={config} ctas={num_ctas}"
-                assert_bitwise_equal(outs[True], outs[False], what)
+                assert_bitwise_equal(outs[True, False], outs[False, False], what)
+                assert_bitwise_equal(outs[True, True], outs[False, False], what + " down_tma")
     if name == "many-steps":
         assert placed_early > 0, "every combine block sat in the last step: the early path was not exercised"
-    check_accuracy(outs[True], problem, with_oracle=False)
+    check_accuracy(outs[True, True], problem, with_oracle=False)
 
 
 def test_timing_probes_run_to_completion():

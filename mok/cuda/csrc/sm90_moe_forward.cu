@@ -164,6 +164,10 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
     return fail(message, message_len, "down_tma is for emulated ranks with combine tasks (not one real rank's launch, "
                 "not the fused top-1 combine)");
   if (down_tma && !aligned16(q.y)) return fail(message, message_len, "y must be 16-byte aligned (TMA)");
+  // The combine's table of (row, weight) per (token, k) of a task lives in the staging (combine.cuh).
+  if (down_tma && static_cast<long long>(Tiles::kCombineTokens) * q.top_k * 8 > Tiles::kBlockM * Tiles::kStagingPitch)
+    return fail(message, message_len, "down_tma supports top_k up to %d, got %d",
+                Tiles::kBlockM * Tiles::kStagingPitch / (8 * Tiles::kCombineTokens), q.top_k);
   const long long tickets = launch_tickets<Tiles>(q.num_ranks, q.capacity, q.hidden, q.intermediate, !q.gather_x,
                                                   combine_blocks, q.down_span);
   const long long pushed = static_cast<long long>(q.tokens_per_rank) * q.top_k * down_nblocks;

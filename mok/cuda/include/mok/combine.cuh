@@ -232,20 +232,26 @@ __device__ __forceinline__ void push_half(const Sm90MoeParams& p, const Task& t,
 }
 
 // down_tma (p.down_tma): this consumer warpgroup's 64 rows x 256 columns of down block t.nblock into y at their
-// schedule rows, by TMA: per half, the rows are staged (in the 128-byte swizzle the y map reads), made visible to
-// the async proxy, and thread 0 of the warpgroup stores the half's two 64-column boxes and waits until they have
-// been read out of the staging (not until they are written: finish_down_tma does that once per task). The
-// consumers issue two stores per half instead of 16 KB of their own, and are free for the next mainloop while the
-// rows drain. Same bits: y = bf16(acc) as in the push; the weighted sum reads them through p.y_rows.
+// schedule rows, by TMA: per half, the rows are staged (StagingLayout::kTmaBoxes, what the y map reads), made
+// visible to the async proxy, and thread 0 of the warpgroup stores the half's two 64-column boxes. The consumers
+// issue two stores per half instead of 16 KB of their own. Before the staging is written again, thread 0 waits
+// until its earlier stores have been read out of it (not until they are written: finish_down_tma does that once
+// per task): for the first half before the second is staged, for the second only when the task's next block is
+// staged, so that half drains during the next block's mainloop. Same bits: y = bf16(acc) as in the push; the
+// weighted sum reads them through p.y_rows.
 template <class Tiles>
 __device__ __forceinline__ void store_down_block_tma(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
-                                                     const float (&acc)[128], int consumer_wg) {
+                                                     const float (&acc)[128], int consumer_wg, bool staging_draining) {
   if (p.ablate & kAblateEpilogue) return;  // timing ablation, as push_down_block
   const bool leader = (threadIdx.x & 127) == 0;
   const int row = static_cast<int>(table_row0<Tiles>(p, t)) + 64 * consumer_wg;  // y row of the warpgroup's first
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    stage_accumulator_half<Tiles>(s.staging, consumer_wg, acc, half);
+    if (half == 1 || staging_draining) {  // the previous half's boxes are still being read out of the staging
+      if (leader) bulk_wait_group_read_all();
+      named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
+    }
+    stage_accumulator_half<Tiles, StagingLayout::kTmaBoxes>(s.staging, consumer_wg, acc, half);
     fence_proxy_async_shared();  // this thread's staged rows, visible to the TMA (async proxy) that reads them
     named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
     if (leader && !(p.ablate & kAblateStores)) {
@@ -257,21 +263,20 @@ __device__ __forceinline__ void store_down_block_tma(const Sm90MoeParams& p, con
         }
       }
       bulk_commit_group();
-      bulk_wait_group_read_all();  // the staging may be rewritten
     }
-    named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
   }
 }
 
-// down_tma, at the end of a down task: the stores of every block are written, and ordered before the generic
-// release that signals the task (the combine reads y with generic loads on other SMs). Thread 0 of each warpgroup,
-// which issued them, before the task's barrier or its warp's arrival.
+// down_tma, at the end of a down task: the stores of every block are written (and so read out of the staging,
+// which the next task's epilogue may use), and ordered before the generic release that signals the task (the
+// combine reads y with generic loads on other SMs). Thread 0 of each warpgroup, which issued them, before the
+// task's barrier or its warp's arrival; the warpgroup's other threads meet it there before they touch the staging.
 __device__ __forceinline__ void finish_down_tma(int consumer_wg) {
   if ((threadIdx.x & 127) == 0) {
     bulk_wait_group_all();
     fence_proxy_async_global();
   }
-  (void)consumer_wg;
+  named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);  // the staging is free for the next task's epilogue
 }
 
 // One consumer warpgroup: its 64 rows x 256 output columns (column block t.nblock) -> the source ranks' combine
@@ -326,11 +331,9 @@ __device__ __forceinline__ void wait_combine_ready(const Sm90MoeParams& p, const
 // by 4) of 16 bytes in flight per thread, about 2 TB/s for the whole GPU by Little's law (an estimate, not
 // measured); kCombineItems independent items multiply the loads in flight. The arithmetic of every output
 // element is unchanged (k ascending, product rounded before the add).
-// kFromY (down_tma): each row is read from y through p.y_rows, one more load per (token, k); 2 items then, since 4
-// spilled (the consumers' 224 registers).
-template <class Tiles, bool kFromY>
+template <class Tiles>
 __device__ __forceinline__ void combine_rows(const Sm90MoeParams& p, const Task& t, int thread, int num_threads) {
-  constexpr int kCombineItems = kFromY ? 2 : 4;
+  constexpr int kCombineItems = 4;
   const int source = t.rank;
   const int top_k = p.top_k;
   const int row_chunks = p.hidden / 8;
@@ -338,9 +341,7 @@ __device__ __forceinline__ void combine_rows(const Sm90MoeParams& p, const Task&
   const int total = tokens * row_chunks;
   const int* order = p.combine_tokens != nullptr ? p.combine_tokens + static_cast<long long>(source) * p.tokens_per_rank
                                                  : nullptr;
-  // down_tma: the rows are in y at their schedule rows (y_rows); else in the source's combine slots.
-  const uint4* slots = kFromY ? reinterpret_cast<const uint4*>(p.y) : reinterpret_cast<const uint4*>(p.combine_ptrs[source]);
-  const int* y_rows = kFromY ? p.y_rows + static_cast<long long>(source) * p.tokens_per_rank * top_k : nullptr;
+  const uint4* slots = reinterpret_cast<const uint4*>(p.combine_ptrs[source]);
   const float* weights = reinterpret_cast<const float*>(p.weight_ptrs[source]);
   uint4* out = reinterpret_cast<uint4*>(p.out_ptrs[source]);
 
@@ -367,9 +368,8 @@ __device__ __forceinline__ void combine_rows(const Sm90MoeParams& p, const Task&
       for (int u = 0; u < kCombineItems; ++u) {
         const long long slot = slot0[u] + k;
         const float w = __ldg(weights + slot);
-        const long long row = kFromY ? static_cast<long long>(__ldg(y_rows + slot)) : slot;
         float y[8];
-        unpack_bf16x8(load_l2(slots + row * row_chunks + chunk[u]), y);
+        unpack_bf16x8(load_l2(slots + slot * row_chunks + chunk[u]), y);
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[u][e] = __fadd_rn(acc[u][e], __fmul_rn(w, y[e]));
       }
@@ -381,13 +381,88 @@ __device__ __forceinline__ void combine_rows(const Sm90MoeParams& p, const Task&
   }
 }
 
+// down_tma: the same weighted sum, each (token, k) row read from y at row p.y_rows[source][token * K + k]. Those
+// rows and the router weights of the task's tokens are first copied into a table in the staging shared memory
+// (free during a combine task: down_tma runs without store warps, and every GEMM epilogue has met its warpgroup's
+// barrier before it ends), so that the k loop's row lookups are shared-memory loads rather than a global load that
+// each row load would wait for. Reading p.y_rows in the loop cost 13% of the combine at anchor-2 (round 19), where
+// two items per thread were all that fitted without spills.
+struct CombineRow {
+  int row;       // y row of (token, k)
+  float weight;  // its router weight
+};
+
 template <class Tiles>
-__device__ __forceinline__ void combine_block(const Sm90MoeParams& p, const Task& t, int thread, int num_threads) {
+__device__ __forceinline__ void combine_rows_from_y(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const Task& t,
+                                                    int thread, int num_threads) {
+  constexpr int kCombineItems = 4;
+  const int source = t.rank;
+  const int top_k = p.top_k;
+  const int row_chunks = p.hidden / 8;
+  const int tokens = min(Tiles::kCombineTokens, p.tokens_per_rank - t.tile);
+  const int total = tokens * row_chunks;
+  const int* order = p.combine_tokens != nullptr ? p.combine_tokens + static_cast<long long>(source) * p.tokens_per_rank
+                                                 : nullptr;
+  const long long source_slots = static_cast<long long>(source) * p.tokens_per_rank * top_k;
+  const float* weights = reinterpret_cast<const float*>(p.weight_ptrs[source]);
+  const uint4* y = reinterpret_cast<const uint4*>(p.y);
+  uint4* out = reinterpret_cast<uint4*>(p.out_ptrs[source]);
+  CombineRow* table = reinterpret_cast<CombineRow*>(s.staging);  // [tokens][top_k] (the launch bounds top_k)
+
+  // Both warpgroups are done with their last epilogue's staging (each warpgroup takes its tasks on its own).
+  named_barrier_sync(NamedBarrier::kConsumers, num_threads);
+  for (int i = thread; i < tokens * top_k; i += num_threads) {
+    const int local = i / top_k;
+    const int position = t.tile + local;
+    const int token = order != nullptr ? __ldg(order + position) : position;
+    const long long slot = static_cast<long long>(token) * top_k + (i - local * top_k);
+    table[i] = CombineRow{__ldg(p.y_rows + source_slots + slot), __ldg(weights + slot)};
+  }
+  named_barrier_sync(NamedBarrier::kConsumers, num_threads);  // the table is complete
+
+  for (int base = thread; base < total; base += num_threads * kCombineItems) {
+    int local[kCombineItems];  // the item's token, as a position in this task
+    int chunk[kCombineItems];
+    bool valid[kCombineItems];
+    float acc[kCombineItems][8];
+#pragma unroll
+    for (int u = 0; u < kCombineItems; ++u) {
+      valid[u] = base + u * num_threads < total;  // as combine_rows: an item past the end redoes item 0
+      const int idx = valid[u] ? base + u * num_threads : base;
+      local[u] = idx / row_chunks;
+      chunk[u] = idx - local[u] * row_chunks;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[u][e] = 0.0f;
+    }
+#pragma unroll 4
+    for (int k = 0; k < top_k; ++k) {
+#pragma unroll
+      for (int u = 0; u < kCombineItems; ++u) {
+        const CombineRow entry = table[local[u] * top_k + k];
+        float v[8];
+        unpack_bf16x8(load_l2(y + static_cast<long long>(entry.row) * row_chunks + chunk[u]), v);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[u][e] = __fadd_rn(acc[u][e], __fmul_rn(entry.weight, v[e]));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kCombineItems; ++u) {
+      if (!valid[u]) continue;
+      const int token = order != nullptr ? __ldg(order + t.tile + local[u]) : t.tile + local[u];
+      out[static_cast<long long>(token) * row_chunks + chunk[u]] = pack_bf16x8(acc[u]);
+    }
+  }
+  named_barrier_sync(NamedBarrier::kConsumers, num_threads);  // every table read is done: the staging is free
+}
+
+template <class Tiles>
+__device__ __forceinline__ void combine_block(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const Task& t,
+                                              int thread, int num_threads) {
   if (p.ablate & kAblateCombine) return;  // timing ablation
   if (p.down_tma) {
-    combine_rows<Tiles, true>(p, t, thread, num_threads);
+    combine_rows_from_y<Tiles>(p, s, t, thread, num_threads);
   } else {
-    combine_rows<Tiles, false>(p, t, thread, num_threads);
+    combine_rows<Tiles>(p, t, thread, num_threads);
   }
 }
 

@@ -2,12 +2,16 @@
 // memory so that global stores are whole 16-byte chunks of rows (coalesced), not the 4-byte column pairs
 // the wgmma fragment layout gives each thread.
 //
-// Staging layout: 128 rows (the tile) x 128 bf16 (256 bytes) as two halves of 64 columns, each 128 rows x 128
-// bytes in the 128-byte swizzle (the layout a TMA box of 64 bf16 columns reads; down_tma, combine.cuh): 16-byte
-// chunk c (0..15) of row r sits in half c / 8, row r, at chunk (c % 8) ^ (r & 7). The fragments go in with
-// stmatrix (four 8 x 8 blocks per warp instruction, each block's 8 rows in 8 different bank groups), and row reads
-// (8 consecutive chunks of one row per quarter warp) are conflict-free too. Consumer warpgroup w owns rows 64w ..
-// 64w+63 and synchronises only with itself.
+// Staging layouts (the same 32 KB; consumer warpgroup w owns rows 64w .. 64w+63 and synchronises only with itself):
+// * StagingLayout::kRows (every epilogue that stores rows itself): 128 rows (the tile) x 128 bf16 (256 bytes),
+//   16-byte chunk c of row r at chunk c ^ (r & 7).
+// * StagingLayout::kTmaBoxes (down_tma's TMA stores, combine.cuh): two halves of 64 columns, each 128 rows x 128
+//   bytes in the 128-byte swizzle (what a TMA box of 64 bf16 columns reads): chunk c of row r in half c / 8, row r,
+//   at chunk (c % 8) ^ (r & 7). Round 19 measured it 2.4% slower than kRows at anchor-2 for the push, whose row
+//   reads it serves as well, so only the TMA stores use it.
+// The fragments go in with stmatrix (four 8 x 8 blocks per warp instruction, each block's 8 rows in 8 different
+// bank groups in either layout), and row reads (8 consecutive chunks of one row per quarter warp) are
+// conflict-free too.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,9 +22,15 @@
 
 namespace mok::sm90 {
 
-template <class Tiles>
+enum class StagingLayout { kRows, kTmaBoxes };
+
+template <class Tiles, StagingLayout kLayout = StagingLayout::kRows>
 __device__ __forceinline__ uint32_t staging_offset(int row, int chunk) {
-  return static_cast<uint32_t>((chunk >> 3) * Tiles::kStagingHalfBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+  if constexpr (kLayout == StagingLayout::kTmaBoxes) {
+    return static_cast<uint32_t>((chunk >> 3) * Tiles::kStagingHalfBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+  } else {
+    return static_cast<uint32_t>(row * Tiles::kStagingPitch + ((chunk ^ (row & 7)) << 4));
+  }
 }
 
 // Two fp32 values as a bf16 pair, each rounded to nearest even; `lo` in the low half (the lower address).
@@ -35,13 +45,13 @@ __device__ __forceinline__ uint32_t pack_bf16_pair(float lo, float hi) {
 // register layout. Lane l gives the address of row l % 8 of block l / 8, blocks ordered (j, 0), (j, 1), (j + 1, 0),
 // (j + 1, 1). The 8 rows of a block fall in 8 different 16-byte bank groups (the chunk ^ row swizzle), so the
 // store is free of bank conflicts; one instruction instead of four 4-byte stores per thread.
-template <class Tiles>
+template <class Tiles, StagingLayout kLayout = StagingLayout::kRows>
 __device__ __forceinline__ void stage_two_groups(uint8_t* staging, int consumer_wg, int j, const uint32_t (&pairs)[2][2]) {
   const int lane = threadIdx.x & 31;
   const int warp = (threadIdx.x & 127) >> 5;
   const int block = lane >> 3;
   const int row = 64 * consumer_wg + 16 * warp + 8 * (block & 1) + (lane & 7);
-  const uint32_t address = smem_addr(staging) + staging_offset<Tiles>(row, j + (block >> 1));
+  const uint32_t address = smem_addr(staging) + staging_offset<Tiles, kLayout>(row, j + (block >> 1));
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                ::"r"(address), "r"(pairs[0][0]), "r"(pairs[0][1]), "r"(pairs[1][0]), "r"(pairs[1][1])
                : "memory");
@@ -49,7 +59,7 @@ __device__ __forceinline__ void stage_two_groups(uint8_t* staging, int consumer_
 
 // A 128-column slice of this thread's fragment into the staging rows, as bf16 pairs: pair_of(d) gives the pair
 // of slice columns d and d + 1 for d = 4 * column group + 2 * fragment row (the fragment's own order).
-template <class Tiles, class PairOf>
+template <class Tiles, StagingLayout kLayout = StagingLayout::kRows, class PairOf>
 __device__ __forceinline__ void stage_fragment_pairs(uint8_t* staging, int consumer_wg, PairOf&& pair_of) {
 #pragma unroll
   for (int j = 0; j < Tiles::kHalfN / 8; j += 2) {
@@ -59,17 +69,17 @@ __device__ __forceinline__ void stage_fragment_pairs(uint8_t* staging, int consu
 #pragma unroll
       for (int i = 0; i < 2; ++i) pairs[g][i] = pair_of(4 * (j + g) + 2 * i);
     }
-    stage_two_groups<Tiles>(staging, consumer_wg, j, pairs);
+    stage_two_groups<Tiles, kLayout>(staging, consumer_wg, j, pairs);
   }
 }
 
 // Accumulator columns [128 * half, 128 * half + 128) of this thread's 64 x 256 fragment (acc[64 * half ..
 // 64 * half + 63]), rounded to bf16 as they are, into the staging rows: the down tile's two halves, or the gate
 // (half 0) and up (half 1) columns of a gate/up tile.
-template <class Tiles>
+template <class Tiles, StagingLayout kLayout = StagingLayout::kRows>
 __device__ __forceinline__ void stage_accumulator_half(uint8_t* staging, int consumer_wg, const float (&acc)[128],
                                                        int half) {
-  stage_fragment_pairs<Tiles>(staging, consumer_wg, [&](int d) {
+  stage_fragment_pairs<Tiles, kLayout>(staging, consumer_wg, [&](int d) {
     return pack_bf16_pair(acc[64 * half + d], acc[64 * half + d + 1]);
   });
 }

@@ -244,7 +244,7 @@ __device__ __forceinline__ void run_down_task(const Sm90MoeParams& p, SharedStor
     }
     if (c == 0) mine = resolve_lane_destination<Tiles>(p, t, consumer_wg, entries, p.down_span, push_count);
     if (p.down_tma) {  // the rows are counted above; they leave by TMA (combine.cuh)
-      store_down_block_tma<Tiles>(p, block, s, acc, consumer_wg);
+      store_down_block_tma<Tiles>(p, block, s, acc, consumer_wg, /*staging_draining=*/c > 0);
       continue;
     }
     uint4* dst_row[8];
@@ -273,7 +273,7 @@ __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, Shared
       if (t.minibatch >= 0 && !(p.ablate & kAblateCombine)) {
         wait_combine_ready(p, v, t, consumer_thread, kConsumerThreads, combine_steps_done);
       }
-      combine_block<Tiles>(p, t, consumer_thread, kConsumerThreads);
+      combine_block<Tiles>(p, s, t, consumer_thread, kConsumerThreads);
       break;
     case kTaskGateUp: {
       float acc[128];
