@@ -373,17 +373,20 @@ def test_task_order_cannot_deadlock(schedule_simulator, case, dispatch, launches
 
 LAUNCH_CHECK_SOURCE = r"""
 // Calls sm90_moe_forward with valid sizes, null pointers and the (R, E, local_rank, phases, overlap_steps, ring
-// minibatches) of each input line (capacity: 2 minibatches); prints its return code and message. A combination the
-// checks accept stops at the null-pointer check.
+// minibatches, y, y_rows, top_k) of each input line (capacity: 2 minibatches; y: 0 none, 1 an aligned stand-in
+// address, 2 a misaligned one; y_rows: 0 none, 1 a stand-in); prints its return code and message. A combination the
+// checks accept stops at the null-pointer check (the stand-ins are never dereferenced).
 #include <cstdio>
 #include "mok/launch.cuh"
 int main() {
-  int ranks, experts, local_rank, phases, overlap, ring_minibatches;
-  while (scanf("%d %d %d %d %d %d", &ranks, &experts, &local_rank, &phases, &overlap, &ring_minibatches) == 6) {
+  int ranks, experts, local_rank, phases, overlap, ring_minibatches, y, y_rows, top_k;
+  while (scanf("%d %d %d %d %d %d %d %d %d", &ranks, &experts, &local_rank, &phases, &overlap, &ring_minibatches, &y,
+               &y_rows, &top_k) == 9) {
+    static int stand_in[64];
     mok::sm90::Sm90MoeProblem q;
     q.num_ranks = ranks;
     q.tokens_per_rank = 128;
-    q.top_k = 2;
+    q.top_k = top_k;
     q.hidden = q.intermediate = 128;
     q.num_experts = experts;
     q.capacity = 256;
@@ -392,6 +395,8 @@ int main() {
     q.local_rank = local_rank;
     q.phases = phases;
     q.overlap_steps = overlap != 0;
+    q.y = y == 0 ? nullptr : reinterpret_cast<char*>(stand_in) + (y == 2 ? 8 : 0);
+    q.y_rows = y_rows == 0 ? nullptr : stand_in;
     char message[512] = "";
     const int rc = mok::sm90::sm90_moe_forward(q, nullptr, message, sizeof(message));
     printf("%d %s\n", rc, message);
@@ -419,14 +424,25 @@ LAUNCH_CHECK_CASES = {
     (2, 8, -1, 3, 1, 2): ACCEPTED,            # overlapped steps with a ring of both minibatches
     (2, 8, -1, 3, 1, 1): "overlap_steps needs a ring of at least 2 minibatches",  # G(s) would wait for W(s - 1)
 }
+# down_tma: (the above's six, y, y_rows, top_k) -> the message
+DOWN_TMA_CHECK_CASES = {
+    (2, 8, -1, 3, 0, 1, 1, 1, 2): ACCEPTED,   # emulated ranks, y and its inverse map
+    (2, 8, -1, 3, 0, 1, 1, 0, 2): "down_tma needs both y and y_rows",
+    (2, 8, -1, 3, 0, 1, 0, 1, 2): "down_tma needs both y and y_rows",
+    (2, 4, 0, 1, 0, 1, 1, 1, 2): "down_tma is for emulated ranks",  # a real rank's rows go to other GPUs' slots
+    (2, 8, -1, 3, 0, 1, 2, 1, 2): "y must be 16-byte aligned",
+    (2, 8, -1, 3, 0, 1, 1, 1, 256): ACCEPTED,  # the combine's (row, weight) table fills the staging
+    (2, 8, -1, 3, 0, 1, 1, 1, 257): "down_tma supports top_k up to 256",
+}
 
 
 @needs_nvcc
 def test_launch_checks_refuse_inconsistent_rank_launches(kernel_object, tmp_path):
     obj, _ = kernel_object
     exe = compile_host_program(LAUNCH_CHECK_SOURCE, tmp_path, "launch_checks", str(obj))
-    cases = list(LAUNCH_CHECK_CASES.items())
-    run = subprocess.run([str(exe)], input="".join("{} {} {} {} {} {}\n".format(*case) for case, _ in cases),
+    cases = [(case + (0, 0, 2), want) for case, want in LAUNCH_CHECK_CASES.items()]  # no y, top-2
+    cases += list(DOWN_TMA_CHECK_CASES.items())
+    run = subprocess.run([str(exe)], input="".join(" ".join(map(str, case)) + "\n" for case, _ in cases),
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
@@ -634,9 +650,12 @@ def test_pointer_tables_address_each_ranks_rows():
     assert prep.x_ptrs.tolist() == [prep.x.data_ptr() + r * per_rank * 128 * 2 for r in range(4)]
     assert prep.weight_ptrs.tolist() == [prep.weights.data_ptr() + r * per_rank * 2 * 4 for r in range(4)]
     assert prep.out_ptrs.tolist() == [prep.out.data_ptr() + r * per_rank * 128 * 2 for r in range(4)]
+    assert prep.combine_ptrs is None and prep.workspace.combine is None  # made by the first launch that pushes
+    table = prep.workspace.combine_slot_table()
     combine = prep.workspace.combine
-    assert combine.shape == (4, per_rank * 2, 128)
-    assert prep.combine_ptrs.tolist() == [combine[r].data_ptr() for r in range(4)]
+    assert combine.shape == (4, per_rank * 2, 128) and bool(combine.isnan().all())
+    assert table.tolist() == [combine[r].data_ptr() for r in range(4)]
+    assert prep.workspace.combine_slot_table() is table
     assert prep.workspace.counters.numel() == workspace.counter_ints(4, prep.schedule.capacity, prep.minibatch_rows)
     assert not prep.fuse_top1
 
@@ -647,8 +666,10 @@ def test_top1_fuses_the_combine_and_needs_no_slots():
     fused = backend.prepare(*problem)
     assert fused.fuse_top1 and fused.workspace.combine is None
     assert fused.combine_ptrs.tolist() == fused.out_ptrs.tolist()
+    with pytest.raises(ValueError, match="no workspace combine slots"):
+        fused.workspace.combine_slot_table()
     unfused = backend.prepare(*problem, fuse_top1=False)
-    assert not unfused.fuse_top1 and unfused.workspace.combine is not None
+    assert not unfused.fuse_top1 and unfused.workspace.combine_slot_table().numel() == 1
     with pytest.raises(ValueError, match="top_k == 1"):
         backend.prepare(*_cpu_problem(top_k=2), fuse_top1=True)
 

@@ -32,6 +32,9 @@ def test_default_variant_is_pipelined_unless_overridden(monkeypatch):
 # here once instead of shifting every test's index.
 FORWARD_TAIL = ("store_warps", "combine_tokens", "combine_offsets", "skip_padding_half", "trace", "down_span",
                 "overlap_steps", "y", "y_rows")
+# ... and its first ones.
+FORWARD_HEAD = ("src_rank", "src_slot", "tile_expert", "segment_offsets", "x_ptrs", "weight_ptrs", "combine_ptrs",
+                "out_ptrs")
 
 
 class _RecordingExtension:
@@ -41,7 +44,9 @@ class _RecordingExtension:
         self.args = args
 
     def arg(self, name: str):
-        """The trailing argument ``name`` (FORWARD_TAIL) of the last call."""
+        """The argument ``name`` (FORWARD_HEAD or FORWARD_TAIL) of the last call."""
+        if name in FORWARD_HEAD:
+            return self.args[FORWARD_HEAD.index(name)]
         return self.args[len(self.args) - len(FORWARD_TAIL) + FORWARD_TAIL.index(name)]
 
 
@@ -208,9 +213,11 @@ def test_overlap_steps_reach_the_launch_where_the_ring_allows_them(monkeypatch):
 
 
 def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):
-    """launch() passes y and y_rows: two empty tensors by default; with down_tma (argument or
-    MOK_CUDA_DOWN_TMA=1) the workspace's y buffer [R * capacity, H] and y_rows_table's inverse map, which sends every
-    (source rank, token * K + k) to the schedule row that holds it; refused for a top-1 layer (fused combine)."""
+    """launch() passes y and y_rows: with down_tma (the default in gather mode, MOK_CUDA_DOWN_TMA=auto; =1 in ring
+    mode too; the argument) the workspace's y buffer [R * capacity, H] and y_rows_table's inverse map, which sends
+    every (source rank, token * K + k) to the schedule row that holds it, and the output table for the combine
+    slots (never dereferenced then; no slots are made); else two empty tensors and the workspace's slots. Refused
+    for a top-1 layer (fused combine); a bad MOK_CUDA_DOWN_TMA is an error."""
     import torch
 
     import mok
@@ -219,27 +226,38 @@ def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):
     def passed(prep, **kw):
         ext = _RecordingExtension()
         launch(prep, extension=ext, **kw)
-        return ext.arg("y"), ext.arg("y_rows")
+        return ext.arg("y"), ext.arg("y_rows"), ext.arg("combine_ptrs")
 
     prep = small_launch(seed=9, tokens=256, hidden=256, inter=128, experts=8, ep_size=2)
     monkeypatch.delenv("MOK_CUDA_DOWN_TMA", raising=False)
-    y, y_rows = passed(prep)
+    y, y_rows, table = passed(prep, dispatch="ring")
     assert y.numel() == 0 and y_rows.numel() == 0
-    y, y_rows = passed(prep, down_tma=True)
+    assert table is prep.workspace.combine_slot_table()
+    assert prep.workspace.y is None
+    y, y_rows, table = passed(prep, dispatch="gather")  # auto: on in gather mode
     s = prep.schedule
     ranks, capacity = s.src_rank.shape
-    assert y.shape == (ranks * capacity, 256) and y.dtype == torch.bfloat16
+    assert y.shape == (ranks * capacity, 256) and y.dtype == torch.bfloat16 and y is prep.workspace.y
     assert y_rows is prep.y_rows and y_rows.shape == (ranks, s.tokens_per_rank * s.top_k)
+    assert table is prep.out_ptrs
+    assert passed(prep, dispatch="gather", down_tma=False)[0].numel() == 0
+    assert passed(prep, dispatch="ring", down_tma=True)[1] is y_rows
     monkeypatch.setenv("MOK_CUDA_DOWN_TMA", "1")
-    assert passed(prep)[1] is y_rows
+    assert passed(prep, dispatch="ring")[1] is y_rows
+    monkeypatch.setenv("MOK_CUDA_DOWN_TMA", "0")
+    assert passed(prep, dispatch="gather")[0].numel() == 0
+    monkeypatch.setenv("MOK_CUDA_DOWN_TMA", "yes")
+    with pytest.raises(ValueError, match="MOK_CUDA_DOWN_TMA"):
+        passed(prep)
+    monkeypatch.delenv("MOK_CUDA_DOWN_TMA")
     # The inverse map, checked against the tables row by row.
-    table = y_rows_table(s)
+    inverse = y_rows_table(s)
     for r in range(ranks):
         for i in range(capacity):
             src, slot = int(s.src_rank[r, i]), int(s.src_slot[r, i])
             if src >= 0:
-                assert int(table[src, slot]) == r * capacity + i
-    assert bool((table >= 0).all()), "every (token, k) has a row"
+                assert int(inverse[src, slot]) == r * capacity + i
+    assert bool((inverse >= 0).all()), "every (token, k) has a row"
     # top-1: fused combine, nothing for y
     gen = torch.Generator().manual_seed(10)
     x = torch.randn(128, 64, generator=gen).to(torch.bfloat16)
@@ -247,7 +265,7 @@ def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):
     w_down = torch.randn(4, 64, 64, generator=gen).to(torch.bfloat16)
     w, ids = mok.route(torch.randn(128, 4, generator=gen), 1)
     top1 = prepare(x, ids, w, w_gate, w_up, w_down)
-    assert passed(top1)[0].numel() == 0  # the environment asks, the fused layer cannot: the push
+    assert passed(top1, dispatch="gather")[0].numel() == 0  # auto asks, the fused layer cannot: the push
     with pytest.raises(ValueError, match="down_tma"):
         passed(top1, down_tma=True)
 

@@ -65,8 +65,8 @@ Environment:
 * ``MOK_CUDA_DOWN_SPAN`` (default ``auto``): column blocks of 256 per down task (:func:`resolve_down_span`);
 * ``MOK_CUDA_OVERLAP_STEPS`` (default off): each step's gate/up tasks share a group of the task order with the
   previous step's down tasks (:func:`resolve_overlap_steps`);
-* ``MOK_CUDA_DOWN_TMA`` (default off; EXPERIMENT, not yet run on a GPU): the down tiles leave by TMA into a buffer in
-  schedule order and the weighted sum reads through the inverse map (:func:`resolve_down_tma`).
+* ``MOK_CUDA_DOWN_TMA`` (default ``auto``: on in gather mode): the down tiles leave by TMA into a buffer in schedule
+  order and the weighted sum reads through the inverse map (:func:`resolve_down_tma`).
 """
 
 from __future__ import annotations
@@ -217,20 +217,29 @@ def resolve_overlap_steps(overlap_steps: bool | None, allowed: bool) -> bool:
 
 def down_tma_allowed(prep: "Sm90Launch") -> bool:
     """Whether a launch can take down_tma: emulated ranks (the y rows stay on this GPU) with combine tasks (top-k > 1:
-    the fused top-1 combine writes the output in the down epilogue itself)."""
-    return prep.local_rank < 0 and not prep.fuse_top1
+    the fused top-1 combine writes the output in the down epilogue itself), bf16 (MXFP8 layers are not tested with
+    it)."""
+    return prep.local_rank < 0 and not prep.fuse_top1 and not prep.mxfp8
 
 
-def resolve_down_tma(down_tma: bool | None, allowed: bool) -> bool:
-    """``down_tma`` if given (``True`` where :func:`down_tma_allowed` says no is an error), else ``MOK_CUDA_DOWN_TMA``
-    (default off; where it is not allowed the push runs). EXPERIMENT (round 18, not yet run on a GPU): each consumer
-    warpgroup stores its staged down rows with two TMA boxes per half into a y buffer laid out like the schedule,
-    instead of 16 KB of its own stores into the (token, k) slots, and the weighted sum reads y through
-    :func:`y_rows_table`. Meant to change no bit (mok/cuda/README.md, "What is left")."""
+def resolve_down_tma(down_tma: bool | None, allowed: bool, dispatch: str) -> bool:
+    """Whether a launch in ``dispatch`` mode stores its down tiles by TMA: ``down_tma`` if given (``True`` where
+    :func:`down_tma_allowed` says no is an error), else ``MOK_CUDA_DOWN_TMA``: ``auto`` (the default) in gather mode
+    where allowed, ``1`` wherever allowed, ``0`` never.
+
+    down_tma: each consumer warpgroup stages its down rows and stores them with two TMA boxes per half into y, a
+    buffer laid out like the schedule (:meth:`mok.cuda.workspace.Sm90Workspace.y_buffer`), instead of 16 KB of its
+    own stores into the (token, k) combine slots; the weighted sum reads y through :func:`y_rows_table`. The same
+    bits (GPU tests). Measured on the H200 (round 19, A/B of the kernel alone, bitwise equal): gather mode, anchor-2
+    0.937x and anchor-1 0.960x the time of the push; ring mode, whose store warps it turns off, anchor-3 1.006x and
+    anchor-5 1.003x, hence gather mode only by default. The layer then holds y instead of the combine slots."""
     if down_tma is None:
-        return _env_on("MOK_CUDA_DOWN_TMA", "0") and allowed
+        value = os.environ.get("MOK_CUDA_DOWN_TMA", "auto").strip().lower()
+        if value not in ("auto", "0", "1"):
+            raise ValueError(f"MOK_CUDA_DOWN_TMA must be 'auto', '0' or '1', got {value!r}")
+        return allowed and (value == "1" or (value == "auto" and dispatch == "gather"))
     if down_tma and not allowed:
-        raise ValueError("down_tma=True needs emulated ranks and a top-k > 1 layer (combine tasks)")
+        raise ValueError("down_tma=True needs emulated ranks, a top-k > 1 layer (combine tasks) and bf16")
     return bool(down_tma)
 
 
@@ -300,7 +309,9 @@ class Sm90Launch:
         weights: fp32 [T * K] router weights (likewise).
         out: bf16 [T, H], the layer output (written by the launch).
         x_ptrs, weight_ptrs, combine_ptrs, out_ptrs: int64 [R] peer pointer tables (rank r's buffer address);
-            ``combine_ptrs`` is ``out_ptrs`` when fused (never dereferenced then).
+            ``combine_ptrs`` is ``out_ptrs`` when fused (never dereferenced then), or None for the workspace's
+            combine slots, made by the first launch that pushes into them (:meth:`Sm90Workspace.combine_slot_table`;
+            a launch with down_tma needs none).
         w_gate, w_up: bf16 [E, I, H]; w_down: bf16 [E, H, I] (contiguous).
         workspace: the fixed buffers (ring, combine slots, counters, error record).
         x_row_bytes: bytes per token row in ``x`` (bf16: 2H; MXFP8: the packed width).
@@ -323,7 +334,7 @@ class Sm90Launch:
     out: torch.Tensor
     x_ptrs: torch.Tensor
     weight_ptrs: torch.Tensor
-    combine_ptrs: torch.Tensor
+    combine_ptrs: torch.Tensor | None
     out_ptrs: torch.Tensor
     w_gate: torch.Tensor
     w_up: torch.Tensor
@@ -447,7 +458,7 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
         fuse_top1=bool(fuse_top1), x=x, weights=weights, out=out,
         x_ptrs=workspace.rank_pointer_table(x.view(ep_size, tokens_per_rank, x.shape[1])),
         weight_ptrs=workspace.rank_pointer_table(weights.view(ep_size, tokens_per_rank * top_k)),
-        combine_ptrs=out_ptrs if fuse_top1 else workspace.combine_ptrs, out_ptrs=out_ptrs,
+        combine_ptrs=out_ptrs if fuse_top1 else None, out_ptrs=out_ptrs,
         w_gate=w_gate.detach().contiguous(), w_up=w_up.detach().contiguous(), w_down=w_down.detach().contiguous(),
         workspace=workspace, x_row_bytes=x.shape[1] * x.element_size(), mxfp8=mxfp8, combine_tokens=order[0],
         combine_offsets=order[1])
@@ -490,8 +501,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     is an error). Changes no bit.
     ``overlap_steps``: the task order puts each step's gate/up tasks and the previous step's down tasks in one group,
     tile by tile, so that the CTAs' pushes do not all meet (:func:`resolve_overlap_steps`). Changes no bit.
-    ``down_tma``: the down tiles leave by TMA in schedule order (:func:`resolve_down_tma`; an experiment). The store
-    warps are then off.
+    ``down_tma``: the down tiles leave by TMA in schedule order (:func:`resolve_down_tma`; default on in gather mode).
+    The store warps are then off. Changes no bit.
     ``extension``: another build of the kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to
     launch instead of the default one, for A/B timing (experiments/ab_kernels.py).
     """
@@ -523,15 +534,17 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     s, ws = prep.schedule, prep.workspace
     overlap_steps = resolve_overlap_steps(overlap_steps, overlap_steps_allowed(
         ws.key.ring_rows, prep.minibatch_rows, ws.key.capacity, use_order))
-    if resolve_down_tma(down_tma, down_tma_allowed(prep)):
+    if resolve_down_tma(down_tma, down_tma_allowed(prep), dispatch):
         if prep.y_rows is None:
             prep.y_rows = y_rows_table(s)
         y, y_rows = ws.y_buffer(), prep.y_rows
+        combine_ptrs = prep.out_ptrs  # never dereferenced: the rows leave into y (no slots are made for them)
     else:
         y, y_rows = _NO_TENSOR, _NO_INT_TENSOR
+        combine_ptrs = prep.combine_ptrs if prep.combine_ptrs is not None else ws.combine_slot_table()
     (extension or load_extension()).forward(
         s.src_rank, s.src_slot, s.tile_expert, s.segment_offsets,
-        prep.x_ptrs, prep.weight_ptrs, prep.combine_ptrs, prep.out_ptrs,
+        prep.x_ptrs, prep.weight_ptrs, combine_ptrs, prep.out_ptrs,
         prep.w_gate, prep.w_up, prep.w_down, ws.ring_x, ws.ring_h, ws.counters, ws.error,
         prep.tokens_per_rank, prep.top_k, prep.minibatch_rows, VARIANTS[variant], num_ctas, timeout_s,
         prep.fuse_top1, ablate, dispatch == "gather", gather_prefetch,

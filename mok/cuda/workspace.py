@@ -8,11 +8,14 @@ buffer                    shape, dtype               what
 ========================  =========================  ===========================================================
 ``ring_x``                [R * ring_rows, H] bf16    dispatched token rows (written by dispatch, read by TMA)
 ``ring_h``                [R * ring_rows, I] bf16    SwiGLU output rows (gate/up epilogue -> down GEMM)
-``combine``               [R, T_local * K, H] bf16   combine slots (down epilogue push -> weighted sum); absent
-                                                     when the top-1 combine is fused (no slots needed)
+``combine``               [R, T_local * K, H] bf16   combine slots (down epilogue push -> weighted sum); made by
+                                                     the first launch that pushes (combine_slot_table): absent
+                                                     when the top-1 combine is fused or every launch uses down_tma
+``y``                     [R * capacity, H] bf16     down_tma's down rows in schedule order (TMA store -> weighted
+                                                     sum); made by the first launch with down_tma (y_buffer)
 ``counters``              [counter_ints] int32       dependency counters (zeroed in-stream by every launch)
 ``error``                 [8] int32                  error record (zeroed in-stream by every launch)
-``combine_ptrs``          [R] int64                  peer pointer table of ``combine``
+``combine_ptrs``          [R] int64                  peer pointer table of ``combine`` (made with it)
 ========================  =========================  ===========================================================
 
 The per-call pointer tables (tokens, router weights, output: their addresses can change every call) come from
@@ -100,13 +103,11 @@ class Sm90Workspace:
         self.counters = torch.zeros(counter_ints(r, key.capacity, key.minibatch_rows), dtype=torch.int32,
                                     device=device)
         self.error = torch.zeros(ERROR_WORDS, dtype=torch.int32, device=device)
+        # The combine slots and y are as large as all the down rows (gigabytes at the anchors) and a launch uses one
+        # or the other (down_tma), so each is made on first use.
         self.combine = None
         self.combine_ptrs = None
-        self.y = None  # down_tma's y rows (y_buffer), made on first use
-        if not key.fuse_top1 and not key.one_rank:
-            self.combine = torch.empty(r, key.tokens_per_rank * key.top_k, key.hidden, dtype=torch.bfloat16,
-                                       device=device)
-            self.combine_ptrs = self.rank_pointer_table(self.combine)
+        self.y = None
 
     def rank_pointer_table(self, stacked: torch.Tensor) -> torch.Tensor:
         """``[R]`` int64 peer pointer table of ``stacked`` ([R, ...], rank r's buffer is ``stacked[r]``): entry r
@@ -115,6 +116,19 @@ class Sm90Workspace:
         if stacked.shape[0] != self.key.num_ranks:
             raise ValueError(f"expected {self.key.num_ranks} rank buffers stacked on dim 0, got {tuple(stacked.shape)}")
         return stacked_pointer_table(stacked)
+
+    def combine_slot_table(self) -> torch.Tensor:
+        """The ``[R]`` pointer table of the combine slots (bf16 ``[R, T_local * K, H]``: the down epilogue's push
+        into each source rank's (token, k) slots), made on first use, NaN-filled so that a slot no launch wrote shows
+        up. Not for a fused top-1 layer or one real rank's launch (their slots are the output, or peer memory)."""
+        key = self.key
+        if key.fuse_top1 or key.one_rank:
+            raise ValueError("a fused top-1 layer or one real rank's launch has no workspace combine slots")
+        if self.combine is None:
+            self.combine = torch.full((key.num_ranks, key.tokens_per_rank * key.top_k, key.hidden), float("nan"),
+                                      dtype=torch.bfloat16, device=self.device)
+            self.combine_ptrs = self.rank_pointer_table(self.combine)
+        return self.combine_ptrs
 
     def y_buffer(self) -> torch.Tensor:
         """bf16 ``[R * capacity, H]``: down_tma's down outputs in schedule order (row = schedule row), made on first
