@@ -531,12 +531,15 @@ def test_timing_probes_run_to_completion():
         launch(prep, ablate=64)
 
 
-def test_gather_dispatch_reports_a_bad_schedule_row():
+@pytest.mark.parametrize("down_tma", [False, True])
+def test_gather_dispatch_reports_a_bad_schedule_row(down_tma):
+    """A row that names no slot is reported, not read or written out of bounds: by the gather, the push and, with
+    down_tma, the weighted sum (the inverse map drops the row, so its (token, k) has none)."""
     from mok.cuda.backend import Sm90KernelError, check_error, launch, prepare
     problem = make_inputs(256, 256, 128, 8, 2, seed=36)
     prep = prepare(*problem)
     prep.schedule.src_slot[0, 0] = 10 ** 6  # a row that names no slot of its source rank
-    launch(prep, variant="pipelined", timeout_s=5.0, dispatch="gather")
+    launch(prep, variant="pipelined", timeout_s=5.0, dispatch="gather", down_tma=down_tma)
     with pytest.raises(Sm90KernelError, match="schedule"):
         check_error(prep)
 

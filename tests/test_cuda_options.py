@@ -258,6 +258,20 @@ def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):
             if src >= 0:
                 assert int(inverse[src, slot]) == r * capacity + i
     assert bool((inverse >= 0).all()), "every (token, k) has a row"
+    # A row that names no slot (an inconsistent schedule) is dropped, not an index past the table (on a GPU, a
+    # device-side assert that ends the process's CUDA context); its (token, k) keeps -1, which the kernel reports.
+    from types import SimpleNamespace
+    bad = SimpleNamespace(src_rank=s.src_rank.clone(), src_slot=s.src_slot.clone(), tokens_per_rank=s.tokens_per_rank,
+                          top_k=s.top_k)
+    lost = (int(bad.src_rank[0, 0]), int(bad.src_slot[0, 0]))
+    assert lost[0] >= 0, "row 0 of rank 0 is a token row"
+    bad.src_slot[0, 0] = 10 ** 6
+    bad.src_rank[0, 1] = ranks  # a rank outside [0, R)
+    lost_too = (int(s.src_rank[0, 1]), int(s.src_slot[0, 1]))
+    damaged = y_rows_table(bad)
+    assert int(damaged[lost]) == -1 and int(damaged[lost_too]) == -1
+    damaged[lost], damaged[lost_too] = inverse[lost], inverse[lost_too]
+    assert torch.equal(damaged, inverse)
     # top-1: fused combine, nothing for y
     gen = torch.Generator().manual_seed(10)
     x = torch.randn(128, 64, generator=gen).to(torch.bfloat16)

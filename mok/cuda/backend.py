@@ -246,11 +246,15 @@ def resolve_down_tma(down_tma: bool | None, allowed: bool, dispatch: str) -> boo
 def y_rows_table(schedule: "KernelSchedule") -> torch.Tensor:
     """int32 ``[R, T_local * K]``: for source rank s's (token, k) slot, the row of y (``r * capacity + i``) that
     schedule row i of rank r holds for it: the inverse of the tables' (src_rank, src_slot). Made on the device by
-    one scatter (padding rows go to a spare entry that is dropped), no host synchronisation."""
+    one scatter, no host synchronisation: padding rows, and rows that name no slot (an inconsistent schedule, which
+    the kernel reports), go to a spare entry that is dropped; a (token, k) that no row holds keeps -1 (the kernel
+    reports that too, instead of reading outside y)."""
     ranks, capacity = schedule.src_rank.shape
     slots = schedule.tokens_per_rank * schedule.top_k
     device = schedule.src_rank.device
-    valid = schedule.src_rank >= 0
+    # An index past the table would be a device-side assert, which ends the process's CUDA context.
+    valid = ((schedule.src_rank >= 0) & (schedule.src_rank < ranks) & (schedule.src_slot >= 0)
+             & (schedule.src_slot < slots))
     target = torch.where(valid, schedule.src_rank.long() * slots + schedule.src_slot.long(),
                          torch.full_like(schedule.src_rank, ranks * slots, dtype=torch.long))
     rows = torch.arange(ranks * capacity, dtype=torch.int32, device=device)

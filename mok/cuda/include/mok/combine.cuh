@@ -415,8 +415,14 @@ __device__ __forceinline__ void combine_rows_from_y(const Sm90MoeParams& p, Shar
     const int local = i / top_k;
     const int position = t.tile + local;
     const int token = order != nullptr ? __ldg(order + position) : position;
-    const long long slot = static_cast<long long>(token) * top_k + (i - local * top_k);
-    table[i] = CombineRow{__ldg(p.y_rows + source_slots + slot), __ldg(weights + slot)};
+    const int k = i - local * top_k;
+    const long long slot = static_cast<long long>(token) * top_k + k;
+    int row = __ldg(p.y_rows + source_slots + slot);
+    if (row < 0 || row >= static_cast<long long>(p.num_ranks) * p.capacity) {  // no schedule row holds (token, k): inconsistent tables
+      record_error(p, kErrBadSchedule, kCtrNone, source, token, k, row, t.ticket);
+      row = 0;  // a row of y, so the sum reads nothing outside it (the launch has failed anyway)
+    }
+    table[i] = CombineRow{row, __ldg(weights + slot)};
   }
   named_barrier_sync(NamedBarrier::kConsumers, num_threads);  // the table is complete
 
