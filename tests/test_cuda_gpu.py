@@ -531,6 +531,22 @@ def test_timing_probes_run_to_completion():
         launch(prep, ablate=64)
 
 
+@pytest.mark.parametrize("dispatch", ["ring", "gather"])
+def test_down_tma_writes_the_inverse_map(dispatch):
+    """A down_tma launch's down tasks write the inverse map ((source rank, token * K + k) -> row of y) that its
+    weighted sum reads: equal to y_rows_table's, entry for entry, over a -1-poisoned buffer, at EP 1 and 4 and with
+    a span of several column blocks."""
+    from mok.cuda.backend import check_error, launch, prepare, y_rows_table
+    problem = make_inputs(384, 512, 128, 8, 4, seed=41)
+    for ep_size in (1, 4):
+        prep = prepare(*problem, ep_size=ep_size, poison=True)
+        for span in (1, 2):
+            prep.workspace.y_rows_buffer().fill_(-1)
+            launch(prep, variant="pipelined", dispatch=dispatch, down_tma=True, down_span=span)
+            check_error(prep)
+            assert torch.equal(prep.workspace.y_rows, y_rows_table(prep.schedule)), f"ep={ep_size} span={span}"
+
+
 @pytest.mark.parametrize("down_tma", [False, True])
 def test_gather_dispatch_reports_a_bad_schedule_row(down_tma):
     """A row that names no slot is reported, not read or written out of bounds: by the gather, the push and, with

@@ -214,10 +214,11 @@ def test_overlap_steps_reach_the_launch_where_the_ring_allows_them(monkeypatch):
 
 def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):
     """launch() passes y and y_rows: with down_tma (the default in gather mode, MOK_CUDA_DOWN_TMA=auto; =1 in ring
-    mode too; the argument) the workspace's y buffer [R * capacity, H] and y_rows_table's inverse map, which sends
-    every (source rank, token * K + k) to the schedule row that holds it, and the output table for the combine
-    slots (never dereferenced then; no slots are made); else two empty tensors and the workspace's slots. Refused
-    for a top-1 layer (fused combine); a bad MOK_CUDA_DOWN_TMA is an error."""
+    mode too; the argument) the workspace's y buffer [R * capacity, H] and its inverse-map buffer (the kernel fills
+    it; y_rows_table, checked here, is its reference: every (source rank, token * K + k) to the schedule row that
+    holds it), and the output table for the combine slots (never dereferenced then; no slots are made); else two
+    empty tensors and the workspace's slots. Refused for a top-1 layer (fused combine); a bad MOK_CUDA_DOWN_TMA is
+    an error."""
     import torch
 
     import mok
@@ -238,7 +239,7 @@ def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):
     s = prep.schedule
     ranks, capacity = s.src_rank.shape
     assert y.shape == (ranks * capacity, 256) and y.dtype == torch.bfloat16 and y is prep.workspace.y
-    assert y_rows is prep.y_rows and y_rows.shape == (ranks, s.tokens_per_rank * s.top_k)
+    assert y_rows is prep.workspace.y_rows and y_rows.shape == (ranks, s.tokens_per_rank * s.top_k)
     assert table is prep.out_ptrs
     assert passed(prep, dispatch="gather", down_tma=False)[0].numel() == 0
     assert passed(prep, dispatch="ring", down_tma=True)[1] is y_rows

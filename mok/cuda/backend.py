@@ -245,8 +245,10 @@ def resolve_down_tma(down_tma: bool | None, allowed: bool, dispatch: str) -> boo
 
 def y_rows_table(schedule: "KernelSchedule") -> torch.Tensor:
     """int32 ``[R, T_local * K]``: for source rank s's (token, k) slot, the row of y (``r * capacity + i``) that
-    schedule row i of rank r holds for it: the inverse of the tables' (src_rank, src_slot). Made on the device by
-    one scatter, no host synchronisation: padding rows, and rows that name no slot (an inconsistent schedule, which
+    schedule row i of rank r holds for it: the inverse of the tables' (src_rank, src_slot). The reference of the map
+    that a down_tma launch writes itself (its down tasks, into the workspace's ``y_rows``: a GPU test compares
+    them); made here in PyTorch it cost 150 us of host time per layer (round 19). On the device by one scatter, no
+    host synchronisation: padding rows, and rows that name no slot (an inconsistent schedule, which
     the kernel reports), go to a spare entry that is dropped; a (token, k) that no row holds keeps -1 (the kernel
     reports that too, instead of reading outside y)."""
     ranks, capacity = schedule.src_rank.shape
@@ -324,8 +326,6 @@ class Sm90Launch:
             or the combine of real rank r (:mod:`mok.cuda.rank_run`; the weights are then rank r's only).
         combine_tokens, combine_offsets: int32 ``[R, T_local]`` and ``[R, steps + 1]``, the early-combine order
             (:func:`mok.cuda.schedule_tables.combine_order`), or None (every weighted sum after the last GEMM).
-        y_rows: int32 ``[R, T_local * K]``, down_tma's inverse map (:func:`y_rows_table`), or None until a launch
-            with down_tma makes it.
     """
 
     schedule: KernelSchedule
@@ -350,7 +350,6 @@ class Sm90Launch:
     phases: int = 3
     combine_tokens: torch.Tensor | None = None
     combine_offsets: torch.Tensor | None = None
-    y_rows: torch.Tensor | None = None  # down_tma's inverse map (y_rows_table), made by the first launch that uses it
 
 
 def ring_rows_for(config: MoKConfig, capacity: int, minibatch_rows: int) -> int:
@@ -539,9 +538,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     overlap_steps = resolve_overlap_steps(overlap_steps, overlap_steps_allowed(
         ws.key.ring_rows, prep.minibatch_rows, ws.key.capacity, use_order))
     if resolve_down_tma(down_tma, down_tma_allowed(prep), dispatch):
-        if prep.y_rows is None:
-            prep.y_rows = y_rows_table(s)
-        y, y_rows = ws.y_buffer(), prep.y_rows
+        y, y_rows = ws.y_buffer(), ws.y_rows_buffer()  # the kernel writes y_rows (y_rows_table is its reference)
         combine_ptrs = prep.out_ptrs  # never dereferenced: the rows leave into y (no slots are made for them)
     else:
         y, y_rows = _NO_TENSOR, _NO_INT_TENSOR

@@ -13,6 +13,8 @@ buffer                    shape, dtype               what
                                                      when the top-1 combine is fused or every launch uses down_tma
 ``y``                     [R * capacity, H] bf16     down_tma's down rows in schedule order (TMA store -> weighted
                                                      sum); made by the first launch with down_tma (y_buffer)
+``y_rows``                [R, T_local * K] int32     down_tma's inverse map, (token, k) -> row of y, written by the
+                                                     down tasks of every launch (y_rows_buffer)
 ``counters``              [counter_ints] int32       dependency counters (zeroed in-stream by every launch)
 ``error``                 [8] int32                  error record (zeroed in-stream by every launch)
 ``combine_ptrs``          [R] int64                  peer pointer table of ``combine`` (made with it)
@@ -108,6 +110,7 @@ class Sm90Workspace:
         self.combine = None
         self.combine_ptrs = None
         self.y = None
+        self.y_rows = None
 
     def rank_pointer_table(self, stacked: torch.Tensor) -> torch.Tensor:
         """``[R]`` int64 peer pointer table of ``stacked`` ([R, ...], rank r's buffer is ``stacked[r]``): entry r
@@ -141,11 +144,24 @@ class Sm90Workspace:
                                 device=torch.device(key.device))
         return self.y
 
+    def y_rows_buffer(self) -> torch.Tensor:
+        """int32 ``[R, T_local * K]``: down_tma's inverse map, which its down tasks write in every launch (row of y
+        holding each source rank's (token, k); mok.cuda.backend.y_rows_table computes the same in PyTorch), made with
+        -1 on first use (the weighted sum reports an entry outside y instead of reading it)."""
+        if self.y_rows is None:
+            key = self.key
+            self.y_rows = torch.full((key.num_ranks, key.tokens_per_rank * key.top_k), -1, dtype=torch.int32,
+                                     device=self.device)
+        return self.y_rows
+
     def poison(self) -> None:
-        """NaN-fill the ring, the combine slots and y (tests: a stale read or an unwritten slot shows up)."""
+        """NaN-fill the ring, the combine slots and y, and -1 the inverse map (tests: a stale read or an unwritten
+        slot or entry shows up)."""
         for t in (self.ring_x, self.ring_h, self.combine, self.y):
             if t is not None:
                 t.fill_(float("nan"))
+        if self.y_rows is not None:
+            self.y_rows.fill_(-1)
 
 
 _CACHE: "OrderedDict[WorkspaceKey, Sm90Workspace]" = OrderedDict()

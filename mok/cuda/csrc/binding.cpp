@@ -54,7 +54,8 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //   down_span: column blocks per down task (divides ceil(H / 256); > 1 needs store_warps off)
 //   overlap_steps: each step's gate/up tasks share a group of the task order with the previous step's down tasks
 //   y [R * capacity, H] bf16 and y_rows [R, T_local * K] int32: down_tma (the down tiles leave by TMA into y in
-//     schedule order and the weighted sum reads through y_rows), or two empty tensors for the push into the slots
+//     schedule order, the down tasks write the inverse map y_rows and the weighted sum reads y through it), or two
+//     empty tensors for the push into the slots
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,

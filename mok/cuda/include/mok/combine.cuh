@@ -154,6 +154,21 @@ struct LaneDestination {
   float weight;
 };
 
+// down_tma: the inverse map, written by the down task that holds a tile's first column block: this lane's row (the
+// one it looked up) is where y holds its (source rank, token * K + k). Generic stores, released with the task like
+// the pushed rows are, and read by the weighted sum after it has acquired every down task of its source rank.
+template <class Tiles>
+__device__ __forceinline__ void write_inverse_map_entry(const Sm90MoeParams& p, const Task& t, int consumer_wg,
+                                                        const RowLookup& entries) {
+  const int slots_per_rank = p.tokens_per_rank * p.top_k;
+  const bool valid = entries.src_rank >= 0 && entries.src_rank < p.num_ranks && entries.src_slot >= 0 &&
+                     entries.src_slot < slots_per_rank;  // (an inconsistent row is reported by the lookup)
+  if ((threadIdx.x & 15) < 8 && valid) {  // lanes 8..15 of each 16 repeat lanes 0..7's rows
+    p.y_rows[static_cast<long long>(entries.src_rank) * slots_per_rank + entries.src_slot] =
+        static_cast<int>(table_row0<Tiles>(p, t)) + consumer_lookup_row(consumer_wg);
+  }
+}
+
 template <class Tiles>
 __device__ __forceinline__ LaneDestination resolve_lane_destination(const Sm90MoeParams& p, const Task& t,
                                                                     int consumer_wg, const RowLookup& entries,
@@ -417,7 +432,7 @@ __device__ __forceinline__ void combine_rows_from_y(const Sm90MoeParams& p, Shar
     const int token = order != nullptr ? __ldg(order + position) : position;
     const int k = i - local * top_k;
     const long long slot = static_cast<long long>(token) * top_k + k;
-    int row = __ldg(p.y_rows + source_slots + slot);
+    int row = __ldcg(p.y_rows + source_slots + slot);  // written in this launch (write_inverse_map_entry): not __ldg
     if (row < 0 || row >= static_cast<long long>(p.num_ranks) * p.capacity) {  // no schedule row holds (token, k): inconsistent tables
       record_error(p, kErrBadSchedule, kCtrNone, source, token, k, row, t.ticket);
       row = 0;  // a row of y, so the sum reads nothing outside it (the launch has failed anyway)

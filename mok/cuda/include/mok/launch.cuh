@@ -51,9 +51,10 @@ struct Sm90MoeProblem {
   void* saved_gate_up = nullptr; // optional bf16 [R' * capacity, 2I]: gate | up per schedule row (for the backward)
   // Optional (down_tma; emulated ranks, top-k > 1): the down tiles leave whole by TMA into y (bf16 [R * capacity, H],
   // row = schedule row) and the weighted sum reads row y_rows[s][token * K + k] of y for source s's (token, k)
-  // (int32 [R, T_local * K]) instead of the combine slots. Both or neither; the store warps are then off.
+  // (int32 [R, T_local * K]; the down tasks write it in the launch) instead of the combine slots. Both or neither; the
+  // store warps are then off.
   void* y = nullptr;
-  const int* y_rows = nullptr;
+  int* y_rows = nullptr;
   int64_t* trace = nullptr;      // optional int64 [trace_tickets, kSm90TraceFields]: the task timeline (trace.cuh)
   int trace_tickets = 0;
 

@@ -224,7 +224,7 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   // laid out like the schedule (row = schedule row, as saved_gate_up), and the weighted sum reads each (token, k)
   // row through y_rows instead of from the combine slots. nullptr: the push into the slots.
   void* y;             // bf16 [R * capacity, H]
-  const int* y_rows;   // [R, T_local * K]  schedule row in y of each source rank's (token, k)
+  int* y_rows;   // [R, T_local * K]  schedule row in y of each source rank's (token, k); written by the down tasks
 
   // Ring buffers owned by this launch, R' ranks stacked (R' = R, or 1 for one real rank: own_slot() below):
   // written with generic stores, read by TMA.
