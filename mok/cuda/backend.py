@@ -230,9 +230,10 @@ def resolve_down_tma(down_tma: bool | None, allowed: bool, dispatch: str) -> boo
     down_tma: each consumer warpgroup stages its down rows and stores them with two TMA boxes per half into y, a
     buffer laid out like the schedule (:meth:`mok.cuda.workspace.Sm90Workspace.y_buffer`), instead of 16 KB of its
     own stores into the (token, k) combine slots; the weighted sum reads y through :func:`y_rows_table`. The same
-    bits (GPU tests). Measured on the H200 (round 19, A/B of the kernel alone, bitwise equal): gather mode, anchor-2
-    0.937x and anchor-1 0.960x the time of the push; ring mode, whose store warps it turns off, anchor-3 1.006x and
-    anchor-5 1.003x, hence gather mode only by default. The layer then holds y instead of the combine slots."""
+    bits (GPU tests). Measured on the H200 (round 19, A/B in one process, bitwise equal): gather mode, the kernel
+    0.945x (anchor-2) and 0.961x (anchor-1) the time of the push, the layer 0.945x and 0.967x; ring mode, whose store
+    warps it turns off, the kernel 1.006x (anchor-3) and 1.003x (anchor-5), hence gather mode only by default. The
+    layer then holds y instead of the combine slots."""
     if down_tma is None:
         value = os.environ.get("MOK_CUDA_DOWN_TMA", "auto").strip().lower()
         if value not in ("auto", "0", "1"):
