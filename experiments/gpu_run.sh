@@ -19,6 +19,8 @@
 #   mbench     issue #6: torchrun bench on all GPUs ($MOK_MBENCH_ARGS, $MOK_MBENCH_TAG)
 #   ab         experiments/ab_kernels.py $MOK_AB_ARGS (two megakernel builds, or one build launched two ways,
 #              interleaved, bitwise compared)
+#   ablayer    experiments/ab_layer.py $MOK_ABLAYER_ARGS (the whole layer under two settings of MOK_* switches, in
+#              rotation, bitwise compared: host costs included)
 #   fwdprofile experiments/profile_forward.py --sync-debug at $MOK_FWDPROFILE_SHAPES: the bench's forward (router,
 #              autograd) against no_grad and no router, its kernels per call and the GPU's idle gaps
 #   profile    experiments/profile_backward.py --sync-debug at $MOK_PROFILE_SHAPES: host vs kernel time of a backward
@@ -221,6 +223,11 @@ for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
       # experiments/ab_kernels.py: two builds of the megakernel timed interleaved and compared bit for bit.
       run_stage ab "${MOK_TIMEOUT_AB:-240}" python3 experiments/ab_kernels.py ${MOK_AB_ARGS:?set MOK_AB_ARGS} \
         --clock-log "$OUT/results/ab_clocks.csv" ;;
+    ablayer)
+      # experiments/ab_layer.py: the layer as a user calls it, two settings of the backend's switches (round 19).
+      # shellcheck disable=SC2086
+      run_stage ablayer "${MOK_TIMEOUT_ABLAYER:-200}" python3 experiments/ab_layer.py \
+        ${MOK_ABLAYER_ARGS:?set MOK_ABLAYER_ARGS} ;;
     fwdprofile)
       # experiments/profile_forward.py: what the bench's forward spends beyond the megakernel (round 16).
       run_stage fwdprofile "${MOK_TIMEOUT_FWDPROFILE:-200}" bash -c "python3 -m mok.cuda.build --jit \

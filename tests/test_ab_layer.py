@@ -1,0 +1,46 @@
+"""experiments/ab_layer.py (the layer under two settings of the backend's environment switches): its parsing and its
+switching of the environment, checked without a GPU."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import load_experiment
+
+
+def load_script():
+    return load_experiment("ab_layer.py")
+
+
+def test_parse_env_takes_mok_switches_only():
+    script = load_script()
+    assert script.parse_env(["MOK_CUDA_DOWN_TMA=0", "MOK_CUDA_DOWN_SPAN=auto"]) == {
+        "MOK_CUDA_DOWN_TMA": "0", "MOK_CUDA_DOWN_SPAN": "auto"}
+    assert script.parse_env(["MOK_X="]) == {"MOK_X": ""}
+    for bad in ("MOK_CUDA_DOWN_TMA", "CUDA_VISIBLE_DEVICES=1", "MOK_A-B=1", "=1"):
+        with pytest.raises(ValueError, match="MOK_NAME=VALUE"):
+            script.parse_env([bad])
+
+
+def test_environment_sets_one_side_and_restores_both(monkeypatch):
+    script = load_script()
+    monkeypatch.setenv("MOK_AB_TEST_KEPT", "outer")
+    monkeypatch.delenv("MOK_AB_TEST_OTHER", raising=False)
+    names = {"MOK_AB_TEST_KEPT", "MOK_AB_TEST_OTHER"}
+    with script.environment({"MOK_AB_TEST_OTHER": "b"}, names):
+        assert os.environ["MOK_AB_TEST_OTHER"] == "b"
+        assert "MOK_AB_TEST_KEPT" not in os.environ  # the other side's switch is unset, not left at its value
+    assert os.environ["MOK_AB_TEST_KEPT"] == "outer" and "MOK_AB_TEST_OTHER" not in os.environ
+    with pytest.raises(RuntimeError):
+        with script.environment({"MOK_AB_TEST_KEPT": "a"}, names):
+            assert os.environ["MOK_AB_TEST_KEPT"] == "a"
+            raise RuntimeError("restored even so")
+    assert os.environ["MOK_AB_TEST_KEPT"] == "outer"
+
+
+def test_sides_must_differ():
+    script = load_script()
+    with pytest.raises(SystemExit):
+        script.main(["--env-a", "MOK_CUDA_DOWN_TMA=0", "--env-b", "MOK_CUDA_DOWN_TMA=0", "anchor-2"])
