@@ -373,15 +373,16 @@ def test_task_order_cannot_deadlock(schedule_simulator, case, dispatch, launches
 
 LAUNCH_CHECK_SOURCE = r"""
 // Calls sm90_moe_forward with valid sizes, null pointers and the (R, E, local_rank, phases, overlap_steps, ring
-// minibatches, y, y_rows, top_k) of each input line (capacity: 2 minibatches; y: 0 none, 1 an aligned stand-in
-// address, 2 a misaligned one; y_rows: 0 none, 1 a stand-in); prints its return code and message. A combination the
+// minibatches, y, y_rows, top_k, mxfp8) of each input line (capacity: 2 minibatches; y: 0 none, 1 an aligned stand-in
+// address, 2 a misaligned one; y_rows: 0 none, 1 a stand-in; mxfp8: packed rows of 144 bytes); prints its return code
+// and message. A combination the
 // checks accept stops at the null-pointer check (the stand-ins are never dereferenced).
 #include <cstdio>
 #include "mok/launch.cuh"
 int main() {
-  int ranks, experts, local_rank, phases, overlap, ring_minibatches, y, y_rows, top_k;
-  while (scanf("%d %d %d %d %d %d %d %d %d", &ranks, &experts, &local_rank, &phases, &overlap, &ring_minibatches, &y,
-               &y_rows, &top_k) == 9) {
+  int ranks, experts, local_rank, phases, overlap, ring_minibatches, y, y_rows, top_k, mxfp8;
+  while (scanf("%d %d %d %d %d %d %d %d %d %d", &ranks, &experts, &local_rank, &phases, &overlap, &ring_minibatches,
+               &y, &y_rows, &top_k, &mxfp8) == 10) {
     static int stand_in[64];
     mok::sm90::Sm90MoeProblem q;
     q.num_ranks = ranks;
@@ -397,6 +398,8 @@ int main() {
     q.overlap_steps = overlap != 0;
     q.y = y == 0 ? nullptr : reinterpret_cast<char*>(stand_in) + (y == 2 ? 8 : 0);
     q.y_rows = y_rows == 0 ? nullptr : stand_in;
+    q.mxfp8 = mxfp8 != 0;
+    q.x_row_bytes = mxfp8 != 0 ? 144 : 0;  // H + H / 32 = 132, padded to 16 bytes
     char message[512] = "";
     const int rc = mok::sm90::sm90_moe_forward(q, nullptr, message, sizeof(message));
     printf("%d %s\n", rc, message);
@@ -424,15 +427,17 @@ LAUNCH_CHECK_CASES = {
     (2, 8, -1, 3, 1, 2): ACCEPTED,            # overlapped steps with a ring of both minibatches
     (2, 8, -1, 3, 1, 1): "overlap_steps needs a ring of at least 2 minibatches",  # G(s) would wait for W(s - 1)
 }
-# down_tma: (the above's six, y, y_rows, top_k) -> the message
+# down_tma: (the above's six, y, y_rows, top_k, mxfp8) -> the message
 DOWN_TMA_CHECK_CASES = {
-    (2, 8, -1, 3, 0, 1, 1, 1, 2): ACCEPTED,   # emulated ranks, y and its inverse map
-    (2, 8, -1, 3, 0, 1, 1, 0, 2): "down_tma needs both y and y_rows",
-    (2, 8, -1, 3, 0, 1, 0, 1, 2): "down_tma needs both y and y_rows",
-    (2, 4, 0, 1, 0, 1, 1, 1, 2): "down_tma is for emulated ranks",  # a real rank's rows go to other GPUs' slots
-    (2, 8, -1, 3, 0, 1, 2, 1, 2): "y must be 16-byte aligned",
-    (2, 8, -1, 3, 0, 1, 1, 1, 256): ACCEPTED,  # the combine's (row, weight) table fills the staging
-    (2, 8, -1, 3, 0, 1, 1, 1, 257): "down_tma supports top_k up to 256",
+    (2, 8, -1, 3, 0, 1, 1, 1, 2, 0): ACCEPTED,   # emulated ranks, y and its inverse map
+    (2, 8, -1, 3, 0, 1, 1, 0, 2, 0): "down_tma needs both y and y_rows",
+    (2, 8, -1, 3, 0, 1, 0, 1, 2, 0): "down_tma needs both y and y_rows",
+    (2, 4, 0, 1, 0, 1, 1, 1, 2, 0): "down_tma is for emulated ranks",  # a real rank's rows go to other GPUs' slots
+    (2, 8, -1, 3, 0, 1, 2, 1, 2, 0): "y must be 16-byte aligned",
+    (2, 8, -1, 3, 0, 1, 1, 1, 256, 0): ACCEPTED,  # the combine's (row, weight) table fills the staging
+    (2, 8, -1, 3, 0, 1, 1, 1, 257, 0): "down_tma supports top_k up to 256",
+    (2, 8, -1, 3, 0, 1, 0, 0, 2, 1): ACCEPTED,   # an MXFP8 layer (ring mode) with the push
+    (2, 8, -1, 3, 0, 1, 1, 1, 2, 1): "down_tma is not tested with MXFP8",
 }
 
 
@@ -440,7 +445,7 @@ DOWN_TMA_CHECK_CASES = {
 def test_launch_checks_refuse_inconsistent_rank_launches(kernel_object, tmp_path):
     obj, _ = kernel_object
     exe = compile_host_program(LAUNCH_CHECK_SOURCE, tmp_path, "launch_checks", str(obj))
-    cases = [(case + (0, 0, 2), want) for case, want in LAUNCH_CHECK_CASES.items()]  # no y, top-2
+    cases = [(case + (0, 0, 2, 0), want) for case, want in LAUNCH_CHECK_CASES.items()]  # no y, top-2, bf16
     cases += list(DOWN_TMA_CHECK_CASES.items())
     run = subprocess.run([str(exe)], input="".join(" ".join(map(str, case)) + "\n" for case, _ in cases),
                          capture_output=True, text=True, timeout=60)

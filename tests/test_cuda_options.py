@@ -222,6 +222,7 @@ def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):
     import torch
 
     import mok
+    from mok.cuda import backend
     from mok.cuda.backend import launch, prepare, y_rows_table
 
     def passed(prep, **kw):
@@ -235,7 +236,11 @@ def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):
     assert y.numel() == 0 and y_rows.numel() == 0
     assert table is prep.workspace.combine_slot_table()
     assert prep.workspace.y is None
-    y, y_rows, table = passed(prep, dispatch="gather")  # auto: on in gather mode
+    # auto: on in gather mode where y is not much larger than the slots. Here (2 ranks, the worst-case capacity) y is
+    # twice the slots, so auto keeps the push; the rule itself is checked below.
+    assert passed(prep, dispatch="gather")[0].numel() == 0
+    monkeypatch.setattr(backend, "down_tma_y_fits", lambda *sizes: True)
+    y, y_rows, table = passed(prep, dispatch="gather")
     s = prep.schedule
     ranks, capacity = s.src_rank.shape
     assert y.shape == (ranks * capacity, 256) and y.dtype == torch.bfloat16 and y is prep.workspace.y
@@ -251,6 +256,12 @@ def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):
     with pytest.raises(ValueError, match="MOK_CUDA_DOWN_TMA"):
         passed(prep)
     monkeypatch.delenv("MOK_CUDA_DOWN_TMA")
+    # Ring mode with down_tma runs without the store warps and the signal warp: asking for them is an error.
+    with pytest.raises(ValueError, match="store_warps=True"):
+        passed(prep, dispatch="ring", down_tma=True, store_warps=True)
+    with pytest.raises(ValueError, match="signal_warp=True"):
+        passed(prep, dispatch="ring", down_tma=True, signal_warp=True)
+    assert passed(prep, dispatch="gather", down_tma=True, signal_warp=True)[1] is y_rows  # gather has neither
     # The inverse map, checked against the tables row by row.
     inverse = y_rows_table(s)
     for r in range(ranks):
@@ -283,6 +294,41 @@ def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):
     assert passed(top1, dispatch="gather")[0].numel() == 0  # auto asks, the fused layer cannot: the push
     with pytest.raises(ValueError, match="down_tma"):
         passed(top1, down_tma=True)
+
+
+def test_down_tma_auto_needs_y_close_to_the_slots_size():
+    """auto takes down_tma only where y (R * capacity rows) is at most DOWN_TMA_MAX_Y_RATIO times the slots
+    (R * T_local * K rows): anchor-2 at EP 1 (556,800 rows for 524,288 slots, its capacity on random routing) fits,
+    the worst-case capacity at EP 8 (8 times the slots) does not; the switch set to 1 ignores the size."""
+    from mok.cuda.backend import DOWN_TMA_MAX_Y_RATIO, down_tma_y_fits, resolve_down_tma
+    assert 1.0 < DOWN_TMA_MAX_Y_RATIO < 2.0
+    assert down_tma_y_fits(556_800, 1, 32_768, 16)
+    assert not down_tma_y_fits(556_800, 8, 32_768 // 8, 16)
+    assert resolve_down_tma(None, True, "gather", True) and not resolve_down_tma(None, True, "gather", False)
+    assert not resolve_down_tma(None, True, "ring", True)
+    assert resolve_down_tma(True, True, "ring", False)
+
+
+def test_down_tma_buffers_are_not_made_inside_a_graph_capture(monkeypatch):
+    """The first launch of a mode makes its buffers (y and y_rows, or the combine slots); inside a CUDA graph capture
+    that would record their fills into the graph and leave the slots' pointer table unwritten until a replay, so
+    it is refused with a clear error; once made, capturing is fine."""
+    from mok.cuda import backend
+    from mok.cuda.workspace import release_workspaces
+    release_workspaces()  # a cached workspace of these sizes would already hold the buffers
+    prep = small_launch(seed=12, tokens=128, hidden=128, inter=64, experts=4)
+    monkeypatch.setattr(backend, "_capturing", lambda: True)
+    ext = _RecordingExtension()
+    with pytest.raises(RuntimeError, match="run one eagerly"):
+        backend.launch(prep, extension=ext, dispatch="gather", down_tma=True)
+    with pytest.raises(RuntimeError, match="run one eagerly"):
+        backend.launch(prep, extension=ext, dispatch="ring", down_tma=False)
+    monkeypatch.setattr(backend, "_capturing", lambda: False)
+    backend.launch(prep, extension=ext, dispatch="gather", down_tma=True)
+    backend.launch(prep, extension=ext, dispatch="ring", down_tma=False)
+    monkeypatch.setattr(backend, "_capturing", lambda: True)
+    backend.launch(prep, extension=ext, dispatch="gather", down_tma=True)
+    backend.launch(prep, extension=ext, dispatch="ring", down_tma=False)
 
 
 def test_padding_half_tiles_counts_the_tiles_whose_second_half_is_padding():

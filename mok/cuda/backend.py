@@ -222,10 +222,24 @@ def down_tma_allowed(prep: "Sm90Launch") -> bool:
     return prep.local_rank < 0 and not prep.fuse_top1 and not prep.mxfp8
 
 
-def resolve_down_tma(down_tma: bool | None, allowed: bool, dispatch: str) -> bool:
+# auto takes down_tma only where y (R * capacity rows) is at most this much larger than the combine slots it replaces
+# (R * T_local * K rows). With the worst-case capacity (every token's rows on one rank: the default) y is R times the
+# slots at R emulated ranks (at anchor-2 with 8 ranks 36 GB instead of 4.3); at one rank only the padding rows are
+# extra: 6% at anchor-2, 8% at anchor-1 (round 19's review).
+DOWN_TMA_MAX_Y_RATIO = 1.25
+
+
+def down_tma_y_fits(capacity: int, ranks: int, tokens_per_rank: int, top_k: int) -> bool:
+    """Whether y (``[ranks * capacity, H]``) is at most :data:`DOWN_TMA_MAX_Y_RATIO` times the combine slots
+    (``[ranks, tokens_per_rank * top_k, H]``)."""
+    return ranks * capacity <= DOWN_TMA_MAX_Y_RATIO * ranks * tokens_per_rank * top_k
+
+
+def resolve_down_tma(down_tma: bool | None, allowed: bool, dispatch: str, y_fits: bool = True) -> bool:
     """Whether a launch in ``dispatch`` mode stores its down tiles by TMA: ``down_tma`` if given (``True`` where
     :func:`down_tma_allowed` says no is an error), else ``MOK_CUDA_DOWN_TMA``: ``auto`` (the default) in gather mode
-    where allowed, ``1`` wherever allowed, ``0`` never.
+    where allowed and ``y_fits`` (:func:`down_tma_y_fits`), ``1`` wherever allowed, ``0`` never. The launch then runs
+    without the signal warp and the store warps (ring mode: the kernel turns them off).
 
     down_tma: each consumer warpgroup stages its down rows and stores them with two TMA boxes per half into y, a
     buffer laid out like the schedule (:meth:`mok.cuda.workspace.Sm90Workspace.y_buffer`), instead of 16 KB of its
@@ -238,7 +252,7 @@ def resolve_down_tma(down_tma: bool | None, allowed: bool, dispatch: str) -> boo
         value = os.environ.get("MOK_CUDA_DOWN_TMA", "auto").strip().lower()
         if value not in ("auto", "0", "1"):
             raise ValueError(f"MOK_CUDA_DOWN_TMA must be 'auto', '0' or '1', got {value!r}")
-        return allowed and (value == "1" or (value == "auto" and dispatch == "gather"))
+        return allowed and (value == "1" or (value == "auto" and dispatch == "gather" and y_fits))
     if down_tma and not allowed:
         raise ValueError("down_tma=True needs emulated ranks, a top-k > 1 layer (combine tasks) and bf16")
     return bool(down_tma)
@@ -531,6 +545,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     # The default follows MOK_CUDA_EARLY_COMBINE, not whether the launch happens to carry an order.
     use_order = has_order and (default_early_combine() if early_combine is None else early_combine)
     down_span = resolve_down_span(down_span, dispatch, prep.w_gate.shape[2])
+    explicit_store_warps = store_warps is not None
     if store_warps is None:
         store_warps = default_store_warps() and down_span == 1
     elif store_warps and down_span > 1:
@@ -538,11 +553,22 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     s, ws = prep.schedule, prep.workspace
     overlap_steps = resolve_overlap_steps(overlap_steps, overlap_steps_allowed(
         ws.key.ring_rows, prep.minibatch_rows, ws.key.capacity, use_order))
-    if resolve_down_tma(down_tma, down_tma_allowed(prep), dispatch):
+    y_fits = down_tma_y_fits(ws.key.capacity, ws.key.num_ranks, prep.tokens_per_rank, prep.top_k)
+    if resolve_down_tma(down_tma, down_tma_allowed(prep), dispatch, y_fits):
+        if dispatch == "ring" and store_warps and explicit_store_warps:  # (gather mode has neither warp anyway)
+            raise ValueError("store_warps=True cannot run with down_tma (the rows leave by TMA: nothing to push)")
+        if dispatch == "ring" and signal_warp:
+            raise ValueError("signal_warp=True cannot run with down_tma (its warpgroups must meet between tasks)")
+        if _capturing() and (ws.y is None or ws.y_rows is None):
+            raise RuntimeError("the first launch with down_tma makes its buffers (y, y_rows): run one eagerly before "
+                               "capturing it in a CUDA graph")
         y, y_rows = ws.y_buffer(), ws.y_rows_buffer()  # the kernel writes y_rows (y_rows_table is its reference)
         combine_ptrs = prep.out_ptrs  # never dereferenced: the rows leave into y (no slots are made for them)
     else:
         y, y_rows = _NO_TENSOR, _NO_INT_TENSOR
+        if prep.combine_ptrs is None and ws.combine is None and _capturing():
+            raise RuntimeError("the first launch that pushes into the combine slots makes them: run one eagerly "
+                               "before capturing it in a CUDA graph")
         combine_ptrs = prep.combine_ptrs if prep.combine_ptrs is not None else ws.combine_slot_table()
     (extension or load_extension()).forward(
         s.src_rank, s.src_slot, s.tile_expert, s.segment_offsets,

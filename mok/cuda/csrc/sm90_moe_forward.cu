@@ -163,6 +163,7 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   if (down_tma && (one_rank || q.fuse_top1 || combine_blocks == 0))
     return fail(message, message_len, "down_tma is for emulated ranks with combine tasks (not one real rank's launch, "
                 "not the fused top-1 combine)");
+  if (down_tma && q.mxfp8) return fail(message, message_len, "down_tma is not tested with MXFP8 layers");
   if (down_tma && !aligned16(q.y)) return fail(message, message_len, "y must be 16-byte aligned (TMA)");
   // The combine's table of (row, weight) per (token, k) of a task lives in the staging (combine.cuh).
   if (down_tma && static_cast<long long>(Tiles::kCombineTokens) * q.top_k * 8 > Tiles::kBlockM * Tiles::kStagingPitch)
@@ -211,7 +212,10 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   // Only the pipelined variant in ring mode has an idle producer warp to signal with.
   p.mxfp8 = q.mxfp8 ? 1 : 0;
   p.x_row_bytes = x_row_bytes;
-  p.signal_warp = (q.signal_warp && q.variant == Sm90Variant::kPipelined && !q.gather_x) ? 1 : 0;
+  // Not with down_tma: the TMA store's staging layout (StagingLayout::kTmaBoxes) spreads each warpgroup's rows over
+  // both warpgroups' halves of the row layout, so the two warpgroups must meet between tasks, which the consumers'
+  // barrier does and the signal warp's hand-off does not (round 19's review: a race in ring mode).
+  p.signal_warp = (q.signal_warp && q.variant == Sm90Variant::kPipelined && !q.gather_x && !down_tma) ? 1 : 0;
   // The store warps are idle producer warps too, and hand-offs with the signal warp; the timing ablations skip
   // epilogue work the hand-off expects, so they run without them.
   // With down_tma the rows leave by TMA, so there is nothing for the store warps to push.

@@ -2,7 +2,9 @@
 // memory so that global stores are whole 16-byte chunks of rows (coalesced), not the 4-byte column pairs
 // the wgmma fragment layout gives each thread.
 //
-// Staging layouts (the same 32 KB; consumer warpgroup w owns rows 64w .. 64w+63 and synchronises only with itself):
+// Staging layouts (the same 32 KB; consumer warpgroup w owns rows 64w .. 64w+63 and synchronises only with itself,
+// but in kTmaBoxes the bytes of those rows lie in both warpgroups' 16 KB of kRows, so a launch that uses both layouts
+// (down_tma) needs the warpgroups to meet between tasks: the kernel turns the signal warp off for it):
 // * StagingLayout::kRows (every epilogue that stores rows itself): 128 rows (the tile) x 128 bf16 (256 bytes),
 //   16-byte chunk c of row r at chunk c ^ (r & 7).
 // * StagingLayout::kTmaBoxes (down_tma's TMA stores, combine.cuh): two halves of 64 columns, each 128 rows x 128

@@ -217,7 +217,7 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   const long long* x_ptrs;        // -> bf16  [T_local, H]      tokens (dispatch pulls from here); MXFP8:
                                   //    uint8 [T_local, x_row_bytes] packed rows
   const long long* weight_ptrs;   // -> fp32  [T_local * K]     router weights
-  const long long* combine_ptrs;  // -> bf16  [T_local * K, H]  combine slots (down epilogue pushes here)
+  const long long* combine_ptrs;  // -> bf16  [T_local * K, H]  combine slots (the down push; unused with down_tma)
   const long long* out_ptrs;      // -> bf16  [T_local, H]      layer output
 
   // down_tma (emulated ranks, top-k > 1; combine.cuh): the down tiles go out whole by TMA stores into y, a buffer
