@@ -224,8 +224,9 @@ def down_tma_allowed(prep: "Sm90Launch") -> bool:
 
 # auto takes down_tma only where y (R * capacity rows) is at most this much larger than the combine slots it replaces
 # (R * T_local * K rows). With the worst-case capacity (every token's rows on one rank: the default) y is R times the
-# slots at R emulated ranks (at anchor-2 with 8 ranks 36 GB instead of 4.3); at one rank only the padding rows are
-# extra: 6% at anchor-2, 8% at anchor-1 (round 19's review).
+# slots at R emulated ranks (at anchor-2 with 8 ranks about 36 GB instead of 4.3); at one rank only the padding rows
+# are extra: 6% at anchor-2, 8% at anchor-1 (round 19's review; computed from the schedule's capacity on random
+# routing, not measured on a GPU).
 DOWN_TMA_MAX_Y_RATIO = 1.25
 
 
