@@ -560,7 +560,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
             raise ValueError("store_warps=True cannot run with down_tma (the rows leave by TMA: nothing to push)")
         if dispatch == "ring" and signal_warp:
             raise ValueError("signal_warp=True cannot run with down_tma (its warpgroups must meet between tasks)")
-        if _capturing() and (ws.y is None or ws.y_rows is None):
+        if (ws.y is None or ws.y_rows is None) and _capturing():  # (the capture query only while buffers are missing)
             raise RuntimeError("the first launch with down_tma makes its buffers (y, y_rows): run one eagerly before "
                                "capturing it in a CUDA graph")
         y, y_rows = ws.y_buffer(), ws.y_rows_buffer()  # the kernel writes y_rows (y_rows_table is its reference)
