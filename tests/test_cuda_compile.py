@@ -501,15 +501,84 @@ int main() {
 """
 
 
-@needs_nvcc
-def test_wgmma_descriptor_matches_cute(tmp_path):
+def run_cute_host_program(source: str, directory, name: str) -> None:
+    """Builds ``source`` (mok headers and CuTe) into a host program and asserts that it exits with 0 (it prints what
+    differs); skips without the CUTLASS headers."""
     cutlass = build.cutlass_include_dirs()
     if not cutlass:
         pytest.skip("CUTLASS headers (nvidia-cutlass wheel) not installed")
-    exe = compile_host_program(DESC_SOURCE, tmp_path, "desc", "--expt-relaxed-constexpr",
-                               *[f"-I{d}" for d in cutlass])
+    exe = compile_host_program(source, directory, name, "--expt-relaxed-constexpr", *[f"-I{d}" for d in cutlass])
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+@needs_nvcc
+def test_wgmma_descriptor_matches_cute(tmp_path):
+    run_cute_host_program(DESC_SOURCE, tmp_path, "desc")
+
+
+# ------------------------------------------------------------------------------------------------------
+# The epilogue staging layouts: each warpgroup in its own bytes, and the TMA boxes in CuTe's 128B swizzle
+# ------------------------------------------------------------------------------------------------------
+
+STAGING_SOURCE = r"""
+#include <cstdio>
+#include <cstdint>
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include "mok/epilogue_staging.cuh"
+using namespace cute;
+using Tiles = mok::sm90::Sm90Tiles;
+using mok::sm90::StagingLayout;
+int main() {
+  int bad = 0;
+  static bool used[2][Tiles::kBlockM * Tiles::kStagingPitch / 16] = {};
+  for (int row = 0; row < Tiles::kBlockM; ++row)
+    for (int chunk = 0; chunk < 16; ++chunk) {
+      const uint32_t offsets[2] = {mok::sm90::staging_offset<Tiles, StagingLayout::kRows>(row, chunk),
+                                   mok::sm90::staging_offset<Tiles, StagingLayout::kTmaBoxes>(row, chunk)};
+      for (int l = 0; l < 2; ++l) {
+        // Warpgroup row / 64 owns its rows' bytes in both layouts: the warpgroups need not meet between tasks.
+        const uint32_t lo = (row / 64) * Tiles::kStagingWarpgroupBytes;
+        if (offsets[l] < lo || offsets[l] >= lo + Tiles::kStagingWarpgroupBytes || offsets[l] % 16 != 0 ||
+            used[l][offsets[l] / 16]) {
+          printf("layout %d: row %d chunk %d at %u (outside warpgroup %d's bytes, misaligned or taken twice)\n", l,
+                 row, chunk, offsets[l], row / 64);
+          bad = 1;
+        } else {
+          used[l][offsets[l] / 16] = true;
+        }
+      }
+    }
+  // A TMA box (64 rows x 64 bf16, 128B swizzle) at its base reads element (r, 8c) where CuTe's SW128 K-major layout
+  // puts it; the box base of warpgroup w, box b is what store_down_block_tma passes.
+  auto layout = tile_to_shape(GMMA::Layout_K_SW128_Atom<bfloat16_t>{}, Shape<_64, _64>{});
+  auto tile = make_tensor(make_smem_ptr(static_cast<bfloat16_t*>(nullptr)), layout);
+  for (int w = 0; w < 2; ++w)
+    for (int b = 0; b < 2; ++b)
+      for (int r = 0; r < 64; ++r)
+        for (int c = 0; c < 8; ++c) {
+          const uintptr_t cute_offset = reinterpret_cast<uintptr_t>(raw_pointer_cast(&tile(r, 8 * c)));
+          const uint32_t mine = mok::sm90::staging_offset<Tiles, StagingLayout::kTmaBoxes>(64 * w + r, 8 * b + c) -
+                                (w * Tiles::kStagingWarpgroupBytes + b * Tiles::kStagingBoxBytes);
+          if (mine != cute_offset) {
+            printf("box (w %d, b %d) row %d chunk %d: %u, CuTe %llu\n", w, b, r, c, mine,
+                   (unsigned long long)cute_offset);
+            bad = 1;
+          }
+        }
+  return bad;
+}
+"""
+
+
+@needs_nvcc
+def test_staging_layouts_keep_each_warpgroup_in_its_bytes_and_match_cute(tmp_path):
+    """Round 19's review: the first TMA box layout put warpgroup 0's rows into warpgroup 1's bytes of the row layout,
+    a race where the warpgroups run tasks apart (the signal warp). Both layouts must keep each warpgroup's rows in
+    its own 16 KB, use each 16-byte chunk once, and the TMA boxes must be what a 128B-swizzled box reads (CuTe's
+    SW128 K-major layout of a 64 x 64 bf16 tile at the box base)."""
+    run_cute_host_program(STAGING_SOURCE, tmp_path, "staging")
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -550,6 +550,23 @@ def test_down_tma_writes_the_inverse_map(dispatch):
             assert torch.equal(prep.workspace.y_rows, y_rows_table(prep.schedule)), f"ep={ep_size} span={span}"
 
 
+def test_down_tma_reports_a_slot_that_no_row_holds():
+    """Two schedule rows naming one slot leave another (token, k) without a row while every push count still adds up,
+    so the weighted sum runs (the bad-row test below stops before it). With down_tma it checks each inverse-map entry
+    against the schedule tables, and reports the inconsistent schedule even though the lost entry still holds the row
+    an earlier, valid launch wrote there (in range, so a range check alone would read it)."""
+    from mok.cuda.backend import Sm90KernelError, check_error, launch, prepare
+    problem = make_inputs(256, 256, 128, 8, 2, seed=43)
+    prep = prepare(*problem)
+    launch(prep, variant="pipelined", dispatch="gather", down_tma=True)  # a valid launch fills the inverse map
+    check_error(prep)
+    rows = (prep.schedule.src_rank[0] >= 0).nonzero().flatten()[:2].tolist()
+    prep.schedule.src_slot[0, rows[1]] = prep.schedule.src_slot[0, rows[0]]  # rows[1]'s slot is now nobody's
+    launch(prep, variant="pipelined", dispatch="gather", down_tma=True, timeout_s=5.0)
+    with pytest.raises(Sm90KernelError, match="schedule"):
+        check_error(prep)
+
+
 @pytest.mark.parametrize("down_tma", [False, True])
 def test_gather_dispatch_reports_a_bad_schedule_row(down_tma):
     """A row that names no slot is reported, not read or written out of bounds: by the gather, the push and, with

@@ -256,12 +256,10 @@ def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):
     with pytest.raises(ValueError, match="MOK_CUDA_DOWN_TMA"):
         passed(prep)
     monkeypatch.delenv("MOK_CUDA_DOWN_TMA")
-    # Ring mode with down_tma runs without the store warps and the signal warp: asking for them is an error.
+    # Ring mode with down_tma runs without the store warps: asking for them is an error.
     with pytest.raises(ValueError, match="store_warps=True"):
         passed(prep, dispatch="ring", down_tma=True, store_warps=True)
-    with pytest.raises(ValueError, match="signal_warp=True"):
-        passed(prep, dispatch="ring", down_tma=True, signal_warp=True)
-    assert passed(prep, dispatch="gather", down_tma=True, signal_warp=True)[1] is y_rows  # gather has neither
+    assert passed(prep, dispatch="ring", down_tma=True, signal_warp=True)[1] is y_rows
     # The inverse map, checked against the tables row by row.
     inverse = y_rows_table(s)
     for r in range(ranks):

@@ -240,7 +240,7 @@ def resolve_down_tma(down_tma: bool | None, allowed: bool, dispatch: str, y_fits
     """Whether a launch in ``dispatch`` mode stores its down tiles by TMA: ``down_tma`` if given (``True`` where
     :func:`down_tma_allowed` says no is an error), else ``MOK_CUDA_DOWN_TMA``: ``auto`` (the default) in gather mode
     where allowed and ``y_fits`` (:func:`down_tma_y_fits`), ``1`` wherever allowed, ``0`` never. The launch then runs
-    without the signal warp and the store warps (ring mode: the kernel turns them off).
+    without the store warps (ring mode: the kernel turns them off).
 
     down_tma: each consumer warpgroup stages its down rows and stores them with two TMA boxes per half into y, a
     buffer laid out like the schedule (:meth:`mok.cuda.workspace.Sm90Workspace.y_buffer`), instead of 16 KB of its
@@ -558,8 +558,6 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     if resolve_down_tma(down_tma, down_tma_allowed(prep), dispatch, y_fits):
         if dispatch == "ring" and store_warps and explicit_store_warps:  # (gather mode has neither warp anyway)
             raise ValueError("store_warps=True cannot run with down_tma (the rows leave by TMA: nothing to push)")
-        if dispatch == "ring" and signal_warp:
-            raise ValueError("signal_warp=True cannot run with down_tma (its warpgroups must meet between tasks)")
         if (ws.y is None or ws.y_rows is None) and _capturing():  # (the capture query only while buffers are missing)
             raise RuntimeError("the first launch with down_tma makes its buffers (y, y_rows): run one eagerly before "
                                "capturing it in a CUDA graph")

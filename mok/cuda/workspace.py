@@ -147,8 +147,8 @@ class Sm90Workspace:
     def y_rows_buffer(self) -> torch.Tensor:
         """int32 ``[R, T_local * K]``: down_tma's inverse map, which its down tasks write in every launch (row of y
         holding each source rank's (token, k); mok.cuda.backend.y_rows_table computes the same in PyTorch), made with
-        -1 on first use. The weighted sum reports an entry outside y instead of reading it; an entry that an
-        inconsistent schedule left at an earlier launch's row is not detected (a schedule built by mok has none)."""
+        -1 on first use. The weighted sum checks each entry against the schedule tables and reports one that does not
+        hold its (token, k) (outside y, or left at an earlier launch's row by an inconsistent schedule)."""
         if self.y_rows is None:
             key = self.key
             self.y_rows = torch.full((key.num_ranks, key.tokens_per_rank * key.top_k), -1, dtype=torch.int32,

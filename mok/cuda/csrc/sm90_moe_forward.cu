@@ -212,10 +212,9 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   // Only the pipelined variant in ring mode has an idle producer warp to signal with.
   p.mxfp8 = q.mxfp8 ? 1 : 0;
   p.x_row_bytes = x_row_bytes;
-  // Not with down_tma: the TMA store's staging layout (StagingLayout::kTmaBoxes) spreads each warpgroup's rows over
-  // both warpgroups' halves of the row layout, so the two warpgroups must meet between tasks, which the consumers'
-  // barrier does and the signal warp's hand-off does not (round 19's review: a race in ring mode).
-  p.signal_warp = (q.signal_warp && q.variant == Sm90Variant::kPipelined && !q.gather_x && !down_tma) ? 1 : 0;
+  // (With down_tma too: each warpgroup's rows stay in its own 16 KB of the staging in both layouts, so the two
+  // warpgroups need not meet between tasks; round 19's first box layout needed them to.)
+  p.signal_warp = (q.signal_warp && q.variant == Sm90Variant::kPipelined && !q.gather_x) ? 1 : 0;
   // The store warps are idle producer warps too, and hand-offs with the signal warp; the timing ablations skip
   // epilogue work the hand-off expects, so they run without them.
   // With down_tma the rows leave by TMA, so there is nothing for the store warps to push.

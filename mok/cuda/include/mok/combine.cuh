@@ -274,7 +274,8 @@ __device__ __forceinline__ void store_down_block_tma(const Sm90MoeParams& p, con
       for (int box = 0; box < 2; ++box) {  // the half's two 64-column boxes (a box past H is not issued)
         const int col = t.nblock * Tiles::kBlockN + half * Tiles::kHalfN + box * 64;
         if (col < p.hidden) {
-          tma_store_2d(&p.tmap_y, s.staging + box * Tiles::kStagingHalfBytes + 64 * consumer_wg * 128, col, row);
+          tma_store_2d(&p.tmap_y, s.staging + consumer_wg * Tiles::kStagingWarpgroupBytes + box * Tiles::kStagingBoxBytes,
+                       col, row);
         }
       }
       bulk_commit_group();
@@ -433,7 +434,11 @@ __device__ __forceinline__ void combine_rows_from_y(const Sm90MoeParams& p, Shar
     const int k = i - local * top_k;
     const long long slot = static_cast<long long>(token) * top_k + k;
     int row = __ldcg(p.y_rows + source_slots + slot);  // written in this launch (write_inverse_map_entry): not __ldg
-    if (row < 0 || row >= static_cast<long long>(p.num_ranks) * p.capacity) {  // no schedule row holds (token, k): inconsistent tables
+    // The row must hold this (token, k) in the schedule tables: an inconsistent schedule can leave an entry out of
+    // range (never written) or at an earlier launch's row (two table rows naming one slot, so another has none).
+    const bool holds = row >= 0 && row < static_cast<long long>(p.num_ranks) * p.capacity &&
+                       __ldg(p.src_rank + row) == source && __ldg(p.src_slot + row) == slot;
+    if (!holds) {
       record_error(p, kErrBadSchedule, kCtrNone, source, token, k, row, t.ticket);
       row = 0;  // a row of y, so the sum reads nothing outside it (the launch has failed anyway)
     }

@@ -2,15 +2,15 @@
 // memory so that global stores are whole 16-byte chunks of rows (coalesced), not the 4-byte column pairs
 // the wgmma fragment layout gives each thread.
 //
-// Staging layouts (the same 32 KB; consumer warpgroup w owns rows 64w .. 64w+63 and synchronises only with itself,
-// but in kTmaBoxes the bytes of those rows lie in both warpgroups' 16 KB of kRows, so a launch that uses both layouts
-// (down_tma) needs the warpgroups to meet between tasks: the kernel turns the signal warp off for it):
+// Staging layouts (the same 32 KB; consumer warpgroup w owns rows 64w .. 64w+63, which lie in bytes [16 KB * w,
+// 16 KB * (w + 1)) in both layouts, and synchronises only with itself):
 // * StagingLayout::kRows (every epilogue that stores rows itself): 128 rows (the tile) x 128 bf16 (256 bytes),
 //   16-byte chunk c of row r at chunk c ^ (r & 7).
-// * StagingLayout::kTmaBoxes (down_tma's TMA stores, combine.cuh): two halves of 64 columns, each 128 rows x 128
-//   bytes in the 128-byte swizzle (what a TMA box of 64 bf16 columns reads): chunk c of row r in half c / 8, row r,
-//   at chunk (c % 8) ^ (r & 7). Round 19 measured it 2.4% slower than kRows at anchor-2 for the push, whose row
-//   reads it serves as well, so only the TMA stores use it.
+// * StagingLayout::kTmaBoxes (down_tma's TMA stores, combine.cuh): each warpgroup's 16 KB as two boxes of 64 rows x
+//   64 columns, each 64 rows x 128 bytes in the 128-byte swizzle (what a TMA box of 64 bf16 columns reads): chunk c
+//   of row r in warpgroup r / 64's box c / 8, row r % 64, at chunk (c % 8) ^ (r & 7). Round 19 measured an earlier
+//   box layout (halves across both warpgroups) 2.4% slower than kRows at anchor-2 for the push, whose row reads it
+//   serves as well, so only the TMA stores use it.
 // The fragments go in with stmatrix (four 8 x 8 blocks per warp instruction, each block's 8 rows in 8 different
 // bank groups in either layout), and row reads (8 consecutive chunks of one row per quarter warp) are
 // conflict-free too.
@@ -27,9 +27,10 @@ namespace mok::sm90 {
 enum class StagingLayout { kRows, kTmaBoxes };
 
 template <class Tiles, StagingLayout kLayout = StagingLayout::kRows>
-__device__ __forceinline__ uint32_t staging_offset(int row, int chunk) {
+__host__ __device__ __forceinline__ uint32_t staging_offset(int row, int chunk) {  // (host: the layout tests)
   if constexpr (kLayout == StagingLayout::kTmaBoxes) {
-    return static_cast<uint32_t>((chunk >> 3) * Tiles::kStagingHalfBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+    return static_cast<uint32_t>((row >> 6) * Tiles::kStagingWarpgroupBytes + (chunk >> 3) * Tiles::kStagingBoxBytes +
+                                 (row & 63) * 128 + (((chunk & 7) ^ (row & 7)) << 4));
   } else {
     return static_cast<uint32_t>(row * Tiles::kStagingPitch + ((chunk ^ (row & 7)) << 4));
   }

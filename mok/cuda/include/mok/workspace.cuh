@@ -40,7 +40,8 @@ struct Sm90Tiles {
   static constexpr int kProducerThreads = 128;                       // the producer warpgroup
   static constexpr int kGatherRowsPerPass = kProducerThreads / 8;    // gather: 8 lanes per 128-byte row
   static constexpr int kStagingPitch = kHalfN * 2;                // epilogue staging row: 128 bf16
-  static constexpr int kStagingHalfBytes = kBlockM * 128;          // one 64-column half of the staging (16 KB)
+  static constexpr int kStagingWarpgroupBytes = kBlockM / 2 * kStagingPitch;  // one consumer warpgroup's 64 rows (16 KB)
+  static constexpr int kStagingBoxBytes = kBlockM / 2 * 128;       // 64 rows x 64 bf16: one TMA box (8 KB)
 
   static_assert(kBlockK * 2 == 128, "a K block must be exactly one 128-byte swizzle row");
   static_assert(kBlockM % kGatherRowsPerPass == 0, "gather: the producer warpgroup covers the tile in passes");
