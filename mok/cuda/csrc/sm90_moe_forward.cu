@@ -255,6 +255,8 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   const uint64_t I = static_cast<uint64_t>(q.intermediate);
   if (!encode_bf16_2d(&p.tmap_ring_x, q.ring_x, ring_total, H, Tiles::kBlockM, message, message_len, "ring x") ||
       !encode_bf16_2d(&p.tmap_ring_h, q.ring_h, ring_total, I, Tiles::kBlockM, message, message_len, "ring h") ||
+      // h: one consumer warpgroup's 64 rows of a 64-column box per store (swiglu_epilogue.cuh, store_h_tma).
+      !encode_bf16_2d(&p.tmap_h_store, q.ring_h, ring_total, I, 64, message, message_len, "ring h (stores)") ||
       !encode_bf16_2d(&p.tmap_w_gate, q.w_gate, E * I, H, Tiles::kHalfN, message, message_len, "w_gate") ||
       !encode_bf16_2d(&p.tmap_w_up, q.w_up, E * I, H, Tiles::kHalfN, message, message_len, "w_up") ||
       !encode_bf16_2d(&p.tmap_w_down, q.w_down, E * H, I, Tiles::kBlockN, message, message_len, "w_down")) {

@@ -250,7 +250,7 @@ __device__ __forceinline__ void push_half(const Sm90MoeParams& p, const Task& t,
 // schedule rows, by TMA: per half, the rows are staged (StagingLayout::kTmaBoxes, what the y map reads), made
 // visible to the async proxy, and thread 0 of the warpgroup stores the half's two 64-column boxes. The consumers
 // issue two stores per half instead of 16 KB of their own. Before the staging is written again, thread 0 waits
-// until its earlier stores have been read out of it (not until they are written: finish_down_tma does that once
+// until its earlier stores have been read out of it (not until they are written: finish_tma_stores does that once
 // per task): for the first half before the second is staged, for the second only when the task's next block is
 // staged, so that half drains during the next block's mainloop. Same bits: y = bf16(acc) as in the push; the
 // weighted sum reads them through p.y_rows.
@@ -281,18 +281,6 @@ __device__ __forceinline__ void store_down_block_tma(const Sm90MoeParams& p, con
       bulk_commit_group();
     }
   }
-}
-
-// down_tma, at the end of a down task: the stores of every block are written (and so read out of the staging,
-// which the next task's epilogue may use), and ordered before the generic release that signals the task (the
-// combine reads y with generic loads on other SMs). Thread 0 of each warpgroup, which issued them, before the
-// task's barrier or its warp's arrival; the warpgroup's other threads meet it there before they touch the staging.
-__device__ __forceinline__ void finish_down_tma(int consumer_wg) {
-  if ((threadIdx.x & 127) == 0) {
-    bulk_wait_group_all();
-    fence_proxy_async_global();
-  }
-  named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);  // the staging is free for the next task's epilogue
 }
 
 // One consumer warpgroup: its 64 rows x 256 output columns (column block t.nblock) -> the source ranks' combine

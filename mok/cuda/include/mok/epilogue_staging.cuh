@@ -6,7 +6,8 @@
 // 16 KB * (w + 1)) in both layouts, and synchronises only with itself):
 // * StagingLayout::kRows (every epilogue that stores rows itself): 128 rows (the tile) x 128 bf16 (256 bytes),
 //   16-byte chunk c of row r at chunk c ^ (r & 7).
-// * StagingLayout::kTmaBoxes (down_tma's TMA stores, combine.cuh): each warpgroup's 16 KB as two boxes of 64 rows x
+// * StagingLayout::kTmaBoxes (the TMA stores: h in the bf16 gate/up epilogue, swiglu_epilogue.cuh; down_tma's y,
+//   combine.cuh): each warpgroup's 16 KB as two boxes of 64 rows x
 //   64 columns, each 64 rows x 128 bytes in the 128-byte swizzle (what a TMA box of 64 bf16 columns reads): chunk c
 //   of row r in warpgroup r / 64's box c / 8, row r % 64, at chunk (c % 8) ^ (r & 7). Round 19 measured an earlier
 //   box layout (halves across both warpgroups) 2.4% slower than kRows at anchor-2 for the push, whose row reads it
@@ -20,6 +21,7 @@
 #include <cstdint>
 
 #include "sync.cuh"
+#include "tma.cuh"
 #include "workspace.cuh"
 
 namespace mok::sm90 {
@@ -94,6 +96,19 @@ __device__ __forceinline__ uint4 load_staged_chunk(const uint8_t* staging, int r
 
 __device__ __forceinline__ NamedBarrier consumer_wg_barrier(int consumer_wg) {
   return consumer_wg == 0 ? NamedBarrier::kConsumerWG0 : NamedBarrier::kConsumerWG1;
+}
+
+// After an epilogue's TMA stores (the gate/up task's h, a down task's y blocks): they are written (and so read out
+// of the staging, which the warpgroup's next epilogue may use), and ordered before the generic release that signals
+// the task (its readers are other SMs: TMA loads of h, generic loads of y). Thread 0 of the warpgroup, which issued
+// them, before the task's barrier or its warp's arrival; the warpgroup's other threads meet it there before they
+// touch the staging.
+__device__ __forceinline__ void finish_tma_stores(int consumer_wg) {
+  if ((threadIdx.x & 127) == 0) {
+    bulk_wait_group_all();
+    fence_proxy_async_global();
+  }
+  named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);  // the staging is free for the next task's epilogue
 }
 
 }  // namespace mok::sm90

@@ -253,7 +253,7 @@ __device__ __forceinline__ void run_down_task(const Sm90MoeParams& p, SharedStor
     share_destinations<Tiles>(p, t, consumer_wg, mine, dst_row, w_row);
     push_down_block<Tiles>(p, block, s, acc, consumer_wg, dst_row, w_row);
   }
-  if (p.down_tma) finish_down_tma(consumer_wg);
+  if (p.down_tma) finish_tma_stores(consumer_wg);
 }
 
 template <class Tiles, bool kOverlap>
@@ -499,6 +499,7 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
     tma_prefetch_descriptor(&p.tmap_w_gate);
     tma_prefetch_descriptor(&p.tmap_w_up);
     tma_prefetch_descriptor(&p.tmap_w_down);
+    tma_prefetch_descriptor(&p.tmap_h_store);
   }
   for (int r = threadIdx.x; r < Tiles::kMaxRanks; r += blockDim.x) {
     for (int q = 0; q < Tiles::kTaskQueue; ++q) s.push_count[q][r] = 0;

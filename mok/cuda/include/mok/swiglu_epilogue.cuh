@@ -16,6 +16,7 @@
 #include "mxfp8.cuh"
 #include "scheduler.cuh"
 #include "sync.cuh"
+#include "tma.cuh"
 #include "workspace.cuh"
 
 namespace mok::sm90 {
@@ -94,6 +95,30 @@ __device__ __forceinline__ void stage_h_mx_rounded(SharedStorage<Tiles>& s, cons
   }
 }
 
+// The warpgroup's 64 h rows x 128 columns, staged as two TMA boxes (StagingLayout::kTmaBoxes), into ring h rows
+// [row0, row0 + 64) by two TMA stores from its thread 0 (a box at or past I is not issued: I is a multiple of 64).
+// The consumers issue two stores instead of 16 KB of their own (round 20). finish_tma_stores then waits for them:
+// the down tasks that read h (TMA loads, other SMs) are released by this task's signal.
+template <class Tiles>
+__device__ __forceinline__ void store_h_tma(const Sm90MoeParams& p, SharedStorage<Tiles>& s, int consumer_wg,
+                                            long long row0, int col0) {
+  fence_proxy_async_shared();  // this thread's staged pairs, visible to the TMA (async proxy) that reads them
+  named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
+  if ((threadIdx.x & 127) == 0 && !(p.ablate & kAblateStores)) {
+#pragma unroll
+    for (int box = 0; box < 2; ++box) {
+      const int col = col0 + 64 * box;
+      if (col < p.intermediate) {
+        tma_store_2d(&p.tmap_h_store,
+                     s.staging + consumer_wg * Tiles::kStagingWarpgroupBytes + box * Tiles::kStagingBoxBytes, col,
+                     static_cast<int>(row0));
+      }
+    }
+    bulk_commit_group();
+  }
+  finish_tma_stores(consumer_wg);
+}
+
 // One consumer warpgroup: its 64 rows x 128 h columns of the tile -> ring h rows. When training
 // (p.saved_gate_up), first its gate and then its up values, rounded to bf16, -> the saved rows (row = the
 // schedule row; gate at column c, up at I + c), which the Triton backward reads instead of running the gate/up
@@ -118,18 +143,20 @@ __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const S
       store_staged_rows<Tiles>(s, consumer_wg, saved, row0, row_chunks, part * p.intermediate + col0, valid_cols);
     }
   }
-  // SwiGLU in registers, bf16 pairs into the staging tile, rows out to the ring.
-  if (p.mxfp8) {
-    stage_h_mx_rounded<Tiles>(s, acc, consumer_wg);
-  } else {  // gate column g is acc[g], its up column acc[64 + g]
-    stage_fragment_pairs<Tiles>(s.staging, consumer_wg, [&](int g) {
-      return pack_bf16_pair(swiglu(acc[g], acc[64 + g]), swiglu(acc[g + 1], acc[64 + g + 1]));
-    });
-  }
+  // SwiGLU in registers, bf16 pairs into the staging tile, rows out to the ring: by TMA (bf16), or by the
+  // consumers' own row stores (MXFP8, whose rounding stages the rows in the row layout).
   const long long ring_row0 =
       static_cast<long long>(own_slot(p, t.rank)) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
-  store_staged_rows<Tiles>(s, consumer_wg, reinterpret_cast<uint4*>(p.ring_h), ring_row0, p.intermediate / 8, col0,
-                           valid_cols);
+  if (p.mxfp8) {
+    stage_h_mx_rounded<Tiles>(s, acc, consumer_wg);
+    store_staged_rows<Tiles>(s, consumer_wg, reinterpret_cast<uint4*>(p.ring_h), ring_row0, p.intermediate / 8, col0,
+                             valid_cols);
+  } else {  // gate column g is acc[g], its up column acc[64 + g]
+    stage_fragment_pairs<Tiles, StagingLayout::kTmaBoxes>(s.staging, consumer_wg, [&](int g) {
+      return pack_bf16_pair(swiglu(acc[g], acc[64 + g]), swiglu(acc[g + 1], acc[64 + g + 1]));
+    });
+    store_h_tma<Tiles>(p, s, consumer_wg, ring_row0 + 64 * consumer_wg, col0);
+  }
 }
 
 }  // namespace mok::sm90

@@ -163,6 +163,7 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   CUtensorMap tmap_w_up;    // w_up    [E*I, H],          box {64, 128}: gate/up B rows 128..255
   CUtensorMap tmap_w_down;  // w_down  [E*H, I],          box {64, 256}: down B
   CUtensorMap tmap_y;       // y       [R*capacity, H],   box {64, 64}:  down output stores (down_tma only)
+  CUtensorMap tmap_h_store; // ring h  [R'*ring_rows, I], box {64, 64}:  gate/up h stores (bf16)
 
   // Problem sizes.
   int num_ranks;             // R emulated (or real) expert-parallel ranks in this launch
