@@ -391,6 +391,9 @@ __device__ __forceinline__ void combine_rows(const Sm90MoeParams& p, const Task&
 // barrier before it ends), so that the k loop's row lookups are shared-memory loads rather than a global load that
 // each row load would wait for. Reading p.y_rows in the loop cost 13% of the combine at anchor-2 (round 19), where
 // two items per thread were all that fitted without spills.
+// NOTE: a near-copy of combine_rows on purpose. One loop for both sums, with the row lookup passed in as a function
+// (branch down-tma-wg-local, ac84e8f), made the whole kernel 1.11x slower at anchors 1-2 with down_tma and 1.04-1.06x
+// with the push (round 20, call 3), with the same bits.
 struct CombineRow {
   int row;       // y row of (token, k)
   float weight;  // its router weight

@@ -1,0 +1,3 @@
+# Round 20, call 8 (main 471999c; run inline while the machine was still warm): call 7's bench stopped at its
+# deadline after the kimi slice, so the other three EP-64 slices, torch and cuda, interleaved.
+export MOK_GIT_COMMIT=471999c; K=$OUT/k; mkdir -p $K; MOK_STAGES=bench MOK_BENCH_SHAPES=glm-5.2/ep64,qwen3.5-397b/ep64,deepseek-v4-pro/ep64 MOK_BENCH_ARGS="--backends torch,cuda --passes fwd --interleave" MOK_DEADLINE_S=150 bash experiments/gpu_run.sh > $K/bench_slices.log 2>&1; grep -E 'fwd|geomean' $K/bench_slices.log | tail -12; [ -f $OUT/gpu_results.tgz ] && mv $OUT/gpu_results.tgz $K/bench_slices.tgz; cd $OUT && tar czf /tmp/call.tgz . && rm -rf $OUT/* && mv /tmp/call.tgz $OUT/call.tgz

@@ -1,0 +1,2 @@
+# Round 20, call 9 (main 471999c; inline, the machine still warm): the anchor-2 task timeline at HEAD.
+export PYTHONPATH=$PWD TORCH_EXTENSIONS_DIR=$PWD/build/mok-cache/torch_extensions TRITON_CACHE_DIR=$PWD/build/mok-cache/triton MOK_GIT_COMMIT=471999c; K=$OUT/k; mkdir -p $K; timeout 90 python3 experiments/task_timeline.py anchor-2 > $K/timeline.log 2>&1; echo tl rc=$?; mv $OUT/results $K/timeline 2>/dev/null; cat $K/timeline.log | head -12; cd $OUT && tar czf /tmp/call.tgz . && rm -rf $OUT/* && mv /tmp/call.tgz $OUT/call.tgz
