@@ -209,11 +209,11 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.gather_x = q.gather_x ? 1 : 0;
   p.gather_prefetch = q.gather_prefetch;
   p.gather_row_prefetch = q.gather_row_prefetch ? 1 : 0;
-  // Only the pipelined variant in ring mode has an idle producer warp to signal with.
   p.mxfp8 = q.mxfp8 ? 1 : 0;
   p.x_row_bytes = x_row_bytes;
-  // (With down_tma too: each warpgroup's rows stay in its own 16 KB of the staging in both layouts, so the two
-  // warpgroups need not meet between tasks; round 19's first box layout needed them to.)
+  // Only the pipelined variant in ring mode has an idle producer warp to signal with. With down_tma too: each
+  // warpgroup's rows stay in its own 16 KB of the staging in both layouts, so the two warpgroups need not meet between
+  // tasks (round 19's first box layout needed them to).
   p.signal_warp = (q.signal_warp && q.variant == Sm90Variant::kPipelined && !q.gather_x) ? 1 : 0;
   // The store warps are idle producer warps too, and hand-offs with the signal warp; the timing ablations skip
   // epilogue work the hand-off expects, so they run without them.

@@ -387,8 +387,9 @@ __device__ __forceinline__ void combine_rows(const Sm90MoeParams& p, const Task&
 
 // down_tma: the same weighted sum, each (token, k) row read from y at row p.y_rows[source][token * K + k]. Those
 // rows and the router weights of the task's tokens are first copied into a table in the staging shared memory
-// (free during a combine task: down_tma runs without store warps, and every GEMM epilogue has met its warpgroup's
-// barrier before it ends), so that the k loop's row lookups are shared-memory loads rather than a global load that
+// (free during a combine task: down_tma runs without store warps, every GEMM epilogue's TMA stores were waited for
+// before its warpgroup's barrier (finish_tma_stores), and the kConsumers barrier below holds both warpgroups, which
+// with the signal warp need not be in step otherwise), so that the k loop's row lookups are shared-memory loads rather than a global load that
 // each row load would wait for. Reading p.y_rows in the loop cost 13% of the combine at anchor-2 (round 19), where
 // two items per thread were all that fitted without spills.
 // NOTE: a near-copy of combine_rows on purpose. One loop for both sums, with the row lookup passed in as a function

@@ -106,6 +106,8 @@ __device__ __forceinline__ NamedBarrier consumer_wg_barrier(int consumer_wg) {
 __device__ __forceinline__ void finish_tma_stores(int consumer_wg) {
   if ((threadIdx.x & 127) == 0) {
     bulk_wait_group_all();
+    // (The PTX ISA puts an implicit generic-async proxy fence after a bulk copy's completion: this one is explicit,
+    // belt and braces, not a second fence anyone needs to add elsewhere.)
     fence_proxy_async_global();
   }
   named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);  // the staging is free for the next task's epilogue

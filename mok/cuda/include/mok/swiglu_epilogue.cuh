@@ -122,8 +122,9 @@ __device__ __forceinline__ void store_h_tma(const Sm90MoeParams& p, SharedStorag
 // One consumer warpgroup: its 64 rows x 128 h columns of the tile -> ring h rows. When training
 // (p.saved_gate_up), first its gate and then its up values, rounded to bf16, -> the saved rows (row = the
 // schedule row; gate at column c, up at I + c), which the Triton backward reads instead of running the gate/up
-// GEMM again. All three go through the staging tile so that every global store is 16 contiguous bytes per lane
-// (stores of the 4-byte fragment pairs straight from registers would be 8 times as many L2 writes).
+// GEMM again. All three go through the staging tile: the saved rows (and MXFP8's h) so that every global store is 16
+// contiguous bytes per lane (stores of the 4-byte fragment pairs straight from registers would be 8 times as many L2
+// writes), bf16 h so that two TMA boxes per warpgroup can carry it (store_h_tma).
 template <class Tiles>
 __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
                                                  SharedStorage<Tiles>& s, const float (&acc)[128], int consumer_wg) {

@@ -10,6 +10,9 @@
 //    fence, and a release is cumulative, so the gpu-scope fence is needed once, not in every writer (CUTLASS's
 //    GenericBarrier does the same). Measured on the H200: a fence in every writer cost 0.2-3% of the kernel
 //    (round 7); a red.release per counter adds a MEMBAR each (round 8: within noise).
+//  * Rows written by TMA stores (bf16 h, down_tma's y) are published the same way, except that the thread that
+//    issued the stores first waits for them (cp.async.bulk.wait_group 0, finish_tma_stores) before the CTA-scope
+//    synchronisation: a bulk group is complete, and its writes visible, only to the thread that waits for it.
 //  * A dependency is consumed by: one thread `ld.acquire.gpu` until the count is reached, then
 //    fence.proxy.async.global (its TMA loads come next), then a CTA barrier or an mbarrier hand-off
 //    (release/acquire at CTA scope) to the threads that read the data.

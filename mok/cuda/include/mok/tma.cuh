@@ -1,4 +1,5 @@
-// TMA (cp.async.bulk.tensor) loads into shared memory, completing on an mbarrier.
+// TMA (cp.async.bulk.tensor): 2-D loads into shared memory, completing on an mbarrier, and 2-D stores from shared
+// memory in bulk groups, with their waits.
 //
 // The tensor maps are encoded on the host (csrc/sm90_moe_forward.cu) with 128-byte swizzle and a box whose
 // inner side is 64 bf16 (128 bytes), so a box of R rows lands as R/8 swizzle atoms of 1024 bytes: exactly

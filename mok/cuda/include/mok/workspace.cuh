@@ -42,6 +42,11 @@ struct Sm90Tiles {
   static constexpr int kStagingPitch = kHalfN * 2;                // epilogue staging row: 128 bf16
   static constexpr int kStagingWarpgroupBytes = kBlockM / 2 * kStagingPitch;  // one consumer warpgroup's 64 rows (16 KB)
   static constexpr int kStagingBoxBytes = kBlockM / 2 * 128;       // 64 rows x 64 bf16: one TMA box (8 KB)
+  // staging_offset<kTmaBoxes> (epilogue_staging.cuh) computes with these shifts and masks: 64 rows per warpgroup,
+  // two boxes of 8 chunks per 128-column row, the warpgroups' bytes filling the staging.
+  static_assert(kBlockM / 2 == 64 && kHalfN == 128 && kStagingWarpgroupBytes == 2 * kStagingBoxBytes &&
+                    kBlockM * kStagingPitch == kNumConsumerWG * kStagingWarpgroupBytes,
+                "the staging layouts' constants");
 
   static_assert(kBlockK * 2 == 128, "a K block must be exactly one 128-byte swizzle row");
   static_assert(kBlockM % kGatherRowsPerPass == 0, "gather: the producer warpgroup covers the tile in passes");
@@ -288,9 +293,10 @@ template <class Tiles>
 struct alignas(1024) SharedStorage {
   uint8_t a[Tiles::kStages][Tiles::kStageBytesA];  // A tiles: 128 rows x 64 K, swizzled by TMA
   uint8_t b[Tiles::kStages][Tiles::kStageBytesB];  // B tiles: 256 rows x 64 K, swizzled by TMA
-  // Epilogue staging: 128 rows x 128 bf16 in two 64-column halves, 16-byte chunks XOR-swizzled by (row & 7) so
-  // that the fragment writes and the row reads are free of bank conflicts and a TMA box can read a half
-  // (epilogue_staging.cuh). Consumer warpgroup w owns rows 64w..+63.
+  // Epilogue staging: 128 rows x 128 bf16; consumer warpgroup w owns rows 64w..+63, in bytes [16 KB w, 16 KB (w + 1)),
+  // laid out as rows (StagingLayout::kRows) or as two 8 KB TMA boxes of 64 x 64 (kTmaBoxes), 16-byte chunks
+  // XOR-swizzled by (row & 7) in both, so that the fragment writes and the row reads are free of bank conflicts
+  // (epilogue_staging.cuh).
   alignas(1024) uint8_t staging[Tiles::kBlockM * Tiles::kStagingPitch];  // (1024: a TMA store's 128B-swizzle source)
   uint64_t full[Tiles::kStages];    // TMA bytes landed (and, in gather mode, the producers' cp.async rows)
   uint64_t empty[Tiles::kStages];   // consumers done reading
