@@ -269,16 +269,9 @@ __device__ __forceinline__ void store_down_block_tma(const Sm90MoeParams& p, con
     stage_accumulator_half<Tiles, StagingLayout::kTmaBoxes>(s.staging, consumer_wg, acc, half);
     fence_proxy_async_shared();  // this thread's staged rows, visible to the TMA (async proxy) that reads them
     named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
-    if (leader && !(p.ablate & kAblateStores)) {
-#pragma unroll
-      for (int box = 0; box < 2; ++box) {  // the half's two 64-column boxes (a box past H is not issued)
-        const int col = t.nblock * Tiles::kBlockN + half * Tiles::kHalfN + box * 64;
-        if (col < p.hidden) {
-          tma_store_2d(&p.tmap_y, s.staging + consumer_wg * Tiles::kStagingWarpgroupBytes + box * Tiles::kStagingBoxBytes,
-                       col, row);
-        }
-      }
-      bulk_commit_group();
+    if (leader && !(p.ablate & kAblateStores)) {  // the half's two 64-column boxes (a box past H is not issued)
+      issue_staged_boxes<Tiles>(&p.tmap_y, s.staging, consumer_wg, t.nblock * Tiles::kBlockN + half * Tiles::kHalfN,
+                                p.hidden, row);
     }
   }
 }

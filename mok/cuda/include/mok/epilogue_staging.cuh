@@ -98,6 +98,24 @@ __device__ __forceinline__ NamedBarrier consumer_wg_barrier(int consumer_wg) {
   return consumer_wg == 0 ? NamedBarrier::kConsumerWG0 : NamedBarrier::kConsumerWG1;
 }
 
+// Thread 0 of a consumer warpgroup: its staged 64 rows x 128 columns (StagingLayout::kTmaBoxes) out through `map` as
+// two 64 x 64 TMA boxes at (col0 + 64 * box, row), one bulk group. A box at or past column `cols` (the tensor's
+// width, a multiple of 64) is not issued. The warpgroup has staged its rows, fenced them for the async proxy
+// (fence_proxy_async_shared) and met at its barrier before this.
+template <class Tiles>
+__device__ __forceinline__ void issue_staged_boxes(const CUtensorMap* map, const uint8_t* staging, int consumer_wg,
+                                                   int col0, int cols, int row) {
+#pragma unroll
+  for (int box = 0; box < 2; ++box) {
+    const int col = col0 + 64 * box;
+    if (col < cols) {
+      tma_store_2d(map, staging + consumer_wg * Tiles::kStagingWarpgroupBytes + box * Tiles::kStagingBoxBytes, col,
+                   row);
+    }
+  }
+  bulk_commit_group();
+}
+
 // After an epilogue's TMA stores (the gate/up task's h, a down task's y blocks): they are written (and so read out
 // of the staging, which the warpgroup's next epilogue may use), and ordered before the generic release that signals
 // the task (its readers are other SMs: TMA loads of h, generic loads of y). Thread 0 of the warpgroup, which issued

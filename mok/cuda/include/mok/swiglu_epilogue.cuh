@@ -105,16 +105,7 @@ __device__ __forceinline__ void store_h_tma(const Sm90MoeParams& p, SharedStorag
   fence_proxy_async_shared();  // this thread's staged pairs, visible to the TMA (async proxy) that reads them
   named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);
   if ((threadIdx.x & 127) == 0 && !(p.ablate & kAblateStores)) {
-#pragma unroll
-    for (int box = 0; box < 2; ++box) {
-      const int col = col0 + 64 * box;
-      if (col < p.intermediate) {
-        tma_store_2d(&p.tmap_h_store,
-                     s.staging + consumer_wg * Tiles::kStagingWarpgroupBytes + box * Tiles::kStagingBoxBytes, col,
-                     static_cast<int>(row0));
-      }
-    }
-    bulk_commit_group();
+    issue_staged_boxes<Tiles>(&p.tmap_h_store, s.staging, consumer_wg, col0, p.intermediate, static_cast<int>(row0));
   }
   finish_tma_stores(consumer_wg);
 }
