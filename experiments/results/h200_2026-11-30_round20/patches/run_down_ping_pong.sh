@@ -1,4 +1,4 @@
-# For the next GPU call (round 21): the ping-pong down task of branch down-ping-pong, from main at or after 034d8b3.
+# For the next GPU call (round 21): the ping-pong down task of branch down-ping-pong, from main at or after cf65f80 (the patch is against 29ec26a).
 # Run from the repository root on the device ($OUT set), e.g. `bash experiments/results/h200_2026-11-30_round20/
 # patches/run_down_ping_pong.sh` with a 600 s limit. Every step has its own timeout: the turn barriers are named
 # barriers, which do not time out by themselves. Round 20's calls suggest about 5 minutes (more on a fresh machine,
