@@ -645,6 +645,8 @@ def assert_switch_changes_no_bit(problem, env_name: str, cases, variant: str, wh
     degree, config, CTA count) of ``cases``, poisoned, and asserts the same output and saved gate/up bits; returns
     the last output with the switch on."""
     from mok.cuda.backend import sm90_forward
+    cases = list(cases)  # a generator (hand_off_cases) would be used up by the first dispatch mode
+    assert cases, "no (EP degree, config, CTA count) case to run"
     for dispatch in ("ring", "gather"):
         for ep_size, config, num_ctas in cases:
             runs = {}
