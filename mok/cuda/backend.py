@@ -244,11 +244,13 @@ def resolve_down_tma(down_tma: bool | None, allowed: bool, dispatch: str, y_fits
 
     down_tma: each consumer warpgroup stages its down rows and stores them with two TMA boxes per half into y, a
     buffer laid out like the schedule (:meth:`mok.cuda.workspace.Sm90Workspace.y_buffer`), instead of 16 KB of its
-    own stores into the (token, k) combine slots; the weighted sum reads y through :func:`y_rows_table`. The same
-    bits (GPU tests). Measured on the H200 (round 19, A/B in one process, bitwise equal): gather mode, the kernel
-    0.945x (anchor-2) and 0.961x (anchor-1) the time of the push, the layer 0.945x and 0.967x; ring mode, whose store
-    warps it turns off, the kernel 1.006x (anchor-3) and 1.003x (anchor-5), hence gather mode only by default. The
-    layer then holds y instead of the combine slots."""
+    own stores into the (token, k) combine slots; the down tasks write the inverse map (token, k) -> row of y
+    (:meth:`mok.cuda.workspace.Sm90Workspace.y_rows_buffer`; :func:`y_rows_table` is its PyTorch reference) and the
+    weighted sum reads y through it. The same bits (GPU tests). Measured on the H200 (A/B in one process, bitwise
+    equal): gather mode, the kernel 0.945x (anchor-2) and 0.961x (anchor-1) the time of the push, the layer 0.945x
+    and 0.967x (round 19; the layer again 0.946x and 0.964x in round 20); ring mode, whose store warps it turns off,
+    the kernel 1.013x (anchor-3) and 1.038x (anchor-5) with a down span of 2, 0.996x and 1.078x with 4 (round 20),
+    hence gather mode only by default. The layer then holds y instead of the combine slots."""
     if down_tma is None:
         value = os.environ.get("MOK_CUDA_DOWN_TMA", "auto").strip().lower()
         if value not in ("auto", "0", "1"):
