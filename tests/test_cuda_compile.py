@@ -103,6 +103,8 @@ def test_sass_uses_wgmma_and_no_local_memory(kernel_object):
     for name, body in functions.items():
         # 4 k16 steps x (gate/up, down) per kernel, all m64n256k16 bf16 -> fp32.
         assert body.count("HGMMA.64x256x16.F32.BF16") == 8, name
+        # The ping-pong down block (pipelined variant only): 4 k16 steps x two m64n128k16, one per 64 rows.
+        assert body.count("HGMMA.64x128x16.F32.BF16") == (8 if "Lb1E" in name else 0), name
         assert not re.search(r"\b(LDL|STL)(\.\w+)*\s", body), f"{name} uses local memory"
         assert "USETMAXREG" in body, f"{name}: register reallocation missing"
 
@@ -373,16 +375,17 @@ def test_task_order_cannot_deadlock(schedule_simulator, case, dispatch, launches
 
 LAUNCH_CHECK_SOURCE = r"""
 // Calls sm90_moe_forward with valid sizes, null pointers and the (R, E, local_rank, phases, overlap_steps, ring
-// minibatches, y, y_rows, top_k, mxfp8) of each input line (capacity: 2 minibatches; y: 0 none, 1 an aligned stand-in
-// address, 2 a misaligned one; y_rows: 0 none, 1 a stand-in; mxfp8: packed rows of 144 bytes); prints its return code
-// and message. A combination the
+// minibatches, y, y_rows, top_k, mxfp8, ping_pong) of each input line (capacity: 2 minibatches; y: 0 none, 1 an
+// aligned stand-in address, 2 a misaligned one; y_rows: 0 none, 1 a stand-in; mxfp8: packed rows of 144 bytes;
+// ping_pong: 0 none, else down_ping_pong in the pipelined variant, 1 without the signal warp, 2 with it, 3 without it
+// at I = 512); prints its return code and message. A combination the
 // checks accept stops at the null-pointer check (the stand-ins are never dereferenced).
 #include <cstdio>
 #include "mok/launch.cuh"
 int main() {
-  int ranks, experts, local_rank, phases, overlap, ring_minibatches, y, y_rows, top_k, mxfp8;
-  while (scanf("%d %d %d %d %d %d %d %d %d %d", &ranks, &experts, &local_rank, &phases, &overlap, &ring_minibatches,
-               &y, &y_rows, &top_k, &mxfp8) == 10) {
+  int ranks, experts, local_rank, phases, overlap, ring_minibatches, y, y_rows, top_k, mxfp8, ping_pong;
+  while (scanf("%d %d %d %d %d %d %d %d %d %d %d", &ranks, &experts, &local_rank, &phases, &overlap,
+               &ring_minibatches, &y, &y_rows, &top_k, &mxfp8, &ping_pong) == 11) {
     static int stand_in[64];
     mok::sm90::Sm90MoeProblem q;
     q.num_ranks = ranks;
@@ -400,6 +403,12 @@ int main() {
     q.y_rows = y_rows == 0 ? nullptr : stand_in;
     q.mxfp8 = mxfp8 != 0;
     q.x_row_bytes = mxfp8 != 0 ? 144 : 0;  // H + H / 32 = 132, padded to 16 bytes
+    if (ping_pong != 0) {
+      q.down_ping_pong = true;
+      q.variant = mok::sm90::Sm90Variant::kPipelined;
+      q.signal_warp = ping_pong == 2;
+      if (ping_pong == 3) q.intermediate = 512;
+    }
     char message[512] = "";
     const int rc = mok::sm90::sm90_moe_forward(q, nullptr, message, sizeof(message));
     printf("%d %s\n", rc, message);
@@ -439,14 +448,22 @@ DOWN_TMA_CHECK_CASES = {
     (2, 8, -1, 3, 0, 1, 0, 0, 2, 1): ACCEPTED,   # an MXFP8 layer (ring mode) with the push
     (2, 8, -1, 3, 0, 1, 1, 1, 2, 1): "down_tma is not tested with MXFP8",
 }
+# down_ping_pong: (the above's ten, ping_pong) -> the message
+PING_PONG_CHECK_CASES = {
+    (2, 8, -1, 3, 0, 1, 1, 1, 2, 0, 1): ACCEPTED,          # down_tma, pipelined, no signal warp, I = 128
+    (2, 8, -1, 3, 0, 1, 0, 0, 2, 0, 1): "down_ping_pong needs down_tma",  # the push
+    (2, 8, -1, 3, 0, 1, 1, 1, 2, 0, 2): "down_ping_pong needs down_tma",  # the signal warp (ring mode)
+    (2, 8, -1, 3, 0, 1, 1, 1, 2, 0, 3): "I <= 256",        # a turn would need more stages than the ring holds
+}
 
 
 @needs_nvcc
 def test_launch_checks_refuse_inconsistent_rank_launches(kernel_object, tmp_path):
     obj, _ = kernel_object
     exe = compile_host_program(LAUNCH_CHECK_SOURCE, tmp_path, "launch_checks", str(obj))
-    cases = [(case + (0, 0, 2, 0), want) for case, want in LAUNCH_CHECK_CASES.items()]  # no y, top-2, bf16
-    cases += list(DOWN_TMA_CHECK_CASES.items())
+    cases = [(case + (0, 0, 2, 0, 0), want) for case, want in LAUNCH_CHECK_CASES.items()]  # no y, top-2, bf16
+    cases += [(case + (0,), want) for case, want in DOWN_TMA_CHECK_CASES.items()]  # no ping-pong
+    cases += list(PING_PONG_CHECK_CASES.items())
     run = subprocess.run([str(exe)], input="".join(" ".join(map(str, case)) + "\n" for case, _ in cases),
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr

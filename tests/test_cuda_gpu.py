@@ -703,6 +703,45 @@ def test_overlapped_steps_reorder_the_tasks_and_refuse_a_one_minibatch_ring():
         check_error(one)
 
 
+# Shapes for the ping-pong down task beyond SMALL_SHAPES: gather mode's auto span of 4 blocks with A kept in the stage
+# ring (I = 256), and one K block per turn (I = 64).
+PING_PONG_SHAPES = {
+    **{name: SMALL_SHAPES[name] for name in ("basic", "ragged-tokens", "empty-experts", "wide", "h-not-256")},
+    "span-4": (256, 1024, 256, 8, 2, 0.0),
+    "i-64": (256, 256, 64, 8, 2, 0.0),
+}
+
+
+@pytest.mark.parametrize("span", ["auto", "1"])
+@pytest.mark.parametrize("name", list(PING_PONG_SHAPES))
+def test_down_ping_pong_equals_the_shared_down_block_bitwise(name, span, monkeypatch):
+    """With down_tma forced on (MOK_CUDA_DOWN_TMA=1) and no signal warp (so ring mode runs it too), the ping-pong down
+    task (MOK_CUDA_DOWN_PING_PONG: the consumer warpgroups take turns, each multiplying one 128-column half of a block
+    over all 128 rows with m64n128k16) gives the same output and saved-row bits as both warpgroups multiplying each
+    block together (m64n256k16), whatever the EP degree, ring, CTA count or down span (span 1: consecutive ping-pong
+    tasks of one tile); y is poisoned. "ragged-tokens" has I = 192 (A reloaded per block), "h-not-256" a last block
+    whose second half is past H, "empty-experts" tiles whose rows 64..127 are padding, "span-4" four blocks per task
+    with A kept in the ring, "i-64" one K block per turn; "wide" (I = 512) cannot run it (a turn would need more
+    stages than the ring holds) and checks that the default falls back. A spy on the launch's decision checks that
+    ping-pong did run wherever it can."""
+    import mok.cuda.backend as backend
+    t, h, i, e, k, skew = PING_PONG_SHAPES[name]
+    assert backend.down_ping_pong_allowed(True, "pipelined", False, i) == (i <= 256)
+    decisions = []
+    resolve = backend.resolve_down_ping_pong
+    monkeypatch.setattr(backend, "resolve_down_ping_pong", lambda *a: decisions.append(resolve(*a)) or decisions[-1])
+    problem = make_inputs(t, h, i, e, k, skew=skew, seed=480 + list(PING_PONG_SHAPES).index(name))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MOK_CUDA_DOWN_TMA", "1")
+        env.setenv("MOK_CUDA_SIGNAL_WARP", "0")
+        env.setenv("MOK_CUDA_DOWN_SPAN", span)
+        out = assert_switch_changes_no_bit(problem, "MOK_CUDA_DOWN_PING_PONG", hand_off_cases(t, e), "pipelined",
+                                           "down ping-pong")
+    # Each case runs the switch at 0 then 1, in ring then gather mode: half of the launches asked for it.
+    assert decisions[1::2] == [i <= 256] * (len(decisions) // 2) and not any(decisions[0::2]), decisions
+    check_accuracy(out, problem, with_oracle=False)
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("name", ["basic", "ragged-tokens", "empty-experts", "wide", "h-not-256"])
 def test_down_tma_equals_the_push_bitwise(name, variant):

@@ -31,7 +31,7 @@ def test_default_variant_is_pipelined_unless_overridden(monkeypatch):
 # The binding's last positional arguments, in order (csrc/binding.cpp, forward): a new trailing argument is added
 # here once instead of shifting every test's index.
 FORWARD_TAIL = ("store_warps", "combine_tokens", "combine_offsets", "skip_padding_half", "trace", "down_span",
-                "overlap_steps", "y", "y_rows")
+                "overlap_steps", "y", "y_rows", "down_ping_pong")
 # ... and its first ones.
 FORWARD_HEAD = ("src_rank", "src_slot", "tile_expert", "segment_offsets", "x_ptrs", "weight_ptrs", "combine_ptrs",
                 "out_ptrs")
@@ -210,6 +210,40 @@ def test_overlap_steps_reach_the_launch_where_the_ring_allows_them(monkeypatch):
     assert overlap_steps_allowed(256, 128, 1024, False) and overlap_steps_allowed(128, 128, 128, False)
     assert not overlap_steps_allowed(128, 128, 1024, False) and not overlap_steps_allowed(512, 128, 1024, True)
     assert resolve_overlap_steps(None, False) is False
+
+
+def test_down_ping_pong_reaches_the_launch_where_it_can_run(monkeypatch):
+    """launch() passes down_ping_pong: by default on where down_ping_pong_allowed says so (down_tma, the pipelined
+    variant without the signal warp, I <= 256), off with MOK_CUDA_DOWN_PING_PONG=0 or its own argument; asked for
+    where it cannot run, a ValueError (the kernel's launch refuses it too, instead of deadlocking at I > 256)."""
+    from mok.cuda.backend import down_ping_pong_allowed, launch
+
+    def passed(prep, **kw):
+        ext = _RecordingExtension()
+        launch(prep, extension=ext, **kw)
+        assert isinstance(ext.arg("down_ping_pong"), bool)
+        return ext.arg("down_ping_pong")
+
+    prep = small_launch(seed=9, tokens=256, hidden=256, inter=128, experts=8)
+    wide = small_launch(seed=9, tokens=256, hidden=256, inter=512, experts=8)
+    for name in ("MOK_CUDA_DOWN_PING_PONG", "MOK_CUDA_DOWN_TMA", "MOK_CUDA_SIGNAL_WARP", "MOK_CUDA_VARIANT"):
+        monkeypatch.delenv(name, raising=False)
+    gather = {"dispatch": "gather", "down_tma": True}
+    assert passed(prep, **gather) is True and passed(prep, down_ping_pong=False, **gather) is False
+    assert passed(prep, dispatch="gather", down_tma=False) is False  # the push: nothing to take turns on
+    assert passed(prep, variant="simple", **gather) is False
+    assert passed(prep, dispatch="ring", down_tma=True) is False  # the signal warp (on by default)
+    assert passed(prep, dispatch="ring", down_tma=True, signal_warp=False) is True
+    assert passed(wide, **gather) is False  # I = 512: a turn would need more stages than the ring has
+    for bad in ({"dispatch": "gather", "down_tma": False}, {"dispatch": "ring", "down_tma": True}):
+        with pytest.raises(ValueError, match="down_ping_pong"):
+            passed(prep, down_ping_pong=True, **bad)
+    with pytest.raises(ValueError, match="down_ping_pong"):
+        passed(wide, down_ping_pong=True, **gather)
+    monkeypatch.setenv("MOK_CUDA_DOWN_PING_PONG", "0")
+    assert passed(prep, **gather) is False and passed(prep, down_ping_pong=True, **gather) is True
+    assert down_ping_pong_allowed(True, "pipelined", False, 256) and not down_ping_pong_allowed(True, "pipelined",
+                                                                                               False, 320)
 
 
 def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):

@@ -291,6 +291,33 @@ def default_skip_padding_half() -> bool:
     return _env_on("MOK_CUDA_SKIP_PADDING_HALF", "1")
 
 
+# A down block's whole K must fit in the stage ring for the ping-pong down task (kStages * kBlockK, workspace.cuh).
+DOWN_PING_PONG_MAX_INTERMEDIATE = 256
+
+
+def down_ping_pong_allowed(down_tma: bool, variant: str, signal_warp: bool, intermediate: int) -> bool:
+    """Whether a launch can run the ping-pong down task: its down tiles leave by TMA (down_tma), the pipelined
+    variant without the signal warp (``signal_warp``: whether the launch runs one; gather mode never does), so that
+    the consumer warpgroups meet at every task's end, and I <= 256, so that one warpgroup's turn needs no stage the
+    other has not released yet (csrc/sm90_moe_forward.cu refuses anything else)."""
+    return (down_tma and variant == "pipelined" and not signal_warp
+            and intermediate <= DOWN_PING_PONG_MAX_INTERMEDIATE)
+
+
+def resolve_down_ping_pong(down_ping_pong: bool | None, allowed: bool) -> bool:
+    """``down_ping_pong`` if given (``True`` where :func:`down_ping_pong_allowed` says no is an error), else
+    ``MOK_CUDA_DOWN_PING_PONG`` (default on; branch down-ping-pong, not yet measured) where allowed. The two consumer
+    warpgroups then take turns on the tensor cores: each multiplies one 128-column half of every down block over all
+    128 rows while the other runs its epilogue (include/mok/sm90_moe_forward.cuh, run_down_task). Meant to change no
+    bit (the same products in the same K order; GPU test)."""
+    if down_ping_pong is None:
+        return _env_on("MOK_CUDA_DOWN_PING_PONG", "1") and allowed
+    if down_ping_pong and not allowed:
+        raise ValueError("down_ping_pong=True needs down_tma, the pipelined variant without the signal warp, and "
+                         f"I <= {DOWN_PING_PONG_MAX_INTERMEDIATE}")
+    return bool(down_ping_pong)
+
+
 def default_early_combine() -> bool:
     """``MOK_CUDA_EARLY_COMBINE`` (default off): top-k > 1 layers sum each token's K rows as soon as the step
     holding the last of them is done, during later steps' GEMMs, instead of all tokens after the last GEMM
@@ -496,7 +523,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
            signal_warp: bool | None = None, store_warps: bool | None = None, early_combine: bool | None = None,
            skip_padding_half: bool | None = None, trace: torch.Tensor | None = None,
            down_span: int | None = None, overlap_steps: bool | None = None, down_tma: bool | None = None,
-           extension=None) -> torch.Tensor:
+           down_ping_pong: bool | None = None, extension=None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -524,6 +551,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     tile by tile, so that the CTAs' pushes do not all meet (:func:`resolve_overlap_steps`). Changes no bit.
     ``down_tma``: the down tiles leave by TMA in schedule order (:func:`resolve_down_tma`; default on in gather mode).
     The store warps are then off. Changes no bit.
+    ``down_ping_pong``: the consumer warpgroups take turns on the down blocks' column halves
+    (:func:`resolve_down_ping_pong`; default on where :func:`down_ping_pong_allowed`).
     ``extension``: another build of the kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to
     launch instead of the default one, for A/B timing (experiments/ab_kernels.py).
     """
@@ -557,7 +586,11 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     overlap_steps = resolve_overlap_steps(overlap_steps, overlap_steps_allowed(
         ws.key.ring_rows, prep.minibatch_rows, ws.key.capacity, use_order))
     y_fits = down_tma_y_fits(ws.key.capacity, ws.key.num_ranks, prep.tokens_per_rank, prep.top_k)
-    if resolve_down_tma(down_tma, down_tma_allowed(prep), dispatch, y_fits):
+    use_down_tma = resolve_down_tma(down_tma, down_tma_allowed(prep), dispatch, y_fits)
+    signal_warp = default_signal_warp() if signal_warp is None else bool(signal_warp)
+    down_ping_pong = resolve_down_ping_pong(down_ping_pong, down_ping_pong_allowed(
+        use_down_tma, variant, signal_warp and variant == "pipelined" and dispatch != "gather", prep.w_gate.shape[1]))
+    if use_down_tma:
         if dispatch == "ring" and store_warps and explicit_store_warps:  # (gather mode has neither warp anyway)
             raise ValueError("store_warps=True cannot run with down_tma (the rows leave by TMA: nothing to push)")
         if (ws.y is None or ws.y_rows is None) and _capturing():  # (the capture query only while buffers are missing)
@@ -579,11 +612,11 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         prep.fuse_top1, ablate, dispatch == "gather", gather_prefetch,
         _NO_TENSOR if saved_gate_up is None else saved_gate_up,
         default_gather_row_prefetch() if gather_row_prefetch is None else bool(gather_row_prefetch),
-        default_signal_warp() if signal_warp is None else bool(signal_warp), prep.mxfp8, prep.x_row_bytes,
+        signal_warp, prep.mxfp8, prep.x_row_bytes,
         prep.local_rank, prep.phases, bool(store_warps),
         prep.combine_tokens if use_order else _NO_INT_TENSOR, prep.combine_offsets if use_order else _NO_INT_TENSOR,
         default_skip_padding_half() if skip_padding_half is None else bool(skip_padding_half),
-        _NO_LONG_TENSOR if trace is None else trace, down_span, overlap_steps, y, y_rows)
+        _NO_LONG_TENSOR if trace is None else trace, down_span, overlap_steps, y, y_rows, down_ping_pong)
     return prep.out
 
 

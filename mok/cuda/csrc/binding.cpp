@@ -56,6 +56,8 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //   y [R * capacity, H] bf16 and y_rows [R, T_local * K] int32: down_tma (the down tiles leave by TMA into y in
 //     schedule order, the down tasks write the inverse map y_rows and the weighted sum reads y through it), or two
 //     empty tensors for the push into the slots
+//   down_ping_pong: the consumer warpgroups take turns on each down block's column halves, one multiplying while the
+//     other runs its epilogue; needs down_tma, the pipelined variant without the signal warp and I <= 256
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
@@ -66,7 +68,8 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
              bool gather_row_prefetch, bool signal_warp, bool mxfp8, int64_t x_row_bytes, int64_t local_rank,
              int64_t phases, bool store_warps, const at::Tensor& combine_tokens,
              const at::Tensor& combine_offsets, bool skip_padding_half, const at::Tensor& trace,
-             int64_t down_span, bool overlap_steps, const at::Tensor& y, const at::Tensor& y_rows) {
+             int64_t down_span, bool overlap_steps, const at::Tensor& y, const at::Tensor& y_rows,
+             bool down_ping_pong) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -188,6 +191,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.skip_padding_half = skip_padding_half;
   q.down_span = static_cast<int>(down_span);
   q.overlap_steps = overlap_steps;
+  q.down_ping_pong = down_ping_pong;
   q.y = down_tma ? y.data_ptr() : nullptr;
   q.y_rows = down_tma ? y_rows.data_ptr<int32_t>() : nullptr;
   q.trace = tracing ? trace.data_ptr<int64_t>() : nullptr;

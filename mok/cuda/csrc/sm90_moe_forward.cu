@@ -169,6 +169,19 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   if (down_tma && static_cast<long long>(Tiles::kCombineTokens) * q.top_k * 8 > Tiles::kBlockM * Tiles::kStagingPitch)
     return fail(message, message_len, "down_tma supports top_k up to %d, got %d",
                 Tiles::kBlockM * Tiles::kStagingPitch / (8 * Tiles::kCombineTokens), q.top_k);
+  // Only the pipelined variant in ring mode has an idle producer warp to signal with.
+  const bool signal_warp = q.signal_warp && q.variant == Sm90Variant::kPipelined && !q.gather_x;
+  // Ping-pong down blocks (run_down_task; branch down-ping-pong, not yet measured): with down_tma in the pipelined
+  // variant, where the warpgroups meet at every task's end: not with the signal warp, whose warpgroups drift apart
+  // between tasks (the store warps come only with it). And only where a down block's whole K fits in the stage ring:
+  // the second warpgroup releases a stage only in its own turn, so a first warpgroup needing more than kStages K
+  // blocks in one turn would wait for a stage forever.
+  if (q.down_ping_pong && !(down_tma && q.variant == Sm90Variant::kPipelined && !signal_warp &&
+                            q.intermediate <= Tiles::kStages * Tiles::kBlockK))
+    return fail(message, message_len, "down_ping_pong needs down_tma, the pipelined variant without the signal warp "
+                "and I <= %d (a down block's whole K in the stage ring); got down_tma=%d, pipelined=%d, signal warp=%d, "
+                "I=%d", Tiles::kStages * Tiles::kBlockK, down_tma ? 1 : 0,
+                q.variant == Sm90Variant::kPipelined ? 1 : 0, signal_warp ? 1 : 0, q.intermediate);
   const long long tickets = launch_tickets<Tiles>(q.num_ranks, q.capacity, q.hidden, q.intermediate, !q.gather_x,
                                                   combine_blocks, q.down_span);
   const long long pushed = static_cast<long long>(q.tokens_per_rank) * q.top_k * down_nblocks;
@@ -211,10 +224,9 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.gather_row_prefetch = q.gather_row_prefetch ? 1 : 0;
   p.mxfp8 = q.mxfp8 ? 1 : 0;
   p.x_row_bytes = x_row_bytes;
-  // Only the pipelined variant in ring mode has an idle producer warp to signal with. With down_tma too: each
-  // warpgroup's rows stay in its own 16 KB of the staging in both layouts, so the two warpgroups need not meet between
-  // tasks (round 19's first box layout needed them to).
-  p.signal_warp = (q.signal_warp && q.variant == Sm90Variant::kPipelined && !q.gather_x) ? 1 : 0;
+  // (The signal warp runs with down_tma too: each warpgroup's rows stay in its own 16 KB of the staging in both
+  // layouts, so the two warpgroups need not meet between tasks; round 19's first box layout needed them to.)
+  p.signal_warp = signal_warp ? 1 : 0;
   // The store warps are idle producer warps too, and hand-offs with the signal warp; the timing ablations skip
   // epilogue work the hand-off expects, so they run without them.
   // With down_tma the rows leave by TMA, so there is nothing for the store warps to push.
@@ -223,8 +235,10 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   if (q.down_span > 1 && p.store_warps)
     return fail(message, message_len, "down_span > 1 needs store_warps off (they hand off one block per task)");
   p.down_span = q.down_span;
+  p.down_tasks_per_tile = down_nblocks / q.down_span;  // (down_span divides down_nblocks: checked above)
   p.overlap_steps = q.overlap_steps ? 1 : 0;
   p.down_tma = down_tma ? 1 : 0;
+  p.down_ping_pong = q.down_ping_pong ? 1 : 0;
   p.y = q.y;
   p.y_rows = q.y_rows;
   p.skip_padding_half = q.skip_padding_half ? 1 : 0;

@@ -138,6 +138,46 @@ struct PipeState {
   }
 };
 
+// D[64 x 128] += A[64 x 16] * B[128 x 16]^T into d[kFirst .. kFirst + 63] (m64n128's fragment layout, which is the
+// order of the first 128 columns of m64n256's). The ping-pong down task issues two per k16 step, one per 64 rows.
+template <int kFirst>
+__device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+  static_assert(kFirst == 0 || kFirst == 64, "two 64-register halves of the accumulator");
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39,"
+      "%40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55,"
+      "%56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n"
+      "}\n"
+      :
+        "+f"(d[kFirst + 0]), "+f"(d[kFirst + 1]), "+f"(d[kFirst + 2]), "+f"(d[kFirst + 3]),
+        "+f"(d[kFirst + 4]), "+f"(d[kFirst + 5]), "+f"(d[kFirst + 6]), "+f"(d[kFirst + 7]),
+        "+f"(d[kFirst + 8]), "+f"(d[kFirst + 9]), "+f"(d[kFirst + 10]), "+f"(d[kFirst + 11]),
+        "+f"(d[kFirst + 12]), "+f"(d[kFirst + 13]), "+f"(d[kFirst + 14]), "+f"(d[kFirst + 15]),
+        "+f"(d[kFirst + 16]), "+f"(d[kFirst + 17]), "+f"(d[kFirst + 18]), "+f"(d[kFirst + 19]),
+        "+f"(d[kFirst + 20]), "+f"(d[kFirst + 21]), "+f"(d[kFirst + 22]), "+f"(d[kFirst + 23]),
+        "+f"(d[kFirst + 24]), "+f"(d[kFirst + 25]), "+f"(d[kFirst + 26]), "+f"(d[kFirst + 27]),
+        "+f"(d[kFirst + 28]), "+f"(d[kFirst + 29]), "+f"(d[kFirst + 30]), "+f"(d[kFirst + 31]),
+        "+f"(d[kFirst + 32]), "+f"(d[kFirst + 33]), "+f"(d[kFirst + 34]), "+f"(d[kFirst + 35]),
+        "+f"(d[kFirst + 36]), "+f"(d[kFirst + 37]), "+f"(d[kFirst + 38]), "+f"(d[kFirst + 39]),
+        "+f"(d[kFirst + 40]), "+f"(d[kFirst + 41]), "+f"(d[kFirst + 42]), "+f"(d[kFirst + 43]),
+        "+f"(d[kFirst + 44]), "+f"(d[kFirst + 45]), "+f"(d[kFirst + 46]), "+f"(d[kFirst + 47]),
+        "+f"(d[kFirst + 48]), "+f"(d[kFirst + 49]), "+f"(d[kFirst + 50]), "+f"(d[kFirst + 51]),
+        "+f"(d[kFirst + 52]), "+f"(d[kFirst + 53]), "+f"(d[kFirst + 54]), "+f"(d[kFirst + 55]),
+        "+f"(d[kFirst + 56]), "+f"(d[kFirst + 57]), "+f"(d[kFirst + 58]), "+f"(d[kFirst + 59]),
+        "+f"(d[kFirst + 60]), "+f"(d[kFirst + 61]), "+f"(d[kFirst + 62]), "+f"(d[kFirst + 63])
+      : "l"(desc_a), "l"(desc_b), "r"(1));  // scale_d = 1: accumulate (acc starts at zero)
+}
+
 // What the producer loads for one tile.
 struct TileLoad {
   const CUtensorMap* a_map;  // ring x (gate/up) or ring h (down); nullptr: A rows are gathered (gather mode)
@@ -162,7 +202,7 @@ struct TileLoad {
 
 // Producer thread `producer_thread` finds the source of tile row `producer_thread` (as dispatch_tile does) and
 // publishes it in shared memory; the caller syncs the producer warpgroup before anyone reads the table.
-// (Registers: the producer has 56, too few to keep 8 row pointers per thread alongside its task state.)
+// (Registers: the producer has 64, too few to keep 8 row pointers per thread alongside its task state.)
 template <class Tiles>
 __device__ __forceinline__ void gather_find_rows(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const Task& t,
                                                  long long row0, int producer_thread) {
@@ -323,6 +363,49 @@ __device__ __forceinline__ void consume_tile(const Sm90MoeParams& p, SharedStora
     fence_accumulators(acc);
     if (num_kblocks > 0) release_stage(&s.empty[prev_stage], lane);
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Consumer (one warpgroup) of a ping-pong down block (run_down_task): acc = A[all 128 rows] * B[columns
+// 128 * column_half .. + 127]^T over all K blocks: acc[0..63] holds rows 0..63 and acc[64..127] rows 64..127, each
+// in m64n128's fragment layout, so the epilogue stages them as it stages the two column halves of the usual tile.
+// The other warpgroup multiplies the other column half of the same stages at another time (the turn barriers), so
+// each stage is still released by all eight consumer warps, and the producer sees the same pipeline. The K order
+// is the usual one (k-block ascending, four k16 steps each): every output element gets the same bits.
+// ---------------------------------------------------------------------------------------------------------
+template <class Tiles>
+__device__ __forceinline__ void consume_column_half(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
+                                                    PipeState<Tiles>& pipe, int num_kblocks, int column_half,
+                                                    float (&acc)[128]) {
+  static_assert(Tiles::kBlockN == 256 && Tiles::kBlockM == 128, "two 128-column halves of a 128-row tile");
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  fence_accumulators(acc);
+
+  uint32_t prev_stage = 0;
+  for (int kb = 0; kb < num_kblocks; ++kb) {
+    mbar_wait(p, &s.full[pipe.stage], pipe.phase, kCtrMbarFull, static_cast<int>(pipe.stage));
+    __syncwarp();  // wgmma is .sync.aligned: the warp must be converged after the (divergent) wait loop
+    const uint64_t desc_a = make_sw128_kmajor_desc(smem_addr(s.a[pipe.stage]));  // rows 0..63; 8 KB on: 64..127
+    // B's rows are the output columns: rows 128 * column_half .. of the stage's 256 (16 KB further, 1024-aligned).
+    const uint64_t desc_b = make_sw128_kmajor_desc(smem_addr(s.b[pipe.stage]) + column_half * 128 * 128);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < Tiles::kBlockK / 16; ++k) {
+      wgmma_m64n128k16_bf16<0>(acc, desc_advance_bytes(desc_a, k * 32), desc_advance_bytes(desc_b, k * 32));
+      wgmma_m64n128k16_bf16<64>(acc, desc_advance_bytes(desc_a, 64 * 128 + k * 32), desc_advance_bytes(desc_b, k * 32));
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+    fence_accumulators(acc);
+    if (kb > 0) release_stage(&s.empty[prev_stage], lane);
+    prev_stage = pipe.stage;
+    pipe.advance();
+  }
+  wgmma_wait<0>();
+  fence_accumulators(acc);
+  if (num_kblocks > 0) release_stage(&s.empty[prev_stage], lane);
 }
 
 // ---------------------------------------------------------------------------------------------------------

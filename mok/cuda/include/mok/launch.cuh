@@ -89,6 +89,9 @@ struct Sm90MoeProblem {
                                  // schedule), not with early combine; changes no bit
   bool skip_padding_half = true; // pipelined variant: a GEMM tile whose rows 64..127 are all padding runs one
                                  // consumer warpgroup's MMA (Task::padding_half); changes no bit
+  bool down_ping_pong = false;   // the consumer warpgroups take turns on each down block's column halves
+                                 // (run_down_task); needs down_tma, the pipelined variant without the signal warp,
+                                 // and I <= 256 (the launch refuses it otherwise)
   // One real rank per launch (expert parallelism across GPUs; mok/cuda/rank_run.py). -1: all R ranks are emulated
   // in this launch (the default). r >= 0: this launch is rank r of R, one per GPU: it runs rank r's expert tasks
   // and/or the combine of rank r's own tokens (`phases`); the weights ([E_local, ...]: E is then the rank's own

@@ -3,10 +3,10 @@
 // `local_rank` >= 0, one real rank's expert tasks or its combine: workspace.cuh, RankPhases).
 //
 // CTA = 3 warpgroups (384 threads):
-//   warpgroup 0 (producer, 56 registers): thread 0 takes tickets, decodes tasks (scheduler.cuh), waits for
+//   warpgroup 0 (producer, 64 registers): thread 0 takes tickets, decodes tasks (scheduler.cuh), waits for
 //       their dependencies, and issues the TMA loads of GEMM tiles (gemm_mainloop.cuh); in gather mode all
 //       128 threads copy the gate/up A rows.
-//   warpgroups 1-2 (consumers, 224 registers): wgmma on 64 rows each, the epilogues (swiglu_epilogue.cuh,
+//   warpgroups 1-2 (consumers, 216 registers): wgmma on 64 rows each, the epilogues (swiglu_epilogue.cuh,
 //       combine.cuh), and the memory-bound tasks (dispatch.cuh, combine.cuh) with all 256 threads.
 //
 // Dispatch modes (runtime, Sm90MoeParams::gather_x): "ring" runs dispatch tasks that copy token rows into the
@@ -101,7 +101,7 @@ __device__ __forceinline__ Task claim_task(const Sm90MoeParams& p, const Schedul
 // Task::padding_half of a claimed GEMM task. A segment's padding rows trail its real rows, so row 64 being padding
 // means rows 64..127 all are: the second consumer warpgroup's wgmma would multiply zeros.
 // The pipelined producer sets it just before it queues the task (the simple variant never skips).
-// NOTE: not in claim_task: a value live across the producer's waits spills (56 registers); the queue's other task
+// NOTE: not in claim_task: a value live across the producer's waits spills (64 registers); the queue's other task
 // hides the load's latency from the consumers.
 template <class Tiles>
 __device__ __forceinline__ void mark_padding_half(const Sm90MoeParams& p, Task& t) {
@@ -228,6 +228,28 @@ __device__ __forceinline__ void task_mainloop(const Sm90MoeParams& p, SharedStor
 // hand-off, fence and signal, once per span instead of once per block (the fixed cost that made anchor-2's down
 // tasks slow: mok/cuda/README.md, round 16). With store warps (pipelined variant, one block per task: the launch
 // checks) the consumers push half the rows and the store warps the other half (store_warps.cuh).
+// Ping-pong (p.down_ping_pong; pipelined variant, down_tma, no signal warp): the two warpgroups take turns on the
+// tensor cores instead of multiplying each block together. Warpgroup w multiplies column half w of every block (all
+// 128 rows: consume_column_half), and while one multiplies, the other runs its epilogue, which the tensor cores
+// otherwise wait for (a down block at anchor-2: 1.85 us of mainloop, 2.2 us of the rest; mok/cuda/README.md, round
+// 20). The turns go 0, 1, 0, 1, ... block by block: warpgroup 0 waits for warpgroup 1's mainloop of the previous
+// block, warpgroup 1 for warpgroup 0's of the same block. Both read every stage, so each stage is released by all
+// eight consumer warps as before, and each turn's wait points at a mainloop that does not wait for this warpgroup.
+template <class Tiles>
+__device__ __forceinline__ void ping_pong_mainloop(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
+                                                   PipeState<Tiles>& pipe, const Task& block, int c, int consumer_wg,
+                                                   float (&acc)[128]) {
+  constexpr uint32_t kTurnThreads = 256;  // one warpgroup arrives, the other waits
+  const NamedBarrier mine = consumer_wg == 0 ? NamedBarrier::kDownTurnWG0 : NamedBarrier::kDownTurnWG1;
+  const NamedBarrier other = consumer_wg == 0 ? NamedBarrier::kDownTurnWG1 : NamedBarrier::kDownTurnWG0;
+  if (consumer_wg == 1 || c > 0) named_barrier_sync(mine, kTurnThreads);
+  trace_first_kblock<Tiles>(p, s, pipe, block.ticket);  // consumer thread 0 (warpgroup 0)
+  consume_column_half<Tiles>(p, s, pipe, p.intermediate / Tiles::kBlockK, consumer_wg, acc);
+  // Warpgroup 1's last mainloop of the task hands over nothing: warpgroup 0's next turn is in another task.
+  if (consumer_wg == 0 || c + 1 < p.down_span) named_barrier_arrive(other, kTurnThreads);
+  if (threadIdx.x == 128) trace_mark(p, block.ticket, kTraceMainloopDone);
+}
+
 template <class Tiles, bool kOverlap>
 __device__ __forceinline__ void run_down_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
                                               const Task& t, int consumer_wg, int* push_count,
@@ -238,7 +260,11 @@ __device__ __forceinline__ void run_down_task(const Sm90MoeParams& p, SharedStor
     Task block = t;
     block.nblock = down_block(p, t, c);
     float acc[128];
-    task_mainloop<Tiles, kOverlap>(p, s, pipe, block, p.intermediate / Tiles::kBlockK, consumer_wg, false, acc);
+    if (kOverlap && p.down_ping_pong) {  // compiled out of the simple variant
+      ping_pong_mainloop<Tiles>(p, s, pipe, block, c, consumer_wg, acc);
+    } else {
+      task_mainloop<Tiles, kOverlap>(p, s, pipe, block, p.intermediate / Tiles::kBlockK, consumer_wg, false, acc);
+    }
     if (kOverlap && p.store_warps) {  // compiled out of the simple variant
       down_epilogue_staged<Tiles>(p, block, s, acc, consumer_wg, entries, handoff);
       continue;
@@ -535,7 +561,9 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
   v.ring_slots = p.ring_slots;
   v.max_minibatches = p.max_minibatches;
   v.gate_up_nblocks = p.gate_up_nblocks;
-  v.down_nblocks = p.down_nblocks / p.down_span;  // down tasks per tile
+  // Down tasks per tile, divided on the host: a quotient computed here is a value the producer (64 registers) must
+  // keep or spill, where a kernel parameter can be read again from the constant bank.
+  v.down_nblocks = p.down_tasks_per_tile;
   v.combine_blocks = p.combine_blocks;
   v.num_steps = s.num_steps;
   v.rank_tiles = s.rank_tiles;

@@ -239,12 +239,20 @@ enum class NamedBarrier : uint32_t {
   kConsumerWG0 = 2,  // consumer warpgroup 0 (epilogue staging of rows 0..63)
   kConsumerWG1 = 3,  // consumer warpgroup 1 (rows 64..127)
   kProducers = 4,    // the producer warpgroup (gather mode: the task hand-off from thread 0)
+  kDownTurnWG0 = 5,  // ping-pong down task: warpgroup 1 hands the tensor cores to warpgroup 0 (run_down_task)
+  kDownTurnWG1 = 6,  // ... and warpgroup 0 to warpgroup 1
 };
 
 // NOTE: `barrier.sync` (not `bar.sync`, which means barrier.sync.aligned) so that a warp whose lanes arrive
 // from divergent code (one lane claiming a task, the others waiting) is still well defined.
 __device__ __forceinline__ void named_barrier_sync(NamedBarrier id, uint32_t threads) {
   asm volatile("barrier.sync %0, %1;" ::"r"(static_cast<uint32_t>(id)), "r"(threads) : "memory");
+}
+
+// Arrive without waiting: with `threads` counting both sides, the barrier completes when the waiting side's
+// barrier.sync and this side's arrivals are all in (a one-way signal from one warpgroup to another).
+__device__ __forceinline__ void named_barrier_arrive(NamedBarrier id, uint32_t threads) {
+  asm volatile("barrier.arrive %0, %1;" ::"r"(static_cast<uint32_t>(id)), "r"(threads) : "memory");
 }
 
 // ---------------------------------------------------------------------------------------------------------

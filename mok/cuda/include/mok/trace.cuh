@@ -10,8 +10,10 @@
 // (kTraceMainloopDone): start -> data in is waiting for loads, data in -> mainloop done the wgmma (and any wait for
 // a later K block), and the rest the epilogue and the hand-off. Dispatch and combine tasks leave those two at -1. A
 // down task of several column blocks (Sm90MoeParams::down_span) writes both marks once per block, so its row keeps
-// the last block's: the earlier blocks' mainloops and pushes then count as waiting for loads.
-// Each mark is one store right where its time is read, so nothing stays live across a wait (the producer has 56
+// the last block's: the earlier blocks' mainloops and pushes then count as waiting for loads. With the ping-pong down
+// task (run_down_task) both marks are warpgroup 0's: its data-in mark comes after its turn began (so the wait for
+// warpgroup 1's turn counts as waiting for loads), and warpgroup 1's turn on the last block falls in the rest.
+// Each mark is one store right where its time is read, so nothing stays live across a wait (the producer has 64
 // registers). Stop tickets are not recorded.
 #pragma once
 

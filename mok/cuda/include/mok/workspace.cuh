@@ -30,9 +30,13 @@ struct Sm90Tiles {
   // setmaxnreg budgets. NOTE: setmaxnreg.inc can only take registers the CTA got at launch and the producer
   // gave back, so 128 * producer + 256 * consumer must not exceed what __launch_bounds__(384, 1) allocates
   // (168 per thread = 64512); asking for more blocks forever. 56 + 224 uses exactly that, and ptxas
-  // (nvcc 13.0) spills in neither role; at 40 the producer's admission code spills.
-  static constexpr int kProducerRegs = 56;
-  static constexpr int kConsumerRegs = 224;
+  // (nvcc 13.0) spilled in neither role until the ping-pong down task, with which the producer spills 4 bytes at
+  // 56 (a tensor map's address kept across its loop); 64 + 216 spills in neither. Timed on main before ping-pong
+  // (round 21, B/A of 64 + 216 against 56 + 224): gather mode gains (anchor-2 0.987, anchor-1 0.992), ring mode
+  // loses up to 1.4% (anchor-5 1.009-1.014, anchor-3 1.009, anchor-4 and the slices 0.998-1.002). At 40 the
+  // producer's admission code spills.
+  static constexpr int kProducerRegs = 64;
+  static constexpr int kConsumerRegs = 216;
 
   static constexpr int kStageBytesA = kBlockM * kBlockK * 2;  // 16 KB
   static constexpr int kStageBytesB = kBlockN * kBlockK * 2;  // 32 KB
@@ -201,6 +205,8 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
                              //    (store_warps.cuh; needs signal_warp, and ablate == 0)
   int overlap_steps;         // 1: G(s) and W(s - 1) share a group of the task order (scheduler.cuh)
   int down_tma;              // 1: y and y_rows are set (the down tiles leave by TMA; see y below)
+  int down_ping_pong;        // 1: the consumer warpgroups take turns on a down block's column halves (run_down_task)
+  int down_tasks_per_tile;   // down_nblocks / down_span
   int skip_padding_half;     // 1: a GEMM tile whose rows 64..127 are all padding runs one warpgroup's MMA
                              //    (pipelined variant; Task::padding_half; the other's accumulators stay zero)
   int mxfp8;                 // 1: token rows are packed MXFP8 rows (mxfp8.cuh), h is MX-rounded (ring mode only)
