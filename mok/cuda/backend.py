@@ -306,10 +306,11 @@ def down_ping_pong_allowed(down_tma: bool, variant: str, signal_warp: bool, inte
 
 def resolve_down_ping_pong(down_ping_pong: bool | None, allowed: bool) -> bool:
     """``down_ping_pong`` if given (``True`` where :func:`down_ping_pong_allowed` says no is an error), else
-    ``MOK_CUDA_DOWN_PING_PONG`` (default on; branch down-ping-pong, not yet measured) where allowed. The two consumer
-    warpgroups then take turns on the tensor cores: each multiplies one 128-column half of every down block over all
-    128 rows while the other runs its epilogue (include/mok/sm90_moe_forward.cuh, run_down_task). Meant to change no
-    bit (the same products in the same K order; GPU test)."""
+    ``MOK_CUDA_DOWN_PING_PONG`` (default on) where allowed. The two consumer warpgroups then take turns on the
+    tensor cores: each multiplies one 128-column half of every down block over all 128 rows while the other runs its
+    epilogue (include/mok/sm90_moe_forward.cuh, run_down_task). It changes no bit (the same products in the same K
+    order; GPU test). Round 21 (mok/cuda/README.md): kernel time off vs on 0.981 at anchor-2, 0.995 at anchor-1;
+    the layer 0.995 and 0.987."""
     if down_ping_pong is None:
         return _env_on("MOK_CUDA_DOWN_PING_PONG", "1") and allowed
     if down_ping_pong and not allowed:
