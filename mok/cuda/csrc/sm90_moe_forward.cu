@@ -1,7 +1,8 @@
 // Host side of the SM90 MoE forward: checks, TMA descriptors, counter reset, launch. No torch here, so CI
 // compiles this file with plain nvcc (tests/test_cuda_compile.py).
 //
-// Instantiations: Sm90Tiles x {simple, pipelined}. Nothing else is templated, to keep the JIT build short.
+// Instantiations: Sm90Tiles x {simple, pipelined, pipelined with the ping-pong down task}. Nothing else is
+// templated, to keep the JIT build short.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -292,8 +293,10 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   const int reset_blocks = ceil_div(p.ctr.total, 256) < 1024 ? ceil_div(p.ctr.total, 256) : 1024;
   sm90_moe_reset_kernel<<<reset_blocks, 256, 0, stream>>>(q.counters, p.ctr.total, q.error, kErrorWords);
 
-  auto kernel = q.variant == Sm90Variant::kPipelined ? sm90_moe_forward_kernel<Tiles, true>
-                                                     : sm90_moe_forward_kernel<Tiles, false>;
+  // The ping-pong down task has its own instantiation: its register split would cost the others (RegisterSplit).
+  auto kernel = q.variant != Sm90Variant::kPipelined ? sm90_moe_forward_kernel<Tiles, false, false>
+                : q.down_ping_pong                   ? sm90_moe_forward_kernel<Tiles, true, true>
+                                                     : sm90_moe_forward_kernel<Tiles, true, false>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)
     return fail(message, message_len, "cudaFuncSetAttribute(max dynamic smem = %d) failed: %s", smem,

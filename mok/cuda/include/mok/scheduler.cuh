@@ -179,7 +179,7 @@ struct TaskCursor {
   // tasks, decodes as the plain order's G(0).
   __host__ __device__ void decode_overlapped(const ScheduleView& v, int j, Task& t) const {
     // Unsigned: every value here is non-negative, and unsigned division by a runtime divisor is the shorter
-    // sequence (the producer thread has 64 registers; this decode fits them, see combine_tasks above).
+    // sequence (the producer thread has 56 registers; this decode fits them, see combine_tasks above).
     const unsigned gate_up_tiles = static_cast<unsigned>(v.tiles_in_minibatch(rank, step));
     const unsigned gnb = static_cast<unsigned>(v.gate_up_nblocks), dnb = static_cast<unsigned>(v.down_nblocks);
     const unsigned paired = gate_up_tiles * (gnb + dnb);  // one tile of each, gate_up_tiles times

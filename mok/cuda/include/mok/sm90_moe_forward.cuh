@@ -3,11 +3,12 @@
 // `local_rank` >= 0, one real rank's expert tasks or its combine: workspace.cuh, RankPhases).
 //
 // CTA = 3 warpgroups (384 threads):
-//   warpgroup 0 (producer, 64 registers): thread 0 takes tickets, decodes tasks (scheduler.cuh), waits for
-//       their dependencies, and issues the TMA loads of GEMM tiles (gemm_mainloop.cuh); in gather mode all
-//       128 threads copy the gate/up A rows.
-//   warpgroups 1-2 (consumers, 216 registers): wgmma on 64 rows each, the epilogues (swiglu_epilogue.cuh,
-//       combine.cuh), and the memory-bound tasks (dispatch.cuh, combine.cuh) with all 256 threads.
+//   warpgroup 0 (producer, 56 registers; 64 in the ping-pong instantiation, RegisterSplit): thread 0 takes
+//       tickets, decodes tasks (scheduler.cuh), waits for their dependencies, and issues the TMA loads of GEMM
+//       tiles (gemm_mainloop.cuh); in gather mode all 128 threads copy the gate/up A rows.
+//   warpgroups 1-2 (consumers, 224 registers; 216 with ping-pong): wgmma on 64 rows each, the epilogues
+//       (swiglu_epilogue.cuh, combine.cuh), and the memory-bound tasks (dispatch.cuh, combine.cuh) with all 256
+//       threads.
 //
 // Dispatch modes (runtime, Sm90MoeParams::gather_x): "ring" runs dispatch tasks that copy token rows into the
 // ring, read by TMA; "gather" has the producer warpgroup copy the rows of each gate/up tile straight from the
@@ -101,7 +102,7 @@ __device__ __forceinline__ Task claim_task(const Sm90MoeParams& p, const Schedul
 // Task::padding_half of a claimed GEMM task. A segment's padding rows trail its real rows, so row 64 being padding
 // means rows 64..127 all are: the second consumer warpgroup's wgmma would multiply zeros.
 // The pipelined producer sets it just before it queues the task (the simple variant never skips).
-// NOTE: not in claim_task: a value live across the producer's waits spills (64 registers); the queue's other task
+// NOTE: not in claim_task: a value live across the producer's waits spills (56 registers); the queue's other task
 // hides the load's latency from the consumers.
 template <class Tiles>
 __device__ __forceinline__ void mark_padding_half(const Sm90MoeParams& p, Task& t) {
@@ -250,7 +251,7 @@ __device__ __forceinline__ void ping_pong_mainloop(const Sm90MoeParams& p, Share
   if (threadIdx.x == 128) trace_mark(p, block.ticket, kTraceMainloopDone);
 }
 
-template <class Tiles, bool kOverlap>
+template <class Tiles, bool kOverlap, bool kDownPingPong>
 __device__ __forceinline__ void run_down_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
                                               const Task& t, int consumer_wg, int* push_count,
                                               StagingHandoff& handoff) {
@@ -260,7 +261,7 @@ __device__ __forceinline__ void run_down_task(const Sm90MoeParams& p, SharedStor
     Task block = t;
     block.nblock = down_block(p, t, c);
     float acc[128];
-    if (kOverlap && p.down_ping_pong) {  // compiled out of the simple variant
+    if constexpr (kDownPingPong) {  // only in the instantiation that runs it (the launch: p.down_ping_pong)
       ping_pong_mainloop<Tiles>(p, s, pipe, block, c, consumer_wg, acc);
     } else {
       task_mainloop<Tiles, kOverlap>(p, s, pipe, block, p.intermediate / Tiles::kBlockK, consumer_wg, false, acc);
@@ -283,7 +284,7 @@ __device__ __forceinline__ void run_down_task(const Sm90MoeParams& p, SharedStor
   if (p.down_tma) finish_tma_stores(consumer_wg);
 }
 
-template <class Tiles, bool kOverlap>
+template <class Tiles, bool kOverlap, bool kDownPingPong>
 __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
                                                   const ScheduleView& v, const Task& t, PipeState<Tiles>& pipe,
                                                   int consumer_wg, int consumer_thread, int* push_count,
@@ -311,7 +312,7 @@ __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, Shared
       break;
     }
     case kTaskDown:
-      run_down_task<Tiles, kOverlap>(p, s, pipe, t, consumer_wg, push_count, handoff);
+      run_down_task<Tiles, kOverlap, kDownPingPong>(p, s, pipe, t, consumer_wg, push_count, handoff);
       break;
     default:
       break;
@@ -357,7 +358,7 @@ __device__ __forceinline__ void simple_consumer(const Sm90MoeParams& p, SharedSt
     named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task published
     const Task t = s.tasks[0];
     if (t.kind == kTaskStop) break;
-    run_consumer_task<Tiles, false>(p, s, v, t, pipe, consumer_wg, consumer_thread, s.push_count[0], handoff,
+    run_consumer_task<Tiles, false, false>(p, s, v, t, pipe, consumer_wg, consumer_thread, s.push_count[0], handoff,
                                     combine_steps_done);
     if (writes_feed_tma(t)) publish_writes();
     named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task finished, writes published
@@ -444,7 +445,7 @@ __device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, Share
   }
 }
 
-template <class Tiles>
+template <class Tiles, bool kDownPingPong>
 __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const ScheduleView& v,
                                                    int consumer_wg) {
   constexpr int kConsumerThreads = 128 * Tiles::kNumConsumerWG;
@@ -467,7 +468,7 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
     // slot can carry a new task (the signal warp frees the slot itself; consumer thread 0 signals before it
     // reaches the barrier at the end of the next task).
     int* push_count = s.push_count[task_slot];
-    run_consumer_task<Tiles, true>(p, s, v, t, pipe, consumer_wg, consumer_thread, push_count, handoff,
+    run_consumer_task<Tiles, true, kDownPingPong>(p, s, v, t, pipe, consumer_wg, consumer_thread, push_count, handoff,
                                    combine_steps_done);
     if (writes_feed_tma(t)) publish_writes();
     if (p.signal_warp) {
@@ -485,9 +486,10 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// The kernel.
+// The kernel. Three instantiations (csrc/sm90_moe_forward.cu picks one per launch): simple; pipelined; pipelined
+// with the ping-pong down task (kDownPingPong), which alone needs the 64/216 register split (RegisterSplit).
 // ---------------------------------------------------------------------------------------------------------
-template <class Tiles, bool kPipelined>
+template <class Tiles, bool kPipelined, bool kDownPingPong>
 __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
     sm90_moe_forward_kernel(const __grid_constant__ Sm90MoeParams params) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -561,7 +563,7 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
   v.ring_slots = p.ring_slots;
   v.max_minibatches = p.max_minibatches;
   v.gate_up_nblocks = p.gate_up_nblocks;
-  // Down tasks per tile, divided on the host: a quotient computed here is a value the producer (64 registers) must
+  // Down tasks per tile, divided on the host: a quotient computed here is a value the producer (56 registers) must
   // keep or spill, where a kernel parameter can be read again from the constant bank.
   v.down_nblocks = p.down_tasks_per_tile;
   v.combine_blocks = p.combine_blocks;
@@ -576,16 +578,16 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
   // Roles. NOTE: setmaxnreg needs each warpgroup's role to be one branch of a single if/else.
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    setmaxnreg_dec<Tiles::kProducerRegs>();
+    setmaxnreg_dec<RegisterSplit<kDownPingPong>::kProducer>();
     if constexpr (kPipelined) {
       pipelined_producer<Tiles>(p, s, v);
     } else {
       simple_producer<Tiles>(p, s, v);
     }
   } else {
-    setmaxnreg_inc<Tiles::kConsumerRegs>();
+    setmaxnreg_inc<RegisterSplit<kDownPingPong>::kConsumer>();
     if constexpr (kPipelined) {
-      pipelined_consumer<Tiles>(p, s, v, warpgroup - 1);
+      pipelined_consumer<Tiles, kDownPingPong>(p, s, v, warpgroup - 1);
     } else {
       simple_consumer<Tiles>(p, s, v, warpgroup - 1);
     }

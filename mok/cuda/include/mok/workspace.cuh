@@ -27,16 +27,6 @@ struct Sm90Tiles {
   static constexpr int kCombineTokens = 16;  // tokens per combine task
   static constexpr int kTaskQueue = 2;       // pipelined variant: tasks the producer may run ahead
   static constexpr int kMaxRanks = 64;       // emulated ranks one launch can hold (smem arrays)
-  // setmaxnreg budgets. NOTE: setmaxnreg.inc can only take registers the CTA got at launch and the producer
-  // gave back, so 128 * producer + 256 * consumer must not exceed what __launch_bounds__(384, 1) allocates
-  // (168 per thread = 64512); asking for more blocks forever. 56 + 224 uses exactly that, and ptxas
-  // (nvcc 13.0) spilled in neither role until the ping-pong down task, with which the producer spills 4 bytes at
-  // 56 (a tensor map's address kept across its loop); 64 + 216 spills in neither. Timed on main before ping-pong
-  // (round 21, B/A of 64 + 216 against 56 + 224): gather mode gains (anchor-2 0.987, anchor-1 0.992), ring mode
-  // loses up to 1.4% (anchor-5 1.009-1.014, anchor-3 1.009, anchor-4 and the slices 0.998-1.002). At 40 the
-  // producer's admission code spills.
-  static constexpr int kProducerRegs = 64;
-  static constexpr int kConsumerRegs = 216;
 
   static constexpr int kStageBytesA = kBlockM * kBlockK * 2;  // 16 KB
   static constexpr int kStageBytesB = kBlockN * kBlockK * 2;  // 32 KB
@@ -60,9 +50,25 @@ struct Sm90Tiles {
   static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
                 "stage buffers must keep 1024-byte alignment (128B swizzle atom)");
   static constexpr int kLaunchRegs = (65536 / kNumThreads) / 8 * 8;  // per thread at launch: 168
-  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kNumConsumerWG <= kLaunchRegs * kNumThreads,
+};
+
+// setmaxnreg budgets of one kernel instantiation (sm90_moe_forward_kernel's kDownPingPong). NOTE: setmaxnreg.inc
+// can only take registers the CTA got at launch and the producer gave back, so 128 * producer + 256 * consumer
+// must not exceed what __launch_bounds__(384, 1) allocates (168 per thread = 64512); asking for more blocks
+// forever. At 40 the producer's admission code spills.
+// - Without the ping-pong down task: 56 + 224, which uses exactly that; ptxas (nvcc 13.0) spills in neither role.
+// - With it (compiled only into the instantiation that runs it): the producer spills 4 bytes at 56 (a tensor
+//   map's address kept across its loop), so 64 + 216. Round 21 timed 64 + 216 against 56 + 224 on one kernel
+//   (B/A): gather mode gained (anchor-2 0.987, anchor-1 0.992), ring mode lost up to 1.4% (anchor-5 1.009-1.014,
+//   anchor-3 1.009, anchor-4 and the slices 0.998-1.002): hence one split per instantiation, not one for all.
+template <bool kDownPingPong>
+struct RegisterSplit {
+  static constexpr int kProducer = kDownPingPong ? 64 : 56;
+  static constexpr int kConsumer = kDownPingPong ? 216 : 224;
+  static_assert(kProducer * 128 + kConsumer * 128 * Sm90Tiles::kNumConsumerWG <=
+                    Sm90Tiles::kLaunchRegs * Sm90Tiles::kNumThreads,
                 "setmaxnreg budgets exceed the CTA's launch allocation: setmaxnreg.inc would wait forever");
-  static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0, "setmaxnreg counts are multiples of 8");
+  static_assert(kProducer % 8 == 0 && kConsumer % 8 == 0, "setmaxnreg counts are multiples of 8");
 };
 
 // The number of tasks (tickets) of a launch: per rank and tile of `capacity` rows a dispatch (ring mode only), the
