@@ -358,8 +358,8 @@ __device__ __forceinline__ void simple_consumer(const Sm90MoeParams& p, SharedSt
     named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task published
     const Task t = s.tasks[0];
     if (t.kind == kTaskStop) break;
-    run_consumer_task<Tiles, false, false>(p, s, v, t, pipe, consumer_wg, consumer_thread, s.push_count[0], handoff,
-                                    combine_steps_done);
+    run_consumer_task<Tiles, false, false>(p, s, v, t, pipe, consumer_wg, consumer_thread, s.push_count[0],
+                                           handoff, combine_steps_done);
     if (writes_feed_tma(t)) publish_writes();
     named_barrier_sync(NamedBarrier::kAll, Tiles::kNumThreads);  // task finished, writes published
   }
@@ -468,8 +468,8 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
     // slot can carry a new task (the signal warp frees the slot itself; consumer thread 0 signals before it
     // reaches the barrier at the end of the next task).
     int* push_count = s.push_count[task_slot];
-    run_consumer_task<Tiles, true, kDownPingPong>(p, s, v, t, pipe, consumer_wg, consumer_thread, push_count, handoff,
-                                   combine_steps_done);
+    run_consumer_task<Tiles, true, kDownPingPong>(p, s, v, t, pipe, consumer_wg, consumer_thread, push_count,
+                                                  handoff, combine_steps_done);
     if (writes_feed_tma(t)) publish_writes();
     if (p.signal_warp) {
       __syncwarp();  // orders the warp's writes before lane 0's arrival (release at CTA scope)

@@ -211,7 +211,8 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
                              //    (store_warps.cuh; needs signal_warp, and ablate == 0)
   int overlap_steps;         // 1: G(s) and W(s - 1) share a group of the task order (scheduler.cuh)
   int down_tma;              // 1: y and y_rows are set (the down tiles leave by TMA; see y below)
-  int down_ping_pong;        // 1: the consumer warpgroups take turns on a down block's column halves (run_down_task)
+  int down_ping_pong;        // 1: the consumer warpgroups take turns on a down block's column halves (run_down_task);
+                             //    the launch runs the kernel instantiated with kDownPingPong exactly when it is 1
   int down_tasks_per_tile;   // down_nblocks / down_span
   int skip_padding_half;     // 1: a GEMM tile whose rows 64..127 are all padding runs one warpgroup's MMA
                              //    (pipelined variant; Task::padding_half; the other's accumulators stay zero)
