@@ -16,6 +16,17 @@
 //   mcastB-release.cluster  the same with `mbarrier.arrive.release.cluster` for the remote release (round 9's
 //                           cluster draft did this: 1.8x slower here)
 //   box@mcastB-grid         box on the cluster grid's CTA count (fewer when pairs do not fit a GPC)
+//   pingpong                the consumer warpgroups take turns (CUTLASS's ping-pong, round 21's question): each
+//                           128 x 256 tile is two 128 x 128 halves, warpgroup w multiplies half w over all 128 rows
+//                           (two m64n128k16 per K step) while the other runs its epilogue; the producer loads A and
+//                           the half's 128 B rows per stage (A twice per tile: 1.33x the bytes of box per FLOP)
+//   noload-pingpong         the same turns without loads: one warpgroup's m64n128 pairs against noload's two
+//                           warpgroups of m64n256
+//
+// Epilogue (argv[5], ns per tile, default 0): after each tile every consumer warpgroup spins that long on
+// %globaltimer, the tensor cores idle, as an epilogue's arithmetic and stores keep them. The cooperative modes pay it
+// after each mainloop; pingpong pays it while the other warpgroup multiplies. At anchor-2 the gate/up epilogue is
+// about 4.8 us per 57.5 us task, the down block's about 2.2 us per 4.1 us (mok/cuda/README.md, rounds 20-21).
 //
 // Modes run interleaved (rotated), so they share one power state: experiments/mainloop_gap.py runs them one at a
 // time for seconds each with the SM clock sampled, which is where the power limit shows (mok/cuda/README.md,
@@ -24,7 +35,7 @@
 // Build and run (H200):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I mok/cuda/include \
 //     -o build/mainloop_roofline_probe experiments/mainloop_roofline_probe.cu
-//   build/mainloop_roofline_probe [tiles per CTA [mode|all [runs [K]]]]
+//   build/mainloop_roofline_probe [tiles per CTA [mode|all [runs [K [epilogue ns]]]]]
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -48,10 +59,14 @@ enum Mode {
   kMcastBClusterRelease = 5,
   kCpAsyncNoFence = 6,
   kCpAsyncContiguous = 7,
+  kPingPong = 8,
+  kNoLoadPingPong = 9,
 };
 const char* kNames[] = {"noload", "box", "cpasync", "mcastB", "box@mcastB-grid", "mcastB-release.cluster",
-                        "cpasync-nofence", "cpasync-contiguous"};
-constexpr int kModes = 8;
+                        "cpasync-nofence", "cpasync-contiguous", "pingpong", "noload-pingpong"};
+constexpr int kModes = 10;
+// Named barrier 2 + w: warpgroup w's turn begins (1 is the producers').
+__host__ __device__ constexpr uint32_t turn_barrier(int wg) { return 2u + static_cast<uint32_t>(wg); }
 
 struct Problem {
   const char* x;       // [tokens, H] bf16 token rows (cpasync's source)
@@ -61,7 +76,76 @@ struct Problem {
   const int* rowsets;  // [num_rowsets, 128]
   int tasks_per_cta;
   int col_blocks;
+  unsigned epilogue_ns;  // per tile and consumer warpgroup: the tensor cores idle this long (0: no epilogue)
 };
+
+// A stand-in epilogue: `ns` nanoseconds in which this warpgroup issues no wgmma.
+__device__ __forceinline__ void idle_epilogue(unsigned ns) {
+  if (ns == 0) return;
+  const uint64_t start = mok::sm90::globaltimer_ns();
+  while (mok::sm90::globaltimer_ns() - start < ns) {
+  }
+}
+
+__device__ __forceinline__ void turn_wait(uint32_t id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void turn_pass(uint32_t id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
+
+// Ping-pong consumer (pingpong, noload-pingpong): warpgroup `wg` multiplies half `wg` of every tile: all 128 rows
+// of A against the half's 128 B rows, two m64n128k16 per K step (acc[0..63] rows 0-63, acc[64..127] rows 64-127,
+// the kernel's consume_column_half). The producer queues the halves in order (tile j half 0, tile j half 1, ...), so
+// each warpgroup steps over the other's K blocks in the stage ring. The turns: warpgroup 0 waits until warpgroup 1
+// has finished the previous tile's mainloop, warpgroup 1 until warpgroup 0 has finished this tile's; each passes the
+// turn once its last wgmma completed (as the megakernel's ping_pong_mainloop does; CUTLASS passes it after the last
+// issue), then runs its epilogue while the other multiplies.
+template <bool kLoads>
+__device__ void ping_pong_consumer(const Problem& p, Shared& s, int wg, int kblocks, float* sink) {
+  const int lane = threadIdx.x & 31;
+  uint32_t stage = 0, phase = 0;
+  auto advance = [&] {
+    if (++stage == kStages) { stage = 0; phase ^= 1u; }
+  };
+  float keep = 0.0f;
+  float acc[128];
+  for (int j = 0; j < p.tasks_per_cta; ++j) {
+    if (wg == 1) for (int kb = 0; kb < kblocks; ++kb) advance();  // half 0's K blocks are warpgroup 0's
+    if (wg == 1 || j > 0) turn_wait(turn_barrier(wg));
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    mok::sm90::fence_accumulators(acc);
+    uint32_t prev = 0;
+    for (int kb = 0; kb < kblocks; ++kb) {
+      if constexpr (kLoads) mbar_wait_spin(&s.full[stage], phase);
+      __syncwarp();
+      const uint64_t da = mok::sm90::make_sw128_kmajor_desc(smem_addr(s.a[stage]));  // rows 0..63; 8 KB on: 64..127
+      const uint64_t db = mok::sm90::make_sw128_kmajor_desc(smem_addr(s.b[stage]));  // the half's 128 B rows
+      mok::sm90::wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < kBlockK / 16; ++k) {
+        mok::sm90::wgmma_m64n128k16_bf16<0>(acc, mok::sm90::desc_advance_bytes(da, k * 32),
+                                            mok::sm90::desc_advance_bytes(db, k * 32));
+        mok::sm90::wgmma_m64n128k16_bf16<64>(acc, mok::sm90::desc_advance_bytes(da, 64 * 128 + k * 32),
+                                             mok::sm90::desc_advance_bytes(db, k * 32));
+      }
+      mok::sm90::wgmma_commit();
+      mok::sm90::wgmma_wait<1>();
+      mok::sm90::fence_accumulators(acc);
+      if (kLoads && kb > 0 && lane == 0) mbar_arrive(&s.empty[prev]);
+      __syncwarp();
+      prev = stage;
+      advance();
+    }
+    mok::sm90::wgmma_wait<0>();
+    mok::sm90::fence_accumulators(acc);
+    if (kLoads && lane == 0) mbar_arrive(&s.empty[prev]);
+    __syncwarp();
+    // Warpgroup 1's last turn hands over nothing: no tile follows.
+    if (wg == 0 || j + 1 < p.tasks_per_cta) turn_pass(turn_barrier(1 - wg));
+    if (wg == 0) for (int kb = 0; kb < kblocks; ++kb) advance();  // half 1's K blocks are warpgroup 1's
+    idle_epilogue(p.epilogue_ns);
+    keep += acc[0] + acc[127];  // constant indices: a run-time index would put acc in local memory
+  }
+  if (keep == 1234.5f) sink[0] = keep;
+}
 
 template <int kMode, int kClusterSize, bool kClusterRelease = false>
 __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CUtensorMap& w_map,
@@ -69,6 +153,8 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
   // cpasync-nofence: the same copies without the consumers' proxy fence (wrong ordering in general; timing only).
   // cpasync-contiguous: the copies of cpasync from 128 consecutive token rows (is it the scatter or the copy path?).
   constexpr bool kGathers = kMode == kCpAsync || kMode == kCpAsyncNoFence || kMode == kCpAsyncContiguous;
+  constexpr bool kPingPongMode = kMode == kPingPong || kMode == kNoLoadPingPong;
+  constexpr bool kNoLoads = kMode == kNoLoad || kMode == kNoLoadPingPong;
   extern __shared__ uint8_t raw[];
   Shared& s = *reinterpret_cast<Shared*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
   const int tid = threadIdx.x;
@@ -76,7 +162,8 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&s.full[i], kGathers ? 1 + 128 : 1);
-      mbar_init(&s.empty[i], 8 * kClusterSize);  // one arrival per consumer warp of every CTA the stage feeds
+      // One arrival per consumer warp of every CTA the stage feeds (ping-pong: one warpgroup reads each stage).
+      mbar_init(&s.empty[i], (kPingPongMode ? 4 : 8) * kClusterSize);
     }
     mok::sm90::fence_mbarrier_init();
   }
@@ -87,7 +174,7 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
     if (++stage == kStages) { stage = 0; phase ^= 1u; }
   };
   if (tid < 128) {
-    if (kMode == kNoLoad || (!kGathers && tid != 0)) {
+    if (kNoLoads || (!kGathers && tid != 0)) {
       // nothing to load, or not the TMA thread
     } else {
       for (int j = 0; j < p.tasks_per_cta; ++j) {
@@ -100,7 +187,10 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
           s.rows[tid] = kMode == kCpAsyncContiguous ? (rowset * kRows + tid) % p.tokens : p.rowsets[rowset * kRows + tid];
           asm volatile("bar.sync 1, 128;" ::: "memory");
         }
-        for (int kb = 0; kb < kblocks; ++kb) {
+        // Ping-pong: the tile's two halves one after the other (2 x kblocks loads); the other modes: one pass.
+        const int loads = kPingPongMode ? 2 * kblocks : kblocks;
+        for (int i = 0; i < loads; ++i) {
+          const int kb = i % kblocks, half = i / kblocks;
           const int k0 = kb * kBlockK;
           mbar_wait_spin(&s.empty[stage], phase ^ 1u);
           if constexpr (kGathers) {
@@ -110,6 +200,11 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
             }
             probe::gather_kblock(smem_addr(s.a[stage]), p.x, p.hidden, s.rows, kb, tid);
             cp_async_mbar_arrive_noinc(&s.full[stage]);
+          } else if constexpr (kPingPongMode) {
+            // Both halves of the tile in turn, K block by K block: A again, and the half's 128 B rows.
+            mbar_arrive_expect_tx(&s.full[stage], kABytes + kBBytes / 2);
+            tma_load_2d(s.a[stage], &ring_map, &s.full[stage], k0, rowset * kRows);
+            tma_load_2d(s.b[stage], &w_half_map, &s.full[stage], k0, b_row + half * (kBRows / 2));
           } else {
             mbar_arrive_expect_tx(&s.full[stage], kABytes + kBBytes);
             tma_load_2d(s.a[stage], &ring_map, &s.full[stage], k0, rowset * kRows);
@@ -125,6 +220,8 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
         }
       }
     }
+  } else if constexpr (kPingPongMode) {
+    ping_pong_consumer<!kNoLoads>(p, s, tid / 128 - 1, kblocks, sink);
   } else {
     const int wg = tid / 128 - 1, lane = tid & 31;
     float keep = 0.0f;
@@ -165,6 +262,7 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
         }
       }
       __syncwarp();
+      idle_epilogue(p.epilogue_ns);
       keep += acc[0] + acc[127];  // constant indices: a run-time index would put acc in local memory
     }
     if (keep == 1234.5f) sink[0] = keep;
@@ -192,8 +290,14 @@ int main(int argc, char** argv) {
   using namespace probe;
   // argv[1]: tiles per CTA (16: about 1 ms per run, at the top clock; 160: long enough to reach the power limit);
   // argv[2]: one mode only (its name, or "all"), argv[3]: its runs (experiments/mainloop_gap.py samples the clock
-  // meanwhile); argv[4]: K (default 7168, anchor-5's gate/up; 256 is anchor-2's down GEMM, 4 K blocks per tile).
+  // meanwhile); argv[4]: K (default 7168, anchor-5's gate/up; 256 is anchor-2's down GEMM, 4 K blocks per tile);
+  // argv[5]: the stand-in epilogue, ns per tile (default 0).
   const int hidden = argc > 4 ? std::atoi(argv[4]) : 7168;
+  const int epilogue_ns = argc > 5 ? std::atoi(argv[5]) : 0;
+  if (epilogue_ns < 0) {
+    std::fprintf(stderr, "the epilogue must be >= 0 ns, got %d\n", epilogue_ns);
+    return 2;
+  }
   const int tokens = 8192, col_blocks = 16, num_rowsets = 512;
   if (hidden <= 0 || hidden % kBlockK != 0) {
     std::fprintf(stderr, "K must be a positive multiple of %d, got %d\n", kBlockK, hidden);
@@ -238,9 +342,13 @@ int main(int argc, char** argv) {
                              (int)smem_bytes));
   PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kCpAsyncNoFence>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kPingPong>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kNoLoadPingPong>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem_bytes));
   PROBE_CHECK(cudaFuncSetAttribute(cluster_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
   PROBE_CHECK(cudaFuncSetAttribute(cluster_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
-  const Problem p{x, tokens, hidden, num_rowsets, d_rowsets, tasks_per_cta, col_blocks};
+  const Problem p{x, tokens, hidden, num_rowsets, d_rowsets, tasks_per_cta, col_blocks,
+                  static_cast<unsigned>(epilogue_ns)};
   // Pairs of SMs must sit in one GPC: fewer than 66 clusters of two may fit at once, and a cluster that does not
   // fit would run in a second wave. The cluster grid is what fits; box@mcastB-grid is box on as many CTAs.
   cudaLaunchConfig_t occ{};
@@ -252,7 +360,8 @@ int main(int argc, char** argv) {
   const int cluster_ctas = std::min(ctas, 2 * max_clusters);
   std::printf("clusters of 2 resident at once: %d (cluster grid %d CTAs)\n", max_clusters, cluster_ctas);
   const double flops = 2.0 * ctas * tasks_per_cta * (double)kRows * kBRows * hidden;
-  std::printf("132 CTAs x %d tiles of 128 x 256 x %d; median of %d runs, modes interleaved\n", tasks_per_cta, hidden, iters);
+  std::printf("132 CTAs x %d tiles of 128 x 256 x %d, epilogue %d ns per tile; median of %d runs, modes interleaved\n",
+              tasks_per_cta, hidden, epilogue_ns, iters);
   const std::vector<double> ms = median_ms_rotated(kModes, iters, [&](int mode) {
     switch (mode) {
       case kNoLoad: single_kernel<kNoLoad><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
@@ -267,6 +376,10 @@ int main(int argc, char** argv) {
       case kMcastB: cluster_kernel<false><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
       case kMcastBClusterRelease:
         cluster_kernel<true><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+        break;
+      case kPingPong: single_kernel<kPingPong><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
+      case kNoLoadPingPong:
+        single_kernel<kNoLoadPingPong><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
         break;
       default: single_kernel<kBox><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
     }
