@@ -22,6 +22,10 @@
 //                           the half's 128 B rows per stage (A twice per tile: 1.33x the bytes of box per FLOP)
 //   noload-pingpong         the same turns without loads: one warpgroup's m64n128 pairs against noload's two
 //                           warpgroups of m64n256
+//   pingpong-shared         the megakernel's own form (its ping-pong down task): box's loads (A and all 256 B rows
+//                           per stage), both warpgroups reading every stage in turn, so a stage is refilled only
+//                           after the second warpgroup's turn; K <= 256 only (a longer K needs more stages than the
+//                           ring has in one turn: a deadlock, which the kernel's launch refuses too; skipped in "all")
 //
 // Epilogue (argv[5], ns per tile, default 0): after each tile every consumer warpgroup spins that long on
 // %globaltimer, the tensor cores idle, as an epilogue's arithmetic and stores keep them. The cooperative modes pay it
@@ -61,10 +65,11 @@ enum Mode {
   kCpAsyncContiguous = 7,
   kPingPong = 8,
   kNoLoadPingPong = 9,
+  kPingPongShared = 10,
 };
 const char* kNames[] = {"noload", "box", "cpasync", "mcastB", "box@mcastB-grid", "mcastB-release.cluster",
-                        "cpasync-nofence", "cpasync-contiguous", "pingpong", "noload-pingpong"};
-constexpr int kModes = 10;
+                        "cpasync-nofence", "cpasync-contiguous", "pingpong", "noload-pingpong", "pingpong-shared"};
+constexpr int kModes = 11;
 // Named barrier 2 + w: warpgroup w's turn begins (1 is the producers').
 __host__ __device__ constexpr uint32_t turn_barrier(int wg) { return 2u + static_cast<uint32_t>(wg); }
 
@@ -90,14 +95,15 @@ __device__ __forceinline__ void idle_epilogue(unsigned ns) {
 __device__ __forceinline__ void turn_wait(uint32_t id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void turn_pass(uint32_t id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
 
-// Ping-pong consumer (pingpong, noload-pingpong): warpgroup `wg` multiplies half `wg` of every tile: all 128 rows
-// of A against the half's 128 B rows, two m64n128k16 per K step (acc[0..63] rows 0-63, acc[64..127] rows 64-127,
-// the kernel's consume_column_half). The producer queues the halves in order (tile j half 0, tile j half 1, ...), so
-// each warpgroup steps over the other's K blocks in the stage ring. The turns: warpgroup 0 waits until warpgroup 1
+// Ping-pong consumer (pingpong, noload-pingpong, pingpong-shared): warpgroup `wg` multiplies half `wg` of every
+// tile: all 128 rows of A against the half's 128 B rows, two m64n128k16 per K step (acc[0..63] rows 0-63,
+// acc[64..127] rows 64-127, the kernel's consume_column_half). kShared: both warpgroups read every stage (B rows
+// 128 * wg on in it), as the kernel does. Otherwise the producer queues the halves in order (tile j half 0, tile j
+// half 1, ...), and each warpgroup steps over the other's K blocks in the stage ring. The turns: warpgroup 0 waits until warpgroup 1
 // has finished the previous tile's mainloop, warpgroup 1 until warpgroup 0 has finished this tile's; each passes the
 // turn once its last wgmma completed (as the megakernel's ping_pong_mainloop does; CUTLASS passes it after the last
 // issue), then runs its epilogue while the other multiplies.
-template <bool kLoads>
+template <bool kLoads, bool kShared>
 __device__ void ping_pong_consumer(const Problem& p, Shared& s, int wg, int kblocks, float* sink) {
   const int lane = threadIdx.x & 31;
   uint32_t stage = 0, phase = 0;
@@ -107,7 +113,7 @@ __device__ void ping_pong_consumer(const Problem& p, Shared& s, int wg, int kblo
   float keep = 0.0f;
   float acc[128];
   for (int j = 0; j < p.tasks_per_cta; ++j) {
-    if (wg == 1) for (int kb = 0; kb < kblocks; ++kb) advance();  // half 0's K blocks are warpgroup 0's
+    if (!kShared && wg == 1) for (int kb = 0; kb < kblocks; ++kb) advance();  // half 0's K blocks are warpgroup 0's
     if (wg == 1 || j > 0) turn_wait(turn_barrier(wg));
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
@@ -117,7 +123,8 @@ __device__ void ping_pong_consumer(const Problem& p, Shared& s, int wg, int kblo
       if constexpr (kLoads) mbar_wait_spin(&s.full[stage], phase);
       __syncwarp();
       const uint64_t da = mok::sm90::make_sw128_kmajor_desc(smem_addr(s.a[stage]));  // rows 0..63; 8 KB on: 64..127
-      const uint64_t db = mok::sm90::make_sw128_kmajor_desc(smem_addr(s.b[stage]));  // the half's 128 B rows
+      // The half's 128 B rows: the stage's start, or (kShared) row 128 * wg of its 256 (16 KB on, 1024-aligned).
+      const uint64_t db = mok::sm90::make_sw128_kmajor_desc(smem_addr(s.b[stage]) + (kShared ? wg * 128 * 128 : 0));
       mok::sm90::wgmma_fence();
 #pragma unroll
       for (int k = 0; k < kBlockK / 16; ++k) {
@@ -140,7 +147,7 @@ __device__ void ping_pong_consumer(const Problem& p, Shared& s, int wg, int kblo
     __syncwarp();
     // Warpgroup 1's last turn hands over nothing: no tile follows.
     if (wg == 0 || j + 1 < p.tasks_per_cta) turn_pass(turn_barrier(1 - wg));
-    if (wg == 0) for (int kb = 0; kb < kblocks; ++kb) advance();  // half 1's K blocks are warpgroup 1's
+    if (!kShared && wg == 0) for (int kb = 0; kb < kblocks; ++kb) advance();  // half 1's K blocks are warpgroup 1's
     idle_epilogue(p.epilogue_ns);
     keep += acc[0] + acc[127];  // constant indices: a run-time index would put acc in local memory
   }
@@ -153,7 +160,8 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
   // cpasync-nofence: the same copies without the consumers' proxy fence (wrong ordering in general; timing only).
   // cpasync-contiguous: the copies of cpasync from 128 consecutive token rows (is it the scatter or the copy path?).
   constexpr bool kGathers = kMode == kCpAsync || kMode == kCpAsyncNoFence || kMode == kCpAsyncContiguous;
-  constexpr bool kPingPongMode = kMode == kPingPong || kMode == kNoLoadPingPong;
+  constexpr bool kPingPongMode = kMode == kPingPong || kMode == kNoLoadPingPong;  // each half its own stages
+  constexpr bool kTurns = kPingPongMode || kMode == kPingPongShared;               // the warpgroups take turns
   constexpr bool kNoLoads = kMode == kNoLoad || kMode == kNoLoadPingPong;
   extern __shared__ uint8_t raw[];
   Shared& s = *reinterpret_cast<Shared*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
@@ -162,7 +170,7 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&s.full[i], kGathers ? 1 + 128 : 1);
-      // One arrival per consumer warp of every CTA the stage feeds (ping-pong: one warpgroup reads each stage).
+      // One arrival per consumer warp of every CTA the stage feeds (pingpong: one warpgroup reads each stage).
       mbar_init(&s.empty[i], (kPingPongMode ? 4 : 8) * kClusterSize);
     }
     mok::sm90::fence_mbarrier_init();
@@ -220,8 +228,8 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
         }
       }
     }
-  } else if constexpr (kPingPongMode) {
-    ping_pong_consumer<!kNoLoads>(p, s, tid / 128 - 1, kblocks, sink);
+  } else if constexpr (kTurns) {
+    ping_pong_consumer<!kNoLoads, kMode == kPingPongShared>(p, s, tid / 128 - 1, kblocks, sink);
   } else {
     const int wg = tid / 128 - 1, lane = tid & 31;
     float keep = 0.0f;
@@ -312,6 +320,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int iters = argc > 3 ? std::atoi(argv[3]) : 7;
+  // pingpong-shared: a warpgroup's turn must fit the stage ring (see the mode list above).
+  const bool shared_fits = hidden / kBlockK <= kStages;
+  if (only == kPingPongShared && !shared_fits) {
+    std::fprintf(stderr, "pingpong-shared needs K <= %d (the stage ring), got %d\n", kStages * kBlockK, hidden);
+    return 2;
+  }
   const std::vector<int> rowsets = random_tile_rows(tokens, num_rowsets, 7);
   std::mt19937 rng(7);
   // Small values, so the fp32 sums stay finite whatever the bits are.
@@ -344,6 +358,8 @@ int main(int argc, char** argv) {
                              (int)smem_bytes));
   PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kPingPong>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
   PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kNoLoadPingPong>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kPingPongShared>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem_bytes));
   PROBE_CHECK(cudaFuncSetAttribute(cluster_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
   PROBE_CHECK(cudaFuncSetAttribute(cluster_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
@@ -381,12 +397,15 @@ int main(int argc, char** argv) {
       case kNoLoadPingPong:
         single_kernel<kNoLoadPingPong><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
         break;
+      case kPingPongShared:
+        if (shared_fits) single_kernel<kPingPongShared><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+        break;
       default: single_kernel<kBox><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
     }
   }, only);
   std::printf("%-24s %6s %10s %10s %12s\n", "mode", "CTAs", "ms", "TFLOP/s", "TFLOP/s/SM");
   for (int m = 0; m < kModes; ++m) {
-    if (std::isnan(ms[m])) continue;
+    if (std::isnan(ms[m]) || (m == kPingPongShared && !shared_fits)) continue;  // not run (K past the ring)
     const int grid = (m == kMcastB || m == kBoxClusterGrid || m == kMcastBClusterRelease) ? cluster_ctas : ctas;
     const double med = ms[m];
     const double tflops = flops * grid / ctas / (med * 1e-3) / 1e12;

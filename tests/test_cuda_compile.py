@@ -108,6 +108,12 @@ def test_sass_uses_wgmma_and_no_local_memory(kernel_object):
         assert body.count("HGMMA.64x128x16.F32.BF16") == (8 if ping_pong else 0), name
         assert not re.search(r"\b(LDL|STL)(\.\w+)*\s", body), f"{name} uses local memory"
         assert "USETMAXREG" in body, f"{name}: register reallocation missing"
+        # The instantiation's register split (RegisterSplit): producer / consumers 64 / 216 with ping-pong, else
+        # 56 / 224.
+        producer, consumer = (64, 216) if ping_pong else (56, 224)
+        given = {int(n, 16) for n in re.findall(r"USETMAXREG\.DEALLOC\.CTAPOOL (0x[0-9a-f]+)", body)}
+        taken = {int(n, 16) for n in re.findall(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL \w+, (0x[0-9a-f]+)", body)}
+        assert given == {producer} and taken == {consumer}, f"{name}: setmaxnreg {given} / {taken}"
 
 
 # ------------------------------------------------------------------------------------------------------

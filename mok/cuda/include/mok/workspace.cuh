@@ -57,10 +57,12 @@ struct Sm90Tiles {
 // must not exceed what __launch_bounds__(384, 1) allocates (168 per thread = 64512); asking for more blocks
 // forever. At 40 the producer's admission code spills.
 // - Without the ping-pong down task: 56 + 224, which uses exactly that; ptxas (nvcc 13.0) spills in neither role.
-// - With it (compiled only into the instantiation that runs it): the producer spills 4 bytes at 56 (a tensor
-//   map's address kept across its loop), so 64 + 216. Round 21 timed 64 + 216 against 56 + 224 on one kernel
-//   (B/A): gather mode gained (anchor-2 0.987, anchor-1 0.992), ring mode lost up to 1.4% (anchor-5 1.009-1.014,
-//   anchor-3 1.009, anchor-4 and the slices 0.998-1.002): hence one split per instantiation, not one for all.
+// - With it (compiled only into the instantiation that runs it): 64 + 216, chosen on timing. Round 21 timed 64 +
+//   216 against 56 + 224 on one kernel that held both down paths (B/A): gather mode gained (anchor-2 0.987,
+//   anchor-1 0.992), ring mode lost up to 1.4% (anchor-5 1.009-1.014, anchor-3 1.009, anchor-4 and the slices
+//   0.998-1.002): hence one split per instantiation, not one for all. (That kernel's producer spilled 4 bytes at
+//   56; the ping-pong instantiation alone compiles spill-free at 56 + 224 too, which has not been timed:
+//   experiments/results/h200_2026-11-30_round21/patches/pp_instance_regs_56_224.patch.)
 template <bool kDownPingPong>
 struct RegisterSplit {
   static constexpr int kProducer = kDownPingPong ? 64 : 56;
