@@ -91,3 +91,47 @@ def test_committed_gap_results_match_their_logs():
     for call, log in [(5, "call5_gap/mainloop_gap.log"), (10, "call10_be77836/roofline.log")]:
         doc = json.loads((results / f"mainloop_gap_round13_call{call}.json").read_text())
         assert doc["rows"] == mainloop_gap.parse_gap_table((results / "h200_2026-11-29_round13" / log).read_text())
+
+
+def _probe_table(rows: dict[str, float]) -> str:
+    """The probe's printed table for {mode: ms} (TFLOP/s made up from the ms: 1000 / ms)."""
+    lines = ["clusters of 2 resident at once: 66 (cluster grid 132 CTAs)",
+             "132 CTAs x 16 tiles of 128 x 256 x 256, epilogue 0 ns per tile; median of 7 runs, modes interleaved",
+             f"{'mode':<24} {'CTAs':>6} {'ms':>10} {'TFLOP/s':>10} {'TFLOP/s/SM':>12}"]
+    lines += [f"{mode:<24} {132:6d} {ms:10.3f} {1000 / ms:10.1f} {1000 / ms / 132:12.2f}" for mode, ms in rows.items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_ping_pong_probe_summary_from_logs(tmp_path):
+    import ping_pong_probe as study
+
+    # K = 256 with the shared mode; K = 4096 past the ring, where the probe leaves pingpong-shared out.
+    (tmp_path / "probe_k256_e0.log").write_text(_probe_table(
+        {"noload": 0.400, "box": 0.500, "box@mcastB-grid": 0.510, "pingpong": 0.550, "noload-pingpong": 0.440,
+         "pingpong-shared": 0.520}))
+    (tmp_path / "probe_k256_e2200.log").write_text(_probe_table(
+        {"noload": 0.440, "box": 0.540, "pingpong": 0.560, "noload-pingpong": 0.450, "pingpong-shared": 0.530}))
+    (tmp_path / "probe_k4096_e0.log").write_text(_probe_table(
+        {"noload": 4.000, "box": 5.000, "pingpong": 5.500, "noload-pingpong": 4.200}))
+    points = study.read_logs(tmp_path)
+    assert sorted(points) == [(256, 0), (256, 2200), (4096, 0)]
+    assert points[(256, 0)]["box@mcastB-grid"]["ms"] == 0.510  # a mode name with '@' parses
+    rows = {(r["k"], r["epilogue_ns"]): r for r in study.summarize(points, tiles_per_cta=16)}
+    # (0.440 - 0.400) ms over 16 tiles = 2,500 ns per tile; epilogue 0 realises 0.
+    assert rows[(256, 2200)]["realised_epilogue_ns"] == pytest.approx(2500.0)
+    assert rows[(256, 0)]["realised_epilogue_ns"] == 0.0
+    assert rows[(256, 2200)]["kernel's form (shared stages)"] == pytest.approx(0.530 / 0.540)
+    assert rows[(256, 0)]["one warpgroup in turns, no loads"] == pytest.approx(0.440 / 0.400)
+    assert rows[(4096, 0)]["CUTLASS's form (own stages)"] == pytest.approx(5.5 / 5.0)
+    assert rows[(4096, 0)]["kernel's form (shared stages)"] is None
+    table = study.format_table(list(rows.values()))
+    assert "2500" in table and "1.100" in table and "-" in table.splitlines()[-1]
+    fig = study.plot(list(rows.values()), "synthetic")
+    assert len(fig.axes) == 2  # one panel per K
+
+
+def test_ping_pong_probe_rejects_text_without_a_table():
+    import ping_pong_probe as study
+
+    with pytest.raises(ValueError, match="no probe table"):
+        study.parse_probe_table("probe: K must be a positive multiple of 64, got 100\n")
