@@ -66,7 +66,9 @@ Environment:
 * ``MOK_CUDA_OVERLAP_STEPS`` (default off): each step's gate/up tasks share a group of the task order with the
   previous step's down tasks (:func:`resolve_overlap_steps`);
 * ``MOK_CUDA_DOWN_TMA`` (default ``auto``: on in gather mode): the down tiles leave by TMA into a buffer in schedule
-  order and the weighted sum reads through the inverse map (:func:`resolve_down_tma`).
+  order and the weighted sum reads through the inverse map (:func:`resolve_down_tma`);
+* ``MOK_CUDA_DOWN_PING_PONG`` (default on where allowed: down_tma, the pipelined variant without the signal warp,
+  I <= 256): the consumer warpgroups take turns on each down block's column halves (:func:`resolve_down_ping_pong`).
 """
 
 from __future__ import annotations
