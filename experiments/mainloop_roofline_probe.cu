@@ -26,6 +26,9 @@
 //                           per stage), both warpgroups reading every stage in turn, so a stage is refilled only
 //                           after the second warpgroup's turn; K <= 256 only (a longer K needs more stages than the
 //                           ring has in one turn: a deadlock, which the kernel's launch refuses too; skipped in "all")
+//   pingpong-early,         pingpong and pingpong-shared, passing the turn right after the last wgmma of the turn is
+//   pingpong-shared-early   issued instead of after it completed (CUTLASS's hand-over; the kernel's is the latter,
+//                           and round 21's pp_early_handover.patch is the former): no drained tensor pipe per turn
 //
 // Epilogue (argv[5], ns per tile, default 0): after each tile every consumer warpgroup spins that long on
 // %globaltimer, the tensor cores idle, as an epilogue's arithmetic and stores keep them. The cooperative modes pay it
@@ -66,10 +69,13 @@ enum Mode {
   kPingPong = 8,
   kNoLoadPingPong = 9,
   kPingPongShared = 10,
+  kPingPongEarly = 11,
+  kPingPongSharedEarly = 12,
 };
 const char* kNames[] = {"noload", "box", "cpasync", "mcastB", "box@mcastB-grid", "mcastB-release.cluster",
-                        "cpasync-nofence", "cpasync-contiguous", "pingpong", "noload-pingpong", "pingpong-shared"};
-constexpr int kModes = 11;
+                        "cpasync-nofence", "cpasync-contiguous", "pingpong", "noload-pingpong", "pingpong-shared",
+                        "pingpong-early", "pingpong-shared-early"};
+constexpr int kModes = 13;
 // Named barrier 2 + w: warpgroup w's turn begins (1 is the producers').
 __host__ __device__ constexpr uint32_t turn_barrier(int wg) { return 2u + static_cast<uint32_t>(wg); }
 
@@ -99,11 +105,12 @@ __device__ __forceinline__ void turn_pass(uint32_t id) { asm volatile("bar.arriv
 // tile: all 128 rows of A against the half's 128 B rows, two m64n128k16 per K step (acc[0..63] rows 0-63,
 // acc[64..127] rows 64-127, the kernel's consume_column_half). kShared: both warpgroups read every stage (B rows
 // 128 * wg on in it), as the kernel does. Otherwise the producer queues the halves in order (tile j half 0, tile j
-// half 1, ...), and each warpgroup steps over the other's K blocks in the stage ring. The turns: warpgroup 0 waits until warpgroup 1
+// half 1, ...), and each warpgroup steps over the other's K blocks in the stage ring. kEarlyPass: the turn passes
+// right after the turn's last wgmma are issued, not once they completed. The turns: warpgroup 0 waits until warpgroup 1
 // has finished the previous tile's mainloop, warpgroup 1 until warpgroup 0 has finished this tile's; each passes the
 // turn once its last wgmma completed (as the megakernel's ping_pong_mainloop does; CUTLASS passes it after the last
 // issue), then runs its epilogue while the other multiplies.
-template <bool kLoads, bool kShared>
+template <bool kLoads, bool kShared, bool kEarlyPass>
 __device__ void ping_pong_consumer(const Problem& p, Shared& s, int wg, int kblocks, float* sink) {
   const int lane = threadIdx.x & 31;
   uint32_t stage = 0, phase = 0;
@@ -113,6 +120,8 @@ __device__ void ping_pong_consumer(const Problem& p, Shared& s, int wg, int kblo
   float keep = 0.0f;
   float acc[128];
   for (int j = 0; j < p.tasks_per_cta; ++j) {
+    // Warpgroup 1's last turn hands over nothing: no tile follows.
+    const bool hands_over = wg == 0 || j + 1 < p.tasks_per_cta;
     if (!kShared && wg == 1) for (int kb = 0; kb < kblocks; ++kb) advance();  // half 0's K blocks are warpgroup 0's
     if (wg == 1 || j > 0) turn_wait(turn_barrier(wg));
 #pragma unroll
@@ -134,6 +143,7 @@ __device__ void ping_pong_consumer(const Problem& p, Shared& s, int wg, int kblo
                                              mok::sm90::desc_advance_bytes(db, k * 32));
       }
       mok::sm90::wgmma_commit();
+      if (kEarlyPass && hands_over && kb + 1 == kblocks) turn_pass(turn_barrier(1 - wg));
       mok::sm90::wgmma_wait<1>();
       mok::sm90::fence_accumulators(acc);
       if (kLoads && kb > 0 && lane == 0) mbar_arrive(&s.empty[prev]);
@@ -145,8 +155,7 @@ __device__ void ping_pong_consumer(const Problem& p, Shared& s, int wg, int kblo
     mok::sm90::fence_accumulators(acc);
     if (kLoads && lane == 0) mbar_arrive(&s.empty[prev]);
     __syncwarp();
-    // Warpgroup 1's last turn hands over nothing: no tile follows.
-    if (wg == 0 || j + 1 < p.tasks_per_cta) turn_pass(turn_barrier(1 - wg));
+    if (!kEarlyPass && hands_over) turn_pass(turn_barrier(1 - wg));
     if (!kShared && wg == 0) for (int kb = 0; kb < kblocks; ++kb) advance();  // half 1's K blocks are warpgroup 1's
     idle_epilogue(p.epilogue_ns);
     keep += acc[0] + acc[127];  // constant indices: a run-time index would put acc in local memory
@@ -160,8 +169,9 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
   // cpasync-nofence: the same copies without the consumers' proxy fence (wrong ordering in general; timing only).
   // cpasync-contiguous: the copies of cpasync from 128 consecutive token rows (is it the scatter or the copy path?).
   constexpr bool kGathers = kMode == kCpAsync || kMode == kCpAsyncNoFence || kMode == kCpAsyncContiguous;
-  constexpr bool kPingPongMode = kMode == kPingPong || kMode == kNoLoadPingPong;  // each half its own stages
-  constexpr bool kTurns = kPingPongMode || kMode == kPingPongShared;               // the warpgroups take turns
+  constexpr bool kSharedStages = kMode == kPingPongShared || kMode == kPingPongSharedEarly;
+  constexpr bool kPingPongMode = kMode == kPingPong || kMode == kNoLoadPingPong || kMode == kPingPongEarly;  // own stages
+  constexpr bool kTurns = kPingPongMode || kSharedStages;  // the warpgroups take turns
   constexpr bool kNoLoads = kMode == kNoLoad || kMode == kNoLoadPingPong;
   extern __shared__ uint8_t raw[];
   Shared& s = *reinterpret_cast<Shared*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
@@ -229,7 +239,8 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
       }
     }
   } else if constexpr (kTurns) {
-    ping_pong_consumer<!kNoLoads, kMode == kPingPongShared>(p, s, tid / 128 - 1, kblocks, sink);
+    ping_pong_consumer<!kNoLoads, kSharedStages, kMode == kPingPongEarly || kMode == kPingPongSharedEarly>(
+        p, s, tid / 128 - 1, kblocks, sink);
   } else {
     const int wg = tid / 128 - 1, lane = tid & 31;
     float keep = 0.0f;
@@ -322,8 +333,8 @@ int main(int argc, char** argv) {
   const int iters = argc > 3 ? std::atoi(argv[3]) : 7;
   // pingpong-shared: a warpgroup's turn must fit the stage ring (see the mode list above).
   const bool shared_fits = hidden / kBlockK <= kStages;
-  if (only == kPingPongShared && !shared_fits) {
-    std::fprintf(stderr, "pingpong-shared needs K <= %d (the stage ring), got %d\n", kStages * kBlockK, hidden);
+  if ((only == kPingPongShared || only == kPingPongSharedEarly) && !shared_fits) {
+    std::fprintf(stderr, "%s needs K <= %d (the stage ring), got %d\n", kNames[only], kStages * kBlockK, hidden);
     return 2;
   }
   const std::vector<int> rowsets = random_tile_rows(tokens, num_rowsets, 7);
@@ -360,6 +371,10 @@ int main(int argc, char** argv) {
   PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kNoLoadPingPong>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem_bytes));
   PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kPingPongShared>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kPingPongEarly>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kPingPongSharedEarly>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem_bytes));
   PROBE_CHECK(cudaFuncSetAttribute(cluster_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
   PROBE_CHECK(cudaFuncSetAttribute(cluster_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
@@ -400,12 +415,21 @@ int main(int argc, char** argv) {
       case kPingPongShared:
         if (shared_fits) single_kernel<kPingPongShared><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
         break;
+      case kPingPongEarly:
+        single_kernel<kPingPongEarly><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+        break;
+      case kPingPongSharedEarly:
+        if (shared_fits) {
+          single_kernel<kPingPongSharedEarly><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+        }
+        break;
       default: single_kernel<kBox><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
     }
   }, only);
   std::printf("%-24s %6s %10s %10s %12s\n", "mode", "CTAs", "ms", "TFLOP/s", "TFLOP/s/SM");
   for (int m = 0; m < kModes; ++m) {
-    if (std::isnan(ms[m]) || (m == kPingPongShared && !shared_fits)) continue;  // not run (K past the ring)
+    // Not run: K past the ring.
+    if (std::isnan(ms[m]) || ((m == kPingPongShared || m == kPingPongSharedEarly) && !shared_fits)) continue;
     const int grid = (m == kMcastB || m == kBoxClusterGrid || m == kMcastBClusterRelease) ? cluster_ctas : ctas;
     const double med = ms[m];
     const double tflops = flops * grid / ctas / (med * 1e-3) / 1e12;

@@ -11,6 +11,8 @@ in which a warpgroup issues no wgmma) and compares, at each point:
 * ``pingpong-shared`` / ``box`` (K <= 256): the megakernel's own form, both warpgroups reading every stage.
 * ``pingpong`` / ``box``: CUTLASS's form, each half its own stages (A loaded twice per tile), the gate/up design of
   mok/cuda/README.md's "What is left".
+* the ``-early`` modes against ``box``: the same, with the turn passed right after the turn's last wgmma are issued
+  instead of once they completed (the kernel passes it after; ``pp_early_handover.patch`` of round 21 changes that).
 
 Ratios are time ratios (B / A < 1: the ping-pong is faster). The epilogue is a spin on ``%globaltimer``; what it
 really lasted is read back from ``noload`` ((ms at E - ms at 0) / tiles per CTA), since the timer's tick on the GPU
@@ -39,7 +41,9 @@ RUNS = 7
 COMPARISONS = [  # (label, mode B, mode A): B / A time
     ("one warpgroup in turns, no loads", "noload-pingpong", "noload"),
     ("kernel's form (shared stages)", "pingpong-shared", "box"),
+    ("kernel's form, turn after the issue", "pingpong-shared-early", "box"),
     ("CUTLASS's form (own stages)", "pingpong", "box"),
+    ("CUTLASS's form, turn after the issue", "pingpong-early", "box"),
 ]
 _ROW = re.compile(r"^(?P<mode>\S+)\s+(?P<ctas>\d+)\s+(?P<ms>[\d.]+)\s+(?P<tflops>[\d.]+)\s+(?P<per_sm>[\d.]+)\s*$")
 _LOG_NAME = re.compile(r"probe_k(?P<k>\d+)_e(?P<e>\d+)\.log$")

@@ -55,7 +55,8 @@ def test_mainloop_gap_asks_only_for_modes_the_probe_has():
     source = (ROOT / "experiments/mainloop_roofline_probe.cu").read_text()
     names = re.search(r"const char\* kNames\[\] = \{(.*?)\};", source, re.S).group(1)
     known = set(re.findall(r'"([^"]+)"', names))
-    assert {"noload", "box", "cpasync", "mcastB", "pingpong", "noload-pingpong", "pingpong-shared"} <= known
+    assert {"noload", "box", "cpasync", "mcastB", "pingpong", "noload-pingpong", "pingpong-shared", "pingpong-early",
+            "pingpong-shared-early"} <= known
     assert {mode for _, mode in mainloop_gap.PROBE_MODES} <= known
 
 

@@ -12,10 +12,12 @@ mkdir -p build && nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I m
 # block's (about 2.2 us), the gate/up task's (about 4.8 us).
 for k in 256 4096; do for e in 0 2200 4800; do
   timeout 60 build/probe 16 all 7 $k $e > $K/probe_k${k}_e${e}.log 2>&1; echo "probe K=$k epilogue=$e rc=$?"
-  grep -E '^(noload|box|pingpong|noload-pingpong|pingpong-shared) ' $K/probe_k${k}_e${e}.log
+  grep -E '^(noload|box|noload-pingpong|pingpong\S*) ' $K/probe_k${k}_e${e}.log
 done; done
 # The grid as JSON, a table and a plot (experiments/results/ping_pong_probe_<stamp>.*, and $OUT/results).
 python3 experiments/ping_pong_probe.py --from-logs $K --gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" --commit "${MOK_GIT_COMMIT:-unknown}" --date "$(date -u +%F)"
+# The kernel's ping-pong passing the turn right after its last wgmma are issued (not once they completed).
+timeout 120 python3 experiments/ab_kernels.py --rounds 8 --patch experiments/results/h200_2026-11-30_round21/patches/pp_early_handover.patch anchor-2 anchor-1 > $K/ab_pp_early.log 2>&1; echo ab-pp-early rc=$?; grep -E 'B/A|Error' $K/ab_pp_early.log
 # The ping-pong instantiation at 56 / 224 (spill-free there since it has its own kernel; chosen at 64 / 216 on
 # timings of a kernel that held both down paths).
 timeout 120 python3 experiments/ab_kernels.py --rounds 8 --patch experiments/results/h200_2026-11-30_round21/patches/pp_instance_regs_56_224.patch anchor-2 anchor-1 > $K/ab_pp_regs.log 2>&1; echo ab-pp-regs rc=$?; grep -E 'B/A|Error' $K/ab_pp_regs.log
