@@ -108,8 +108,8 @@ __device__ __forceinline__ void turn_pass(uint32_t id) { asm volatile("bar.arriv
 // half 1, ...), and each warpgroup steps over the other's K blocks in the stage ring. kEarlyPass: the turn passes
 // right after the turn's last wgmma are issued, not once they completed. The turns: warpgroup 0 waits until warpgroup 1
 // has finished the previous tile's mainloop, warpgroup 1 until warpgroup 0 has finished this tile's; each passes the
-// turn once its last wgmma completed (as the megakernel's ping_pong_mainloop does; CUTLASS passes it after the last
-// issue), then runs its epilogue while the other multiplies.
+// turn once its last wgmma completed (as the megakernel's ping_pong_mainloop does; unless kEarlyPass), then runs its
+// epilogue while the other multiplies.
 template <bool kLoads, bool kShared, bool kEarlyPass>
 __device__ void ping_pong_consumer(const Problem& p, Shared& s, int wg, int kblocks, float* sink) {
   const int lane = threadIdx.x & 31;

@@ -11,8 +11,9 @@ in which a warpgroup issues no wgmma) and compares, at each point:
 * ``pingpong-shared`` / ``box`` (K <= 256): the megakernel's own form, both warpgroups reading every stage.
 * ``pingpong`` / ``box``: CUTLASS's form, each half its own stages (A loaded twice per tile), the gate/up design of
   mok/cuda/README.md's "What is left".
-* the ``-early`` modes against ``box``: the same, with the turn passed right after the turn's last wgmma are issued
-  instead of once they completed (the kernel passes it after; ``pp_early_handover.patch`` of round 21 changes that).
+* the ``-early`` modes against ``box`` and against their twins: the same, with the turn passed right after the turn's
+  last wgmma are issued instead of once they completed (the kernel passes it after; ``pp_early_handover.patch`` of
+  round 21 changes that).
 
 Ratios are time ratios (B / A < 1: the ping-pong is faster). The epilogue is a spin on ``%globaltimer``; what it
 really lasted is read back from ``noload`` ((ms at E - ms at 0) / tiles per CTA), since the timer's tick on the GPU
@@ -44,6 +45,8 @@ COMPARISONS = [  # (label, mode B, mode A): B / A time
     ("kernel's form, turn after the issue", "pingpong-shared-early", "box"),
     ("CUTLASS's form (own stages)", "pingpong", "box"),
     ("CUTLASS's form, turn after the issue", "pingpong-early", "box"),
+    ("hand-over after the issue, shared stages", "pingpong-shared-early", "pingpong-shared"),
+    ("hand-over after the issue, own stages", "pingpong-early", "pingpong"),
 ]
 _ROW = re.compile(r"^(?P<mode>\S+)\s+(?P<ctas>\d+)\s+(?P<ms>[\d.]+)\s+(?P<tflops>[\d.]+)\s+(?P<per_sm>[\d.]+)\s*$")
 _LOG_NAME = re.compile(r"probe_k(?P<k>\d+)_e(?P<e>\d+)\.log$")
@@ -80,11 +83,13 @@ def summarize(points: dict[tuple[int, int], dict[str, dict]], tiles_per_cta: int
 
 
 def format_table(rows: list[dict]) -> str:
-    head = f"{'K':>5} {'epilogue ns':>11} {'realised':>9} " + " ".join(f"{label:>34}" for label, _, _ in COMPARISONS)
+    width = max(len(label) for label, _, _ in COMPARISONS)
+    head = f"{'K':>5} {'epilogue ns':>11} {'realised':>9} " + " ".join(f"{label:>{width}}" for label, _, _ in COMPARISONS)
     lines = [head]
     for r in rows:
         realised = "-" if r["realised_epilogue_ns"] is None else f"{r['realised_epilogue_ns']:.0f}"
-        ratios = " ".join(f"{'-' if r[label] is None else format(r[label], '.3f'):>34}" for label, _, _ in COMPARISONS)
+        ratios = " ".join(f"{'-' if r[label] is None else format(r[label], '.3f'):>{width}}"
+                          for label, _, _ in COMPARISONS)
         lines.append(f"{r['k']:>5} {r['epilogue_ns']:>11} {realised:>9} {ratios}")
     return "\n".join(lines)
 

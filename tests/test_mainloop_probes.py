@@ -58,6 +58,8 @@ def test_mainloop_gap_asks_only_for_modes_the_probe_has():
     assert {"noload", "box", "cpasync", "mcastB", "pingpong", "noload-pingpong", "pingpong-shared", "pingpong-early",
             "pingpong-shared-early"} <= known
     assert {mode for _, mode in mainloop_gap.PROBE_MODES} <= known
+    import ping_pong_probe
+    assert {mode for _, b, a in ping_pong_probe.COMPARISONS for mode in (b, a)} <= known
 
 
 def test_mainloop_gap_table_round_trips_and_plots():
@@ -109,7 +111,7 @@ def test_ping_pong_probe_summary_from_logs(tmp_path):
     # K = 256 with the shared mode; K = 4096 past the ring, where the probe leaves pingpong-shared out.
     (tmp_path / "probe_k256_e0.log").write_text(_probe_table(
         {"noload": 0.400, "box": 0.500, "box@mcastB-grid": 0.510, "pingpong": 0.550, "noload-pingpong": 0.440,
-         "pingpong-shared": 0.520}))
+         "pingpong-shared": 0.520, "pingpong-early": 0.530, "pingpong-shared-early": 0.480}))
     (tmp_path / "probe_k256_e2200.log").write_text(_probe_table(
         {"noload": 0.440, "box": 0.540, "pingpong": 0.560, "noload-pingpong": 0.450, "pingpong-shared": 0.530}))
     (tmp_path / "probe_k4096_e0.log").write_text(_probe_table(
@@ -125,6 +127,9 @@ def test_ping_pong_probe_summary_from_logs(tmp_path):
     assert rows[(256, 0)]["one warpgroup in turns, no loads"] == pytest.approx(0.440 / 0.400)
     assert rows[(4096, 0)]["CUTLASS's form (own stages)"] == pytest.approx(5.5 / 5.0)
     assert rows[(4096, 0)]["kernel's form (shared stages)"] is None
+    assert rows[(256, 0)]["hand-over after the issue, shared stages"] == pytest.approx(0.480 / 0.520)
+    assert rows[(256, 0)]["hand-over after the issue, own stages"] == pytest.approx(0.530 / 0.550)
+    assert rows[(256, 2200)]["hand-over after the issue, own stages"] is None  # no -early rows in that log
     table = study.format_table(list(rows.values()))
     assert "2500" in table and "1.100" in table and "-" in table.splitlines()[-1]
     fig = study.plot(list(rows.values()), "synthetic")
