@@ -319,15 +319,15 @@ __device__ __forceinline__ void release_stage(uint64_t* empty, int lane) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Consumer (one warpgroup): acc[64 x 256] = A[rows 64*wg .. +63] * B^T over all K blocks.
+// The stage loop of one consumer warpgroup, shared by its two tile shapes below: acc = 0, then per K block wait for
+// the stage, `issue_kblock(stage, kb)` (converge the warp, build the descriptors, issue and commit K block kb's wgmma),
+// and release stages to the producer.
 // kOverlap = false: wait for each k-block's wgmma before releasing its stage (simplest ordering).
 // kOverlap = true: keep one k-block of wgmma in flight and release the previous stage (standard SM90).
-// gathered_a: A was written by cp.async (generic proxy), so fence before wgmma reads it (async proxy).
 // ---------------------------------------------------------------------------------------------------------
-template <class Tiles, bool kOverlap>
-__device__ __forceinline__ void consume_tile(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
-                                             int num_kblocks, int consumer_wg, bool gathered_a, float (&acc)[128]) {
-  static_assert(Tiles::kBlockN == 256, "the consumer issues m64n256k16");
+template <class Tiles, bool kOverlap, class IssueKBlock>
+__device__ __forceinline__ void consume_stages(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
+                                               int num_kblocks, float (&acc)[128], IssueKBlock&& issue_kblock) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
@@ -336,16 +336,7 @@ __device__ __forceinline__ void consume_tile(const Sm90MoeParams& p, SharedStora
   uint32_t prev_stage = 0;
   for (int kb = 0; kb < num_kblocks; ++kb) {
     mbar_wait(p, &s.full[pipe.stage], pipe.phase, kCtrMbarFull, static_cast<int>(pipe.stage));
-    if (gathered_a) fence_proxy_async_shared();
-    __syncwarp();  // wgmma is .sync.aligned: the warp must be converged after the (divergent) wait loop
-    const uint64_t desc_a = make_sw128_kmajor_desc(smem_addr(s.a[pipe.stage]) + consumer_wg * 64 * 128);
-    const uint64_t desc_b = make_sw128_kmajor_desc(smem_addr(s.b[pipe.stage]));
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < Tiles::kBlockK / 16; ++k) {
-      wgmma_m64n256k16_bf16(acc, desc_advance_bytes(desc_a, k * 32), desc_advance_bytes(desc_b, k * 32), 1);
-    }
-    wgmma_commit();
+    issue_kblock(pipe.stage, kb);
     if constexpr (kOverlap) {
       wgmma_wait<1>();
       fence_accumulators(acc);
@@ -366,6 +357,28 @@ __device__ __forceinline__ void consume_tile(const Sm90MoeParams& p, SharedStora
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Consumer (one warpgroup): acc[64 x 256] = A[rows 64*wg .. +63] * B^T over all K blocks.
+// gathered_a: A was written by cp.async (generic proxy), so fence before wgmma reads it (async proxy).
+// ---------------------------------------------------------------------------------------------------------
+template <class Tiles, bool kOverlap>
+__device__ __forceinline__ void consume_tile(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
+                                             int num_kblocks, int consumer_wg, bool gathered_a, float (&acc)[128]) {
+  static_assert(Tiles::kBlockN == 256, "the consumer issues m64n256k16");
+  consume_stages<Tiles, kOverlap>(p, s, pipe, num_kblocks, acc, [&](uint32_t stage, int) {
+    if (gathered_a) fence_proxy_async_shared();
+    __syncwarp();  // wgmma is .sync.aligned: the warp must be converged after the (divergent) wait loop
+    const uint64_t desc_a = make_sw128_kmajor_desc(smem_addr(s.a[stage]) + consumer_wg * 64 * 128);
+    const uint64_t desc_b = make_sw128_kmajor_desc(smem_addr(s.b[stage]));
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < Tiles::kBlockK / 16; ++k) {
+      wgmma_m64n256k16_bf16(acc, desc_advance_bytes(desc_a, k * 32), desc_advance_bytes(desc_b, k * 32), 1);
+    }
+    wgmma_commit();
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Consumer (one warpgroup) of a ping-pong down block (run_down_task): acc = A[all 128 rows] * B[columns
 // 128 * column_half .. + 127]^T over all K blocks: acc[0..63] holds rows 0..63 and acc[64..127] rows 64..127, each
 // in m64n128's fragment layout, so the epilogue stages them as it stages the two column halves of the usual tile.
@@ -378,18 +391,11 @@ __device__ __forceinline__ void consume_column_half(const Sm90MoeParams& p, Shar
                                                     PipeState<Tiles>& pipe, int num_kblocks, int column_half,
                                                     float (&acc)[128]) {
   static_assert(Tiles::kBlockN == 256 && Tiles::kBlockM == 128, "two 128-column halves of a 128-row tile");
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-  fence_accumulators(acc);
-
-  uint32_t prev_stage = 0;
-  for (int kb = 0; kb < num_kblocks; ++kb) {
-    mbar_wait(p, &s.full[pipe.stage], pipe.phase, kCtrMbarFull, static_cast<int>(pipe.stage));
+  consume_stages<Tiles, true>(p, s, pipe, num_kblocks, acc, [&](uint32_t stage, int) {
     __syncwarp();  // wgmma is .sync.aligned: the warp must be converged after the (divergent) wait loop
-    const uint64_t desc_a = make_sw128_kmajor_desc(smem_addr(s.a[pipe.stage]));  // rows 0..63; 8 KB on: 64..127
+    const uint64_t desc_a = make_sw128_kmajor_desc(smem_addr(s.a[stage]));  // rows 0..63; 8 KB on: 64..127
     // B's rows are the output columns: rows 128 * column_half .. of the stage's 256 (16 KB further, 1024-aligned).
-    const uint64_t desc_b = make_sw128_kmajor_desc(smem_addr(s.b[pipe.stage]) + column_half * 128 * 128);
+    const uint64_t desc_b = make_sw128_kmajor_desc(smem_addr(s.b[stage]) + column_half * 128 * 128);
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < Tiles::kBlockK / 16; ++k) {
@@ -397,15 +403,7 @@ __device__ __forceinline__ void consume_column_half(const Sm90MoeParams& p, Shar
       wgmma_m64n128k16_bf16<64>(acc, desc_advance_bytes(desc_a, 64 * 128 + k * 32), desc_advance_bytes(desc_b, k * 32));
     }
     wgmma_commit();
-    wgmma_wait<1>();
-    fence_accumulators(acc);
-    if (kb > 0) release_stage(&s.empty[prev_stage], lane);
-    prev_stage = pipe.stage;
-    pipe.advance();
-  }
-  wgmma_wait<0>();
-  fence_accumulators(acc);
-  if (num_kblocks > 0) release_stage(&s.empty[prev_stage], lane);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------------
