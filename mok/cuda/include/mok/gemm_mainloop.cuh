@@ -385,13 +385,18 @@ __device__ __forceinline__ void consume_tile(const Sm90MoeParams& p, SharedStora
 // The other warpgroup multiplies the other column half of the same stages at another time (the turn barriers), so
 // each stage is still released by all eight consumer warps, and the producer sees the same pipeline. The K order
 // is the usual one (k-block ascending, four k16 steps each): every output element gets the same bits.
+// `hand_over`: called once (num_kblocks >= 1: the launch requires I >= 64), right after the last K block's wgmma are
+// issued (committed), before waiting for them: the other warpgroup's turn may start issuing while up to two K blocks
+// of these drain, so the tensor cores need not empty between turns (close to CUTLASS's ping-pong, which hands over
+// after the mainloop's issue, before its tail). Both warpgroups only read the stages; accumulators are registers;
+// the stage releases still follow the waits.
 // ---------------------------------------------------------------------------------------------------------
-template <class Tiles>
+template <class Tiles, class HandOver>
 __device__ __forceinline__ void consume_column_half(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
                                                     PipeState<Tiles>& pipe, int num_kblocks, int column_half,
-                                                    float (&acc)[128]) {
+                                                    float (&acc)[128], HandOver&& hand_over) {
   static_assert(Tiles::kBlockN == 256 && Tiles::kBlockM == 128, "two 128-column halves of a 128-row tile");
-  consume_stages<Tiles, true>(p, s, pipe, num_kblocks, acc, [&](uint32_t stage, int) {
+  consume_stages<Tiles, true>(p, s, pipe, num_kblocks, acc, [&](uint32_t stage, int kb) {
     __syncwarp();  // wgmma is .sync.aligned: the warp must be converged after the (divergent) wait loop
     const uint64_t desc_a = make_sw128_kmajor_desc(smem_addr(s.a[stage]));  // rows 0..63; 8 KB on: 64..127
     // B's rows are the output columns: rows 128 * column_half .. of the stage's 256 (16 KB further, 1024-aligned).
@@ -403,6 +408,7 @@ __device__ __forceinline__ void consume_column_half(const Sm90MoeParams& p, Shar
       wgmma_m64n128k16_bf16<64>(acc, desc_advance_bytes(desc_a, 64 * 128 + k * 32), desc_advance_bytes(desc_b, k * 32));
     }
     wgmma_commit();
+    if (kb + 1 == num_kblocks) hand_over();
   });
 }
 

@@ -245,9 +245,12 @@ __device__ __forceinline__ void ping_pong_mainloop(const Sm90MoeParams& p, Share
   const NamedBarrier other = consumer_wg == 0 ? NamedBarrier::kDownTurnWG1 : NamedBarrier::kDownTurnWG0;
   if (consumer_wg == 1 || c > 0) named_barrier_sync(mine, kTurnThreads);
   trace_first_kblock<Tiles>(p, s, pipe, block.ticket);  // consumer thread 0 (warpgroup 0)
-  consume_column_half<Tiles>(p, s, pipe, p.intermediate / Tiles::kBlockK, consumer_wg, acc);
-  // Warpgroup 1's last mainloop of the task hands over nothing: warpgroup 0's next turn is in another task.
-  if (consumer_wg == 0 || c + 1 < p.down_span) named_barrier_arrive(other, kTurnThreads);
+  // The turn passes once this warpgroup's last wgmma are issued (consume_column_half). Warpgroup 1's last mainloop of
+  // the task hands over nothing: warpgroup 0's next turn is in another task.
+  const bool hands_over = consumer_wg == 0 || c + 1 < p.down_span;
+  consume_column_half<Tiles>(p, s, pipe, p.intermediate / Tiles::kBlockK, consumer_wg, acc, [&] {
+    if (hands_over) named_barrier_arrive(other, kTurnThreads);
+  });
   if (threadIdx.x == 128) trace_mark(p, block.ticket, kTraceMainloopDone);
 }
 
