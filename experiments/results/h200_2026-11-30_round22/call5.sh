@@ -8,6 +8,6 @@ timeout 220 python3 experiments/ab_kernels.py --rounds 8 --saved-rows --patch $P
 git apply $P && echo applied || exit 1
 timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/test_cuda_backward_recompute.py tests/test_cuda_mxfp8.py tests/test_cuda_gpu.py > $K/tests_saved.log 2>&1; echo tests rc=$?; tail -2 $K/tests_saved.log
 timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 python3 -m mok.cuda.sanitize_check --variant pipelined --dispatch gather > $K/racecheck.log 2>&1; echo racecheck rc=$?; tail -1 $K/racecheck.log
-timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m mok.cuda.sanitize_check > $K/memcheck.log 2>&1; echo memcheck rc=$?; tail -1 $K/memcheck.log
+timeout 75 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m mok.cuda.sanitize_check > $K/memcheck.log 2>&1; echo memcheck rc=$?; tail -1 $K/memcheck.log
 git apply -R $P
 cd $OUT && tar czf /tmp/call.tgz . && rm -rf $OUT/* && mv /tmp/call.tgz $OUT/call.tgz
