@@ -254,9 +254,10 @@ __device__ __forceinline__ void push_half(const Sm90MoeParams& p, const Task& t,
 // per task): for the first half before the second is staged, for the second only when the task's next block is
 // staged, so that half drains during the next block's mainloop. Same bits: y = bf16(acc) as in the push; the
 // weighted sum reads them through p.y_rows.
-// Ping-pong (p.down_ping_pong): the warpgroup holds all 128 rows of its column half instead (consume_column_half),
-// so `half` walks the rows: acc[64 * half ..] is rows 64 * half .., at columns 128 * consumer_wg ...
-template <class Tiles>
+// Ping-pong (kPingPong: the kernel instantiation that runs it, p.down_ping_pong): the warpgroup holds all 128 rows of
+// its column half instead (consume_column_half), so `half` walks the rows: acc[64 * half ..] is rows 64 * half .., at
+// columns 128 * consumer_wg ...
+template <class Tiles, bool kPingPong>
 __device__ __forceinline__ void store_down_block_tma(const Sm90MoeParams& p, const Task& t, SharedStorage<Tiles>& s,
                                                      const float (&acc)[128], int consumer_wg, bool staging_draining) {
   if (p.ablate & kAblateEpilogue) return;  // timing ablation, as push_down_block
@@ -264,8 +265,8 @@ __device__ __forceinline__ void store_down_block_tma(const Sm90MoeParams& p, con
   const int row0 = static_cast<int>(table_row0<Tiles>(p, t));  // y row of the tile's first
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int row = row0 + 64 * (p.down_ping_pong ? half : consumer_wg);
-    const int column_half = p.down_ping_pong ? consumer_wg : half;
+    const int row = row0 + 64 * (kPingPong ? half : consumer_wg);
+    const int column_half = kPingPong ? consumer_wg : half;
     if (half == 1 || staging_draining) {  // the previous half's boxes are still being read out of the staging
       if (leader) bulk_wait_group_read_all();
       named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);

@@ -276,7 +276,7 @@ __device__ __forceinline__ void run_down_task(const Sm90MoeParams& p, SharedStor
     if (c == 0) mine = resolve_lane_destination<Tiles>(p, t, consumer_wg, entries, p.down_span, push_count);
     if (p.down_tma) {  // the rows are counted above; they leave by TMA (combine.cuh)
       if (c == 0 && t.nblock == 0) write_inverse_map_entry<Tiles>(p, t, consumer_wg, entries);
-      store_down_block_tma<Tiles>(p, block, s, acc, consumer_wg, /*staging_draining=*/c > 0);
+      store_down_block_tma<Tiles, kDownPingPong>(p, block, s, acc, consumer_wg, /*staging_draining=*/c > 0);
       continue;
     }
     uint4* dst_row[8];
