@@ -261,3 +261,18 @@ def test_gpu_tile_gemm_matches_fp64():
     assert not out.isnan().any(), "some output tile was never written"
     assert float((out.double() - want).norm() / want.norm()) < 1e-2
     assert gemm_tiles(300, 4096) == 3 * 16  # the programs tile_gemm launched
+
+
+def test_source_digest_covers_the_cuda_sources(tmp_path):
+    """The digest names the code that ran: a change to a kernel header moves it, as a change to Python does (it once
+    hashed the .py files alone, so two megakernels read the same digest)."""
+    (tmp_path / "mok" / "cuda" / "include").mkdir(parents=True)
+    (tmp_path / "mok" / "__init__.py").write_text("")
+    header = tmp_path / "mok" / "cuda" / "include" / "kernel.cuh"
+    header.write_text("int a;\n")
+    before = harness.source_digest(tmp_path)
+    header.write_text("int b;\n")
+    assert harness.source_digest(tmp_path) != before
+    (tmp_path / "mok" / "notes.txt").write_text("not source")
+    header.write_text("int a;\n")
+    assert harness.source_digest(tmp_path) == before  # other files do not count

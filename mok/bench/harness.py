@@ -295,11 +295,15 @@ def _git_commit(root: Path) -> tuple[str | None, bool | None]:
         return None, None
 
 
+SOURCE_SUFFIXES = (".py", ".cu", ".cuh", ".cpp", ".h")  # the Python package and the CUDA sources it JIT-builds
+
+
 def source_digest(root: Path | None = None) -> str:
-    """SHA-1 over the package's ``.py`` sources: identifies the code that ran even without git."""
+    """SHA-1 over the package's sources, Python and CUDA (the megakernel's ``.cu``/``.cuh``/``.cpp``): identifies
+    the code that ran even without git (a digest over ``.py`` alone read the same for two kernels)."""
     root = root or repo_root()
     digest = hashlib.sha1()
-    for path in sorted((root / "mok").rglob("*.py")):
+    for path in sorted(p for p in (root / "mok").rglob("*") if p.suffix in SOURCE_SUFFIXES and p.is_file()):
         digest.update(str(path.relative_to(root)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
