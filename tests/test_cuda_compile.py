@@ -159,6 +159,7 @@ static long long run_launch(const Problem& P, const ScheduleView& v, int pushed_
   std::vector<std::vector<int>> x_owner(P.R, std::vector<int>(P.slots, -1)), h_owner(P.R, std::vector<int>(P.slots, -1));
   std::map<std::pair<int, int>, int> gu_done, down_done;
   std::map<int, int> step_down_done;  // early combine: down tasks finished per step, all ranks
+  std::map<std::pair<int, int>, int> dispatch_tasks;  // per (rank, tile): its dispatch tasks (D(0): its parts)
   TaskCursor cursor;
   cursor.start(v);
   long long tickets = 0;
@@ -174,7 +175,9 @@ static long long run_launch(const Problem& P, const ScheduleView& v, int pushed_
     if (t.kind != kTaskCombine) {
       if (t.tile < 0 || t.tile >= v.rank_tiles[t.rank]) return fail("tile outside the rank's used rows", t), -1;
       if (t.tile / P.tpm != t.minibatch) return fail("tile outside its minibatch", t), -1;
-      if (t.nblock < 0 || t.nblock >= (t.kind == kTaskGateUp ? P.n_gu : t.kind == kTaskDown ? P.n_down : 1))
+      // A dispatch's nblock is its part of the tile (D(0) in parts).
+      if (t.nblock < 0 ||
+          t.nblock >= (t.kind == kTaskGateUp ? P.n_gu : t.kind == kTaskDown ? P.n_down : v.dispatch_parts(t.minibatch)))
         return fail("column block out of range", t), -1;
     } else if (t.tile < 0 || t.tile % 16 != 0 || t.tile / 16 >= v.combine_blocks) {
       return fail("combine block out of range", t), -1;
@@ -189,6 +192,7 @@ static long long run_launch(const Problem& P, const ScheduleView& v, int pushed_
     }
     const int slot = t.kind == kTaskCombine ? 0 : t.minibatch % P.slots;
     if (t.kind == kTaskDispatch) {
+      ++dispatch_tasks[{t.rank, t.tile}];
       int& owner = x_owner[t.rank][slot];
       if (owner != t.minibatch) {
         if (owner >= 0 && gu_done[{t.rank, owner}] != v.tiles_in_minibatch(t.rank, owner) * P.n_gu)
@@ -199,6 +203,10 @@ static long long run_launch(const Problem& P, const ScheduleView& v, int pushed_
       // Gather mode reads the token buffers, never ring x.
       if (!P.gather && x_owner[t.rank][slot] != t.minibatch)
         return fail("gate/up reads ring x rows of another minibatch", t), -1;
+      // Its wait must cover every dispatch task of its tile (all parts in D(0)), not only the first to finish.
+      for (int i = 0; i < n; ++i)
+        if (deps[i].counter_id == kCtrDispatchDone && deps[i].expected != dispatch_tasks[{t.rank, t.tile}])
+          return fail("gate/up waits for fewer dispatch tasks than its tile has", t), -1;
       int& owner = h_owner[t.rank][slot];
       if (owner != t.minibatch) {
         if (owner >= 0 && down_done[{t.rank, owner}] != v.tiles_in_minibatch(t.rank, owner) * P.n_down)
@@ -234,8 +242,9 @@ int main() {
   int one_rank = 0;  // 1: every rank in its own launches (expert launch per rank, then combine launch per rank)
   int early = 0;     // 1: early combine (tables follow the pushes)
   int overlap = 0;   // 1: overlapped steps (G(s) beside W(s - 1); one step more for the last W)
-  if (scanf("%d %d %d %d %d %d %d %d %d %d %d %d", &P.R, &P.tiles_per_rank, &P.tpm, &P.slots, &P.n_gu, &P.n_down,
-            &P.combine_blocks, &P.slots_per_rank, &P.gather, &one_rank, &early, &overlap) != 12) return 2;
+  int parts = 1;     // D(0)'s dispatch tasks per tile
+  if (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d", &P.R, &P.tiles_per_rank, &P.tpm, &P.slots, &P.n_gu, &P.n_down,
+            &P.combine_blocks, &P.slots_per_rank, &P.gather, &one_rank, &early, &overlap, &parts) != 13) return 2;
   const int R = P.R;
   std::vector<int> rank_tiles(R);
   for (int& v : rank_tiles) if (scanf("%d", &v) != 1) return 2;
@@ -258,7 +267,7 @@ int main() {
   if (!one_rank) {
     const ScheduleView v{R, P.tiles_per_rank, P.tpm, P.slots, max_mb, P.n_gu, P.n_down, P.combine_blocks,
                          steps_of(P, rank_tiles, overlap), rank_tiles.data(), P.gather, -1,
-                         early ? P.combine_offsets.data() : nullptr, overlap, early ? 0 : R * P.combine_blocks};
+                         early ? P.combine_offsets.data() : nullptr, overlap, early ? 0 : R * P.combine_blocks, parts};
     tickets = run_launch(P, v, pushed_expected, pushed);
     if (tickets < 0) return 1;
   } else {
@@ -267,7 +276,7 @@ int main() {
       std::vector<int> tiles(R, 0);
       tiles[r] = rank_tiles[r];
       const ScheduleView v{R, P.tiles_per_rank, P.tpm, P.slots, max_mb, P.n_gu, P.n_down, 0,
-                           steps_of(P, tiles, overlap), tiles.data(), P.gather, r, nullptr, overlap, 0};
+                           steps_of(P, tiles, overlap), tiles.data(), P.gather, r, nullptr, overlap, 0, parts};
       const long long n = run_launch(P, v, pushed_expected, pushed);
       if (n < 0) return 1;
       tickets += n;
@@ -290,7 +299,10 @@ int main() {
     }
   }
   long long expected_tasks = static_cast<long long>(R) * P.combine_blocks;
-  for (int r = 0; r < R; ++r) expected_tasks += static_cast<long long>(rank_tiles[r]) * ((P.gather ? 0 : 1) + P.n_gu + P.n_down);
+  for (int r = 0; r < R; ++r) {
+    expected_tasks += static_cast<long long>(rank_tiles[r]) * ((P.gather ? 0 : 1) + P.n_gu + P.n_down);
+    if (!P.gather) expected_tasks += static_cast<long long>(std::min(rank_tiles[r], P.tpm)) * (parts - 1);  // D(0) parts
+  }
   if (tickets != expected_tasks) {
     printf("FAIL %lld tickets, expected %lld tasks\n", tickets, expected_tasks);
     return 1;
@@ -326,7 +338,7 @@ SCHEDULE_CASES = [
 
 
 def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, minibatch_rows, ring_slots, skew, gather,
-                     one_rank=False, early=False, overlap=False):
+                     one_rank=False, early=False, overlap=False, parts=1):
     gen = torch.Generator().manual_seed(tokens + experts + ranks)
     logits = torch.randn(tokens, experts, generator=gen) - skew * torch.arange(experts, dtype=torch.float32)
     _, ids = mok.route(logits, top_k)
@@ -337,7 +349,7 @@ def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, miniba
     lines = [" ".join(str(v) for v in (ranks, sched.capacity // 128, minibatch_rows // 128, ring_slots,
                                        math.ceil(intermediate / 128), math.ceil(hidden / 256),
                                        combine_blocks, tokens // ranks * top_k, int(gather), int(one_rank),
-                                       int(early), int(overlap))),
+                                       int(early), int(overlap), parts)),
              " ".join(str(t) for t in rank_tiles)]
     for r in range(ranks):
         for m in range(rank_tiles[r]):
@@ -356,22 +368,23 @@ def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, miniba
 
 @pytest.mark.parametrize("launches", ["emulated", "emulated/early-combine", "one-rank", "emulated/overlap-steps",
                                       "one-rank/overlap-steps"])
-@pytest.mark.parametrize("dispatch", ["ring", "gather"])
+@pytest.mark.parametrize("dispatch", ["ring", "ring/first-dispatch-3-parts", "ring/first-dispatch-8-parts", "gather"])
 @pytest.mark.parametrize("case", SCHEDULE_CASES, ids=lambda c: "R{}-T{}-K{}-E{}-H{}-I{}-mb{}-slots{}-skew{}".format(*c))
 @needs_nvcc
 def test_task_order_cannot_deadlock(schedule_simulator, case, dispatch, launches):
     """Every task once, every dependency met by earlier tickets, every push counted: all ranks in one launch
     (emulated, with or without early combine: then every combine block also runs only after every rank's down
     tasks of the steps holding its tokens' rows), or one real rank per launch (an expert launch per rank, a
-    barrier, a combine launch per rank)."""
+    barrier, a combine launch per rank); the first minibatch's dispatch in one task per tile or in parts."""
     early = launches == "emulated/early-combine"
     if early and case[2] == 1:
         pytest.skip("top-1 layers fuse the combine: no combine blocks to place")
     overlap = launches.endswith("overlap-steps")
     if overlap and case[7] < 2:
         pytest.skip("overlapped steps need a ring of 2 or more minibatches (the launch refuses 1)")
+    parts = int(dispatch.split("-")[2]) if "parts" in dispatch else 1  # D(0) in parts (ring mode)
     stdin = _simulator_input(*case, dispatch == "gather", one_rank=launches.startswith("one-rank"), early=early,
-                             overlap=overlap)
+                             overlap=overlap, parts=parts)
     proc = subprocess.run([str(schedule_simulator)], input=stdin, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
 
@@ -637,11 +650,12 @@ TICKET_SOURCE = r"""
 #include <cstdio>
 #include "mok/workspace.cuh"
 int main() {
-  int ranks, capacity, hidden, intermediate, dispatch, combine_blocks, down_span;
-  while (scanf("%d %d %d %d %d %d %d", &ranks, &capacity, &hidden, &intermediate, &dispatch, &combine_blocks,
-               &down_span) == 7) {
+  int ranks, capacity, hidden, intermediate, dispatch, combine_blocks, down_span, parts, minibatch_tiles;
+  while (scanf("%d %d %d %d %d %d %d %d %d", &ranks, &capacity, &hidden, &intermediate, &dispatch, &combine_blocks,
+               &down_span, &parts, &minibatch_tiles) == 9) {
     printf("%lld\n", mok::sm90::launch_tickets<mok::sm90::Sm90Tiles>(ranks, capacity, hidden, intermediate,
-                                                                     dispatch != 0, combine_blocks, down_span));
+                                                                     dispatch != 0, combine_blocks, down_span, parts,
+                                                                     minibatch_tiles));
   }
   return 0;
 }
@@ -654,9 +668,11 @@ def test_ticket_count_matches_the_kernels(tmp_path):
     in workspace.cuh, what the launch checks and the scheduler hands out), for odd sizes too."""
     from mok.cuda.workspace import launch_tickets
     exe = compile_host_program(TICKET_SOURCE, tmp_path, "tickets")
-    cases = [(1, 128, 64, 64, 1, 1, 1), (4, 1024, 7168, 2048, 1, 128, 1), (8, 2176, 4096, 256, 0, 64, 1),
-             (64, 17152, 1536, 320, 1, 0, 1), (3, 384, 4160, 192, 0, 5, 1), (8, 2176, 4096, 256, 0, 64, 2),
-             (2, 1024, 4096, 256, 1, 16, 4), (64, 17152, 1536, 320, 1, 0, 3)]
+    cases = [(1, 128, 64, 64, 1, 1, 1, 1, 0), (4, 1024, 7168, 2048, 1, 128, 1, 1, 4),
+             (8, 2176, 4096, 256, 0, 64, 1, 8, 17), (64, 17152, 1536, 320, 1, 0, 1, 1, 1),
+             (3, 384, 4160, 192, 0, 5, 1, 1, 3), (8, 2176, 4096, 256, 0, 64, 2, 1, 1),
+             (2, 1024, 4096, 256, 1, 16, 4, 4, 33), (64, 17152, 1536, 320, 1, 0, 3, 3, 2),
+             (1, 20480 // 128 * 128, 4096, 1024, 1, 0, 1, 8, 33)]  # the qwen slice, D(0) in 8 parts
     run = subprocess.run([str(exe)], input="".join(" ".join(map(str, c)) + "\n" for c in cases), capture_output=True,
                          text=True, timeout=60)
     assert run.returncode == 0, run.stderr

@@ -703,6 +703,58 @@ def test_overlapped_steps_reorder_the_tasks_and_refuse_a_one_minibatch_ring():
         check_error(one)
 
 
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", ["basic", "ragged-tokens", "empty-experts", "one-hot-expert", "wide", "h-not-256"])
+def test_first_dispatch_in_parts_equals_one_task_per_tile_bitwise(name, variant):
+    """The first minibatch's dispatch in parts (scheduler.cuh: each tile's rows in 3 or 8 tasks, or as many as give
+    every CTA one) copies the same rows into the same ring rows: outputs and saved gate/up rows are the bits of one
+    task per tile, bf16 and MXFP8 (whose dispatch dequantizes), whatever the EP degree, ring or CTA count (1 CTA: a
+    gate/up task that waited for fewer parts than its tile has would read rows not yet copied, which the poison and
+    the comparison show)."""
+    from mok.cuda.backend import sm90_forward
+    t, h, i, e, k, skew = SMALL_SHAPES[name]
+    problem = make_inputs(t, h, i, e, k, skew=skew, seed=470 + list(SMALL_SHAPES).index(name))
+    for precision in ("bf16", "mxfp8"):
+        for ep_size, config, num_ctas in hand_off_cases(t, e):
+            runs = {}
+            for parts in ("1", "3", "8", "auto"):
+                with pytest.MonkeyPatch.context() as env:
+                    env.setenv("MOK_CUDA_FIRST_DISPATCH_PARTS", parts)
+                    out = sm90_forward(*problem, ep_size=ep_size, config=config, variant=variant,
+                                       num_ctas=num_ctas, check=True, poison=True, dispatch="ring",
+                                       save_gate_up=precision == "bf16", precision=precision)
+                    runs[parts] = out if isinstance(out, tuple) else (out,)  # (out, saved rows) for bf16
+            for parts in ("3", "8", "auto"):
+                where = f"{precision} parts={parts} ep={ep_size} ring={config} ctas={num_ctas}"
+                for got, want, what in zip(runs[parts], runs["1"], ("output", "saved gate/up rows")):
+                    assert_bitwise_equal(got, want, f"{where} ({what})")
+        if precision == "bf16":
+            check_accuracy(runs["auto"][0], problem, with_oracle=False)
+
+
+def test_first_dispatch_parts_split_the_first_minibatch_only():
+    """The task timeline holds one dispatch per tile plus (parts - 1) more per tile of the first minibatch; an
+    out-of-range count is refused."""
+    from mok.cuda.backend import TASK_KINDS, TRACE_FIELDS, check_error, launch, prepare, trace_buffer
+    t, h, i, e, k, skew = SMALL_SHAPES["wide"]
+    problem = make_inputs(t, h, i, e, k, skew=skew, seed=480)
+    who = TRACE_FIELDS.index("who")
+    prep = prepare(*problem, ep_size=2, config=MoKConfig(minibatch_rows=128, ring_rows=256), poison=True)
+    tiles = (prep.schedule.segment_offsets[:, -1] // 128).tolist()
+    first_tiles = sum(min(n, 1) for n in tiles)  # minibatches of one tile
+    dispatches = {}
+    for parts in (1, 5):
+        trace = trace_buffer(prep)
+        launch(prep, variant="pipelined", dispatch="ring", first_dispatch_parts=parts, trace=trace)
+        check_error(prep)
+        rows = trace.cpu()
+        dispatches[parts] = sum(TASK_KINDS[int(v) & 0xFF] == "dispatch" for v in rows[rows[:, who] >= 0, who])
+    assert dispatches[1] == sum(tiles)
+    assert dispatches[5] == sum(tiles) + 4 * first_tiles
+    with pytest.raises(ValueError, match="first_dispatch_parts"):
+        launch(prep, first_dispatch_parts=9)
+
 # Shapes for the ping-pong down task beyond SMALL_SHAPES: gather mode's auto span of 4 blocks with A kept in the stage
 # ring (I = 256), and one K block per turn (I = 64).
 PING_PONG_SHAPES = {

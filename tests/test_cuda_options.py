@@ -31,7 +31,7 @@ def test_default_variant_is_pipelined_unless_overridden(monkeypatch):
 # The binding's last positional arguments, in order (csrc/binding.cpp, forward): a new trailing argument is added
 # here once instead of shifting every test's index.
 FORWARD_TAIL = ("store_warps", "combine_tokens", "combine_offsets", "skip_padding_half", "trace", "down_span",
-                "overlap_steps", "y", "y_rows", "down_ping_pong")
+                "overlap_steps", "y", "y_rows", "down_ping_pong", "first_dispatch_parts")
 # ... and its first ones.
 FORWARD_HEAD = ("src_rank", "src_slot", "tile_expert", "segment_offsets", "x_ptrs", "weight_ptrs", "combine_ptrs",
                 "out_ptrs")
@@ -140,9 +140,11 @@ def test_trace_reaches_the_launch_before_the_down_span():
     trace = trace_buffer(prep)
     launch(prep, extension=ext, trace=trace)
     assert ext.arg("trace") is trace
-    # 2 ranks x (capacity / 128) tiles x (1 dispatch + 3 gate/up + 2 down column blocks) + 2 x 8 combine blocks
+    # 2 ranks x (capacity / 128) tiles x (1 dispatch + 3 gate/up + 2 down column blocks) + 2 x 8 combine blocks, and
+    # up to 7 more dispatch tasks per tile of each rank's first minibatch (D(0) in at most 8 parts)
     tiles = prep.schedule.capacity // 128
-    assert trace.shape == (2 * tiles * 6 + 2 * 8, len(TRACE_FIELDS))
+    first = min(tiles, prep.minibatch_rows // 128)
+    assert trace.shape == (2 * tiles * 6 + 2 * 7 * first + 2 * 8, len(TRACE_FIELDS))
     assert bool((trace == -1).all())
 
 
@@ -181,6 +183,34 @@ def test_down_span_reaches_the_launch_and_turns_the_store_warps_off(monkeypatch)
                                                                                                     7, 1]
     assert [resolve_down_span(None, "ring", h) for h in (4096, 1536)] == [1, 1]
     assert resolve_down_span("auto", "gather", 7168) == 7 and resolve_down_span(2, "gather", 7168) == 2
+
+
+def test_first_dispatch_parts_reach_the_launch(monkeypatch):
+    """launch() passes the first minibatch's dispatch tasks per tile last: 0 (auto: the launch gives every CTA one) by
+    default, else MOK_CUDA_FIRST_DISPATCH_PARTS or its own argument, 1..8; anything else is refused."""
+    from mok.cuda.backend import launch, resolve_first_dispatch_parts
+
+    prep = small_launch(seed=9, tokens=256, hidden=256, inter=128, experts=8)
+
+    def passed(**kw):
+        ext = _RecordingExtension()
+        launch(prep, extension=ext, **kw)
+        assert isinstance(ext.arg("first_dispatch_parts"), int)
+        return ext.arg("first_dispatch_parts")
+
+    monkeypatch.delenv("MOK_CUDA_FIRST_DISPATCH_PARTS", raising=False)
+    assert passed() == 0
+    monkeypatch.setenv("MOK_CUDA_FIRST_DISPATCH_PARTS", "4")
+    assert passed() == 4 and passed(first_dispatch_parts=1) == 1
+    monkeypatch.setenv("MOK_CUDA_FIRST_DISPATCH_PARTS", "auto")
+    assert passed() == 0
+    for bad in ("9", "-1", "many"):
+        monkeypatch.setenv("MOK_CUDA_FIRST_DISPATCH_PARTS", bad)
+        with pytest.raises(ValueError, match="MOK_CUDA_FIRST_DISPATCH_PARTS|first_dispatch_parts"):
+            passed()
+    with pytest.raises(ValueError, match="first_dispatch_parts"):
+        resolve_first_dispatch_parts(9)
+    assert [resolve_first_dispatch_parts(v) for v in (0, 1, 8, "3", "auto")] == [0, 1, 8, 3, 0]
 
 
 def test_overlap_steps_reach_the_launch_where_the_ring_allows_them(monkeypatch):

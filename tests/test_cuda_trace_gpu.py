@@ -23,17 +23,19 @@ pytestmark = [pytest.mark.gpu,
 CASES = {"top2": (600, 256, 384, 8, 2), "top1": (1000, 512, 256, 16, 1)}
 
 
-def expected_task_counts(prep, dispatch: str) -> dict[str, int]:
-    """Tasks per kind of one launch, from the tables: every used tile has a dispatch task (ring mode), its gate/up
-    column blocks (I / 128) and its down tasks (H / 256 column blocks, the launch's default span of them per task);
-    every rank has ceil(T_local / 16) combine blocks unless the down epilogue writes the output itself (fused
-    top-1)."""
+def expected_task_counts(prep, dispatch: str, first_dispatch_parts: int = 1) -> dict[str, int]:
+    """Tasks per kind of one launch, from the tables: every used tile has a dispatch task (ring mode; a tile of the
+    first minibatch ``first_dispatch_parts`` of them), its gate/up column blocks (I / 128) and its down tasks (H / 256
+    column blocks, the launch's default span of them per task); every rank has ceil(T_local / 16) combine blocks
+    unless the down epilogue writes the output itself (fused top-1)."""
     from mok.cuda.backend import resolve_down_span
     from mok.cuda.schedule_tables import COMBINE_BLOCK_TOKENS
     from mok.cuda.workspace import DOWN_COLUMNS, GATE_UP_COLUMNS
     tiles = prep.schedule.padding_half_tiles()[0]  # used tiles over every rank
+    per_minibatch = prep.minibatch_rows // 128
+    first_tiles = sum(min(int(n) // 128, per_minibatch) for n in prep.schedule.segment_offsets[:, -1].tolist())
     intermediate, hidden = prep.w_gate.shape[1], prep.w_gate.shape[2]
-    return {"dispatch": tiles if dispatch == "ring" else 0,
+    return {"dispatch": tiles + first_tiles * (first_dispatch_parts - 1) if dispatch == "ring" else 0,
             "gate_up": tiles * -(-intermediate // GATE_UP_COLUMNS),
             "down": tiles * -(-hidden // DOWN_COLUMNS) // resolve_down_span(None, dispatch, hidden),
             "combine": 0 if prep.fuse_top1 else
@@ -57,11 +59,13 @@ def test_trace_changes_no_bit_and_records_every_task_once(name, variant):
             for signal_warp in ((True, False) if variant == "pipelined" and dispatch == "ring" else (False,)):
                 what = f"{name} {variant} ep={ep_size} {dispatch} signal_warp={signal_warp}"
                 prep.out.fill_(float("nan"))
-                plain = launch(prep, variant=variant, dispatch=dispatch, signal_warp=signal_warp).clone()
+                # The first minibatch's dispatch in 3 tasks per tile (the default gives every CTA one: 132 / R here).
+                options = dict(variant=variant, dispatch=dispatch, signal_warp=signal_warp, first_dispatch_parts=3)
+                plain = launch(prep, **options).clone()
                 check_error(prep)
                 trace = trace_buffer(prep)
                 prep.out.fill_(float("nan"))
-                traced = launch(prep, variant=variant, dispatch=dispatch, signal_warp=signal_warp, trace=trace).clone()
+                traced = launch(prep, **options, trace=trace).clone()
                 check_error(prep)
                 assert_bitwise_equal(traced, plain, what)
 
@@ -86,7 +90,7 @@ def test_trace_changes_no_bit_and_records_every_task_once(name, variant):
                 assert int(ctas.min()) >= 0 and int(ctas.max()) < num_sms, what
                 kinds = rows[:, who] & 0xFF
                 counts = {kind: int((kinds == code).sum()) for code, kind in TASK_KINDS.items()}
-                assert counts == expected_task_counts(prep, dispatch), what
+                assert counts == expected_task_counts(prep, dispatch, first_dispatch_parts=3), what
                 assert sum(counts.values()) == n, f"{what}: an unknown task kind"
 
 
@@ -100,13 +104,13 @@ def test_trace_never_writes_past_the_tickets_it_is_given(variant):
     problem = make_inputs(t, h, i, e, k, seed=750)
     prep = prepare(*problem, ep_size=2, config=MoKConfig(minibatch_rows=128), poison=True)
     prep.out.fill_(float("nan"))
-    plain = launch(prep, variant=variant, dispatch="ring").clone()
+    plain = launch(prep, variant=variant, dispatch="ring", first_dispatch_parts=1).clone()
     check_error(prep)
     tasks = sum(expected_task_counts(prep, "ring").values())
     given = tasks // 2
     timeline = trace_buffer(prep)
     prep.out.fill_(float("nan"))
-    traced = launch(prep, variant=variant, dispatch="ring", trace=timeline[:given]).clone()
+    traced = launch(prep, variant=variant, dispatch="ring", first_dispatch_parts=1, trace=timeline[:given]).clone()
     check_error(prep)
     assert_bitwise_equal(traced, plain, f"{variant}: a short trace buffer")
     rows = timeline.cpu()

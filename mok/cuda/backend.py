@@ -69,6 +69,9 @@ Environment:
   order and the weighted sum reads through the inverse map (:func:`resolve_down_tma`);
 * ``MOK_CUDA_DOWN_PING_PONG`` (default on where allowed: down_tma, the pipelined variant without the signal warp,
   I <= 256): the consumer warpgroups take turns on each down block's column halves (:func:`resolve_down_ping_pong`).
+* ``MOK_CUDA_FIRST_DISPATCH_PARTS`` (default ``auto``): the first minibatch's dispatch in this many tasks per tile
+  (ring mode; ``auto`` gives every CTA one), so that more CTAs share the copy every other task waits for
+  (:func:`resolve_first_dispatch_parts`).
 """
 
 from __future__ import annotations
@@ -85,8 +88,8 @@ from ..config import MoKConfig
 from .build import load_extension
 from .errors import DEFERRED, Sm90KernelError, describe_error, raise_if_error  # noqa: F401 (re-exported)
 from .schedule_tables import COMBINE_BLOCK_TOKENS, KernelSchedule, build_kernel_schedule, combine_order
-from .workspace import (BLOCK_M, DOWN_COLUMNS, GATE_UP_COLUMNS, Sm90Workspace, WorkspaceKey, current_stream_handle,
-                        get_workspace, launch_tickets)
+from .workspace import (BLOCK_M, DOWN_COLUMNS, GATE_UP_COLUMNS, MAX_FIRST_DISPATCH_PARTS, Sm90Workspace, WorkspaceKey,
+                        current_stream_handle, get_workspace, launch_tickets)
 
 VARIANTS = {"simple": 0, "pipelined": 1}
 PRECISIONS = ("bf16", "mxfp8")
@@ -190,6 +193,26 @@ def resolve_down_span(down_span: int | str | None, dispatch: str, hidden: int) -
     if down_span < 1 or blocks % down_span:
         raise ValueError(f"down_span must be a positive divisor of the {blocks} column blocks of H, got {down_span}")
     return down_span
+
+
+def resolve_first_dispatch_parts(parts: int | str | None) -> int:
+    """Tasks per tile of the first minibatch's dispatch: ``parts`` (1..8) if given, else ``MOK_CUDA_FIRST_DISPATCH_PARTS``
+    (a number, or ``auto``, the default); 0 means auto: the launch gives every CTA one task (the first minibatch's
+    tiles x parts about the CTA count, at most 8 parts). Nothing else can start before those rows are in the ring,
+    and one task per tile left most CTAs waiting (round 22: 4.4% of the qwen slice's launch, 2-3% at the others).
+    Changes no bit (GPU test)."""
+    if parts is None:
+        parts = os.environ.get("MOK_CUDA_FIRST_DISPATCH_PARTS", "auto")
+    if isinstance(parts, str):
+        if parts == "auto":
+            return 0
+        if not parts.isdigit():
+            raise ValueError(f"MOK_CUDA_FIRST_DISPATCH_PARTS must be 'auto' or 1..{MAX_FIRST_DISPATCH_PARTS}, "
+                             f"got {parts!r}")
+        parts = int(parts)
+    if not 0 <= parts <= MAX_FIRST_DISPATCH_PARTS:
+        raise ValueError(f"first_dispatch_parts must be in 1..{MAX_FIRST_DISPATCH_PARTS} (or 0 / 'auto'), got {parts}")
+    return int(parts)
 
 
 def overlap_steps_allowed(ring_rows: int, minibatch_rows: int, capacity: int, early_combine: bool) -> bool:
@@ -526,7 +549,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
            signal_warp: bool | None = None, store_warps: bool | None = None, early_combine: bool | None = None,
            skip_padding_half: bool | None = None, trace: torch.Tensor | None = None,
            down_span: int | None = None, overlap_steps: bool | None = None, down_tma: bool | None = None,
-           down_ping_pong: bool | None = None, extension=None) -> torch.Tensor:
+           down_ping_pong: bool | None = None, first_dispatch_parts: int | None = None,
+           extension=None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -556,6 +580,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     The store warps are then off. Changes no bit.
     ``down_ping_pong``: the consumer warpgroups take turns on the down blocks' column halves
     (:func:`resolve_down_ping_pong`; default on where :func:`down_ping_pong_allowed`).
+    ``first_dispatch_parts``: tasks per tile of the first minibatch's dispatch (ring mode), so that more CTAs share the
+    copy that everything else waits for (:func:`resolve_first_dispatch_parts`). Changes no bit.
     ``extension``: another build of the kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to
     launch instead of the default one, for A/B timing (experiments/ab_kernels.py).
     """
@@ -619,7 +645,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         prep.local_rank, prep.phases, bool(store_warps),
         prep.combine_tokens if use_order else _NO_INT_TENSOR, prep.combine_offsets if use_order else _NO_INT_TENSOR,
         default_skip_padding_half() if skip_padding_half is None else bool(skip_padding_half),
-        _NO_LONG_TENSOR if trace is None else trace, down_span, overlap_steps, y, y_rows, down_ping_pong)
+        _NO_LONG_TENSOR if trace is None else trace, down_span, overlap_steps, y, y_rows, down_ping_pong,
+        resolve_first_dispatch_parts(first_dispatch_parts))
     return prep.out
 
 
@@ -632,12 +659,15 @@ TASK_KINDS = {1: "dispatch", 2: "gate_up", 3: "down", 4: "combine"}  # TaskKind 
 def trace_buffer(prep: Sm90Launch) -> torch.Tensor:
     """An int64 ``[tickets, len(TRACE_FIELDS)]`` buffer for :func:`launch`'s ``trace``, filled with -1 (a ticket the
     kernel never ran keeps it, and so do a non-GEMM task's mainloop marks). ``tickets`` is the task count of a ring-mode
-    launch of these sizes, the kernel's own count (:func:`mok.cuda.workspace.launch_tickets`; gather mode has fewer
-    tasks: no dispatches), so it bounds every launch of ``prep``."""
+    launch of these sizes with the first minibatch's dispatch in the most parts, the kernel's own count
+    (:func:`mok.cuda.workspace.launch_tickets`; gather mode has fewer tasks: no dispatches, and so has a launch with
+    fewer parts), so it bounds every launch of ``prep``."""
     s = prep.schedule
     intermediate, hidden = prep.w_gate.shape[1], prep.w_gate.shape[2]
     combine_blocks = 0 if prep.fuse_top1 else -(-prep.tokens_per_rank // COMBINE_BLOCK_TOKENS)
-    tickets = launch_tickets(s.ep_size, s.capacity, hidden, intermediate, True, combine_blocks)
+    tickets = launch_tickets(s.ep_size, s.capacity, hidden, intermediate, True, combine_blocks,
+                             first_dispatch_parts=MAX_FIRST_DISPATCH_PARTS,
+                             minibatch_tiles=prep.minibatch_rows // BLOCK_M)
     return torch.full((tickets, len(TRACE_FIELDS)), -1, dtype=torch.int64, device=prep.out.device)
 
 

@@ -60,13 +60,20 @@ def counter_ints(num_ranks: int, capacity: int, minibatch_rows: int) -> int:
             + max_minibatches)
 
 
+MAX_FIRST_DISPATCH_PARTS = 8  # Sm90Tiles::kMaxFirstDispatchParts: D(0)'s tasks per tile at most
+
+
 def launch_tickets(num_ranks: int, capacity: int, hidden: int, intermediate: int, dispatch_tasks: bool,
-                   combine_blocks: int, down_span: int = 1) -> int:
+                   combine_blocks: int, down_span: int = 1, first_dispatch_parts: int = 1,
+                   minibatch_tiles: int = 0) -> int:
     """Tasks of one launch: mirrors ``launch_tickets`` in workspace.cuh (checked against the compiled C++ by
     tests/test_cuda_compile.py): per rank and tile a dispatch (ring mode), the gate/up column blocks and the down
-    tasks (``down_span`` column blocks each), plus per rank ``combine_blocks``."""
+    tasks (``down_span`` column blocks each), plus per rank ``combine_blocks``; the first minibatch's
+    (``minibatch_tiles``) dispatches in ``first_dispatch_parts`` tasks each."""
+    tiles = capacity // BLOCK_M
     per_tile = int(dispatch_tasks) + -(-intermediate // GATE_UP_COLUMNS) + -(-hidden // DOWN_COLUMNS) // down_span
-    return num_ranks * (capacity // BLOCK_M) * per_tile + num_ranks * combine_blocks
+    first = num_ranks * min(minibatch_tiles, tiles) * (first_dispatch_parts - 1) if dispatch_tasks else 0
+    return num_ranks * tiles * per_tile + first + num_ranks * combine_blocks
 
 
 @dataclass(frozen=True)

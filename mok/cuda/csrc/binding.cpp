@@ -58,6 +58,8 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //     empty tensors for the push into the slots
 //   down_ping_pong: the consumer warpgroups take turns on each down block's column halves, one multiplying while the
 //     other runs its epilogue; needs down_tma, the pipelined variant without the signal warp and I <= 256
+//   first_dispatch_parts: tasks per tile of the first minibatch's dispatch (1..8), or 0 for enough to give every CTA
+//     one (scheduler.cuh, D(0) in parts); changes no bit
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
@@ -69,7 +71,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
              int64_t phases, bool store_warps, const at::Tensor& combine_tokens,
              const at::Tensor& combine_offsets, bool skip_padding_half, const at::Tensor& trace,
              int64_t down_span, bool overlap_steps, const at::Tensor& y, const at::Tensor& y_rows,
-             bool down_ping_pong) {
+             bool down_ping_pong, int64_t first_dispatch_parts) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -192,6 +194,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.down_span = static_cast<int>(down_span);
   q.overlap_steps = overlap_steps;
   q.down_ping_pong = down_ping_pong;
+  q.first_dispatch_parts = static_cast<int>(first_dispatch_parts);
   q.y = down_tma ? y.data_ptr() : nullptr;
   q.y_rows = down_tma ? y_rows.data_ptr<int32_t>() : nullptr;
   q.trace = tracing ? trace.data_ptr<int64_t>() : nullptr;

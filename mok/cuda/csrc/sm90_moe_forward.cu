@@ -150,6 +150,9 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
     return fail(message, message_len, "early combine is for emulated ranks with combine tasks (not one real rank's "
                 "launch, not the fused top-1 combine)");
   const int max_minibatches = ceil_div(q.capacity, q.minibatch_rows);
+  if (q.first_dispatch_parts < 0 || q.first_dispatch_parts > Tiles::kMaxFirstDispatchParts)
+    return fail(message, message_len, "first_dispatch_parts must be in [0, %d] (0: auto), got %d",
+                Tiles::kMaxFirstDispatchParts, q.first_dispatch_parts);
   if (q.down_span < 1 || down_nblocks % q.down_span != 0)
     return fail(message, message_len, "down_span must divide the %d column blocks of H=%d, got %d", down_nblocks,
                 q.hidden, q.down_span);
@@ -184,7 +187,8 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
                 "I=%d", Tiles::kStages * Tiles::kBlockK, down_tma ? 1 : 0,
                 q.variant == Sm90Variant::kPipelined ? 1 : 0, signal_warp ? 1 : 0, q.intermediate);
   const long long tickets = launch_tickets<Tiles>(q.num_ranks, q.capacity, q.hidden, q.intermediate, !q.gather_x,
-                                                  combine_blocks, q.down_span);
+                                                  combine_blocks, q.down_span, Tiles::kMaxFirstDispatchParts,
+                                                  q.minibatch_rows / Tiles::kBlockM);
   const long long pushed = static_cast<long long>(q.tokens_per_rank) * q.top_k * down_nblocks;
   if (ring_total >= (1ll << 31) || weight_rows >= (1ll << 31) || tickets >= (1ll << 31) || pushed >= (1ll << 31))
     return fail(message, message_len, "problem too large for 32-bit tile coordinates or counters");
@@ -288,6 +292,17 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
     return fail(message, message_len, "could not query the current device");
   }
   const int grid = q.num_ctas > 0 ? q.num_ctas : num_sms;
+  // D(0) in parts (scheduler.cuh): by default enough parts per tile that every CTA gets one (the first minibatch
+  // counted full: the host does not know the ranks' used tiles, which the kernel reads from the schedule tables).
+  if (q.gather_x) {
+    p.first_dispatch_parts = 1;  // no dispatch tasks
+  } else if (q.first_dispatch_parts > 0) {
+    p.first_dispatch_parts = q.first_dispatch_parts;
+  } else {
+    const int first_tiles = own_ranks * (q.minibatch_rows / Tiles::kBlockM);
+    const int parts = grid / (first_tiles > 0 ? first_tiles : 1);
+    p.first_dispatch_parts = parts < 1 ? 1 : (parts > Tiles::kMaxFirstDispatchParts ? Tiles::kMaxFirstDispatchParts : parts);
+  }
   const int smem = shared_storage_bytes<Tiles>();
 
   const int reset_blocks = ceil_div(p.ctr.total, 256) < 1024 ? ceil_div(p.ctr.total, 256) : 1024;

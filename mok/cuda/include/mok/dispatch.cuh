@@ -41,8 +41,10 @@ __device__ __forceinline__ const char* dispatch_source(const Sm90MoeParams& p, c
   return reinterpret_cast<const char*>(p.x_ptrs[src_rank]) + static_cast<long long>(src_slot / p.top_k) * p.x_row_bytes;
 }
 
-// The row walk shared by both row formats: dispatch one schedule tile (BLOCK_M rows) with `num_threads` threads
-// (a multiple of 32); `thread` is this thread's index among them. Each warp takes kRowsPerPass rows at a time and
+// The row walk shared by both row formats: dispatch the task's rows of one schedule tile with `num_threads` threads
+// (a multiple of 32); `thread` is this thread's index among them. A task is the whole tile (BLOCK_M rows), or in the
+// first minibatch part t.nblock of v.first_dispatch_parts (scheduler.cuh: D(0) in parts), rows
+// [part * ceil(BLOCK_M / parts), ...) of it. Each warp takes kRowsPerPass rows at a time and
 // hands `copy_pass(src, dst, lane)` their sources (nullptr: padding, zero-fill) and ring destinations (nullptr:
 // past the tile); copy_pass moves the rows' chunks, several per lane in flight.
 // NOTE: a dispatch task is memory-latency bound on its SM (the other SMs run GEMMs), so its speed is the bytes
@@ -62,14 +64,18 @@ __device__ __forceinline__ void dispatch_rows(const Sm90MoeParams& p, const Sche
       static_cast<long long>(own_slot(p, t.rank)) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
   const long long row0 = table_row0<Tiles>(p, t);
   uint4* ring_x = reinterpret_cast<uint4*>(p.ring_x);
+  const int parts = v.dispatch_parts(t.minibatch);
+  const int part_rows = (Tiles::kBlockM + parts - 1) / parts;
+  const int begin = t.nblock * part_rows;
+  const int end = begin + part_rows < Tiles::kBlockM ? begin + part_rows : Tiles::kBlockM;
 
-  for (int r0 = warp; r0 < Tiles::kBlockM; r0 += kDispatchRowsPerPass * num_warps) {
+  for (int r0 = begin + warp; r0 < end; r0 += kDispatchRowsPerPass * num_warps) {
     const char* src[kDispatchRowsPerPass];
     uint4* dst[kDispatchRowsPerPass];
 #pragma unroll
     for (int q = 0; q < kDispatchRowsPerPass; ++q) {
       const int r = r0 + q * num_warps;
-      const bool in_tile = r < Tiles::kBlockM;
+      const bool in_tile = r < end;
       src[q] = in_tile ? dispatch_source(p, t, row0, r, Tiles::kBlockM, lane) : nullptr;
       dst[q] = in_tile ? ring_x + (ring_row0 + r) * ring_chunks : nullptr;
     }

@@ -89,6 +89,8 @@ struct Sm90MoeProblem {
                                  // schedule), not with early combine; changes no bit
   bool skip_padding_half = true; // pipelined variant: a GEMM tile whose rows 64..127 are all padding runs one
                                  // consumer warpgroup's MMA (Task::padding_half); changes no bit
+  int first_dispatch_parts = 0;  // tasks per tile of the first minibatch's dispatch (1..8; 0: enough to give every
+                                 // CTA one, scheduler.cuh); changes no bit
   bool down_ping_pong = false;   // the consumer warpgroups take turns on each down block's column halves
                                  // (run_down_task); needs down_tma, the pipelined variant without the signal warp,
                                  // and I <= 256 (the launch refuses it otherwise)

@@ -577,6 +577,7 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
   v.combine_offsets = p.combine_offsets;
   v.overlap_steps = p.overlap_steps;
   v.combine_tasks = p.combine_tasks;
+  v.first_dispatch_parts = p.first_dispatch_parts;
 
   // Roles. NOTE: setmaxnreg needs each warpgroup's role to be one branch of a single if/else.
   const int warpgroup = threadIdx.x / 128;

@@ -27,6 +27,7 @@ struct Sm90Tiles {
   static constexpr int kCombineTokens = 16;  // tokens per combine task
   static constexpr int kTaskQueue = 2;       // pipelined variant: tasks the producer may run ahead
   static constexpr int kMaxRanks = 64;       // emulated ranks one launch can hold (smem arrays)
+  static constexpr int kMaxFirstDispatchParts = 8;  // D(0)'s tiles split into at most 8 tasks (16 rows each)
 
   static constexpr int kStageBytesA = kBlockM * kBlockK * 2;  // 16 KB
   static constexpr int kStageBytesB = kBlockN * kBlockK * 2;  // 32 KB
@@ -74,15 +75,20 @@ struct RegisterSplit {
 };
 
 // The number of tasks (tickets) of a launch: per rank and tile of `capacity` rows a dispatch (ring mode only), the
-// gate/up column blocks and the down tasks (column blocks / down_span), plus per rank its `combine_blocks`.
+// gate/up column blocks and the down tasks (column blocks / down_span), plus per rank its `combine_blocks`; the
+// first minibatch's dispatches (`minibatch_tiles` tiles) come in `first_dispatch_parts` tasks each (scheduler.cuh).
 // mok/cuda/workspace.py (launch_tickets) mirrors it to size the task-timeline buffer; tests/test_cuda_compile.py
 // checks the two agree.
 template <class Tiles>
 __host__ __device__ constexpr long long launch_tickets(int num_ranks, int capacity, int hidden, int intermediate,
-                                                       bool dispatch_tasks, int combine_blocks, int down_span = 1) {
-  return static_cast<long long>(num_ranks) * (capacity / Tiles::kBlockM) *
+                                                       bool dispatch_tasks, int combine_blocks, int down_span = 1,
+                                                       int first_dispatch_parts = 1, int minibatch_tiles = 0) {
+  const int tiles = capacity / Tiles::kBlockM;
+  const int first_tiles = minibatch_tiles < tiles ? minibatch_tiles : tiles;
+  return static_cast<long long>(num_ranks) * tiles *
              ((dispatch_tasks ? 1 : 0) + (intermediate + Tiles::kHalfN - 1) / Tiles::kHalfN +
               (hidden + Tiles::kBlockN - 1) / Tiles::kBlockN / down_span) +
+         (dispatch_tasks ? static_cast<long long>(num_ranks) * first_tiles * (first_dispatch_parts - 1) : 0) +
          static_cast<long long>(num_ranks) * combine_blocks;
 }
 
@@ -92,7 +98,7 @@ __host__ __device__ constexpr long long launch_tickets(int num_ranks, int capaci
 // ---------------------------------------------------------------------------------------------------------
 struct CounterLayout {
   int ticket;            // [1]      next task ticket (atomic admission order)
-  int dispatch_done;     // [R*T]    per schedule tile: 1 once its rows are in the ring
+  int dispatch_done;     // [R*T]    per schedule tile: its dispatch tasks done (1, or first_dispatch_parts in D(0))
   int gate_up_tile_done; // [R*T]    per schedule tile: gate/up column blocks finished (h written)
   int gate_up_mb_done;   // [R*MB]   per minibatch: gate/up tasks finished (ring x rows free again)
   int down_mb_done;      // [R*MB]   per minibatch: down tasks finished (ring h rows free again)
@@ -213,6 +219,7 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
                              //    (store_warps.cuh; needs signal_warp, and ablate == 0)
   int overlap_steps;         // 1: G(s) and W(s - 1) share a group of the task order (scheduler.cuh)
   int down_tma;              // 1: y and y_rows are set (the down tiles leave by TMA; see y below)
+  int first_dispatch_parts;  // D(0)'s dispatch tasks per tile (1..kMaxFirstDispatchParts; scheduler.cuh)
   int down_ping_pong;        // 1: the consumer warpgroups take turns on a down block's column halves (run_down_task);
                              //    the launch runs the kernel instantiated with kDownPingPong exactly when it is 1
   int down_tasks_per_tile;   // down_nblocks / down_span
