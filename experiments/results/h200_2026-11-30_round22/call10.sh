@@ -1,0 +1,4 @@
+# Round 22, call 10 (inline, warm after call 9; main at 365ceb1): memcheck of the ring-mode launches (D(0) in parts:
+# sanitize_check's launches use all CTAs, so the auto rule splits the first minibatch's tiles), then the layer bench at
+# the EP-64 slices, torch and cuda, interleaved.
+export PYTHONPATH=$PWD TORCH_EXTENSIONS_DIR=$PWD/build/mok-cache/torch_extensions TRITON_CACHE_DIR=$PWD/build/mok-cache/triton NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 MOK_GIT_COMMIT=365ceb1; K=$OUT/k; mkdir -p $K; timeout 70 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m mok.cuda.sanitize_check --dispatch ring > $K/memcheck.log 2>&1; echo memcheck rc=$?; tail -1 $K/memcheck.log; MOK_STAGES=bench MOK_BENCH_SHAPES=ep64 MOK_BENCH_ARGS="--backends torch,cuda --passes fwd --interleave" MOK_DEADLINE_S=170 bash experiments/gpu_run.sh > $K/bench.log 2>&1; grep -E 'fwd' $K/bench.log | grep -v ERROR | tail -10

@@ -1,0 +1,3 @@
+# Round 22, call 11 (inline, warm; main at 365ceb1): the layer as users call it (training forward, router inside),
+# the first minibatch's dispatch in one task per tile against auto parts, at the EP-64 slices.
+export PYTHONPATH=$PWD TORCH_EXTENSIONS_DIR=$PWD/build/mok-cache/torch_extensions TRITON_CACHE_DIR=$PWD/build/mok-cache/triton NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; mkdir -p $OUT/k; timeout 150 python3 experiments/ab_layer.py --grad --env-a MOK_CUDA_FIRST_DISPATCH_PARTS=1 --env-b MOK_CUDA_FIRST_DISPATCH_PARTS=auto kimi-k2.7/ep64 qwen3.5-397b/ep64 glm-5.2/ep64 deepseek-v4-pro/ep64 > $OUT/k/ab_layer_parts.log 2>&1
