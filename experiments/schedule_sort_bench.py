@@ -1,0 +1,75 @@
+"""EXPERIMENT: the schedule's stable sort of expert ids, as 32-bit keys against 16-bit keys (widened back to 32 bits).
+
+``mok.cuda.schedule_tables.build_kernel_schedule`` sorts every (token, k) slot by its expert id before two small kernels
+build the megakernel's tables. Round 22's profile of the EP-64 slices' layer found that sort (four radix passes and their
+memsets) at 24-26 us per call, 2-3% of the qwen slice's 1 ms layer. Expert ids fit 16 bits, and a radix sort makes one
+pass per 8 bits of key. This script times both forms at the slots of the bench's shapes (CUDA events, median of many
+calls after a warm-up) and checks that they give the same permutation.
+
+    python3 experiments/schedule_sort_bench.py [--iters 200]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mok.bench import harness  # noqa: E402
+
+# (name, slots = T x K, experts): the layer bench's shapes.
+CASES = [("kimi slice", 16384, 6), ("glm slice", 16384, 4), ("qwen slice", 20480, 8), ("deepseek slice", 12288, 6),
+         ("anchor-1", 24576 * 8, 128), ("anchor-2", 32768 * 16, 256), ("anchor-5", 8192 * 8, 64)]
+
+
+def sort_32(ids: torch.Tensor):
+    return torch.sort(ids, stable=True)
+
+
+def sort_16(ids: torch.Tensor):
+    keys, order = torch.sort(ids.to(torch.int16), stable=True)
+    return keys.to(torch.int32), order
+
+
+def time_us(fn, ids: torch.Tensor, iters: int) -> float:
+    for _ in range(10):
+        fn(ids)
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(ids)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--iters", type=int, default=200)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("needs a CUDA GPU")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    rows = []
+    print(f"{'shape':16s} {'slots':>8s} {'E':>4s} {'int32 us':>9s} {'int16 us':>9s} {'ratio':>6s} same")
+    for name, slots, experts in CASES:
+        ids = torch.randint(0, experts, (slots,), generator=gen, device="cuda", dtype=torch.int32)
+        a, b = sort_32(ids), sort_16(ids)
+        same = torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+        t32, t16 = time_us(sort_32, ids, args.iters), time_us(sort_16, ids, args.iters)
+        rows.append({"shape": name, "slots": slots, "experts": experts, "int32_us": t32, "int16_us": t16,
+                     "same_order": bool(same)})
+        print(f"{name:16s} {slots:8d} {experts:4d} {t32:9.1f} {t16:9.1f} {t16 / t32:6.2f} {same}")
+    doc = {"metadata": harness.collect_metadata(), "iters": args.iters, "rows": rows}
+    for folder in harness.output_dirs(None):
+        harness.write_json(doc, folder / "schedule_sort_bench.json")
+
+
+if __name__ == "__main__":
+    main()
