@@ -3,8 +3,8 @@
 ``mok.cuda.schedule_tables.build_kernel_schedule`` sorts every (token, k) slot by its expert id before two small kernels
 build the megakernel's tables. Round 22's profile of the EP-64 slices' layer found that sort (four radix passes and their
 memsets) at 24-26 us per call, 2-3% of the qwen slice's 1 ms layer. Expert ids fit 16 bits, and a radix sort makes one
-pass per 8 bits of key. This script times both forms at the slots of the bench's shapes (CUDA events, median of many
-calls after a warm-up) and checks that they give the same permutation.
+pass per 8 bits of key. This script times both forms at the slots of the bench's shapes (GPU time: each form captured
+in a CUDA graph, replays timed by CUDA events, the median) and checks that they give the same permutation.
 
     python3 experiments/schedule_sort_bench.py [--iters 200]
 """
@@ -36,13 +36,24 @@ def sort_16(ids: torch.Tensor):
 
 
 def time_us(fn, ids: torch.Tensor, iters: int) -> float:
-    for _ in range(10):
+    """GPU time of one call: the call captured in a CUDA graph and replayed (a call timed alone would measure its
+    kernel launches from the host, which the layer hides behind the megakernel of the call before)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn(ids)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
         fn(ids)
+    for _ in range(10):
+        graph.replay()
     times = []
     for _ in range(iters):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn(ids)
+        graph.replay()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3)
