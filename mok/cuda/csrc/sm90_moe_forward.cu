@@ -301,7 +301,8 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   } else {
     const int first_tiles = own_ranks * (q.minibatch_rows / Tiles::kBlockM);
     const int parts = grid / (first_tiles > 0 ? first_tiles : 1);
-    p.first_dispatch_parts = parts < 1 ? 1 : (parts > Tiles::kMaxFirstDispatchParts ? Tiles::kMaxFirstDispatchParts : parts);
+    constexpr int kMaxParts = Tiles::kMaxFirstDispatchParts;
+    p.first_dispatch_parts = parts < 1 ? 1 : (parts > kMaxParts ? kMaxParts : parts);
   }
   const int smem = shared_storage_bytes<Tiles>();
 
