@@ -301,7 +301,8 @@ int main() {
   long long expected_tasks = static_cast<long long>(R) * P.combine_blocks;
   for (int r = 0; r < R; ++r) {
     expected_tasks += static_cast<long long>(rank_tiles[r]) * ((P.gather ? 0 : 1) + P.n_gu + P.n_down);
-    if (!P.gather) expected_tasks += static_cast<long long>(std::min(rank_tiles[r], P.tpm)) * (parts - 1);  // D(0) parts
+    // D(0) in parts: parts - 1 more tasks per tile of the first minibatch
+    if (!P.gather) expected_tasks += static_cast<long long>(std::min(rank_tiles[r], P.tpm)) * (parts - 1);
   }
   if (tickets != expected_tasks) {
     printf("FAIL %lld tickets, expected %lld tasks\n", tickets, expected_tasks);
@@ -664,8 +665,10 @@ int main() {
 
 @needs_nvcc
 def test_ticket_count_matches_the_kernels(tmp_path):
-    """The task count that sizes the timeline buffer (workspace.launch_tickets) is the kernel's own (launch_tickets
-    in workspace.cuh, what the launch checks and the scheduler hands out), for odd sizes too."""
+    """The task count that sizes the timeline buffer (workspace.launch_tickets) is the kernel's own formula
+    (launch_tickets in workspace.cuh, which the launch checks against 32-bit tickets: an upper bound of what the
+    scheduler hands out, with every tile of the capacity and the most parts of the first dispatch), for odd sizes
+    too."""
     from mok.cuda.workspace import launch_tickets
     exe = compile_host_program(TICKET_SOURCE, tmp_path, "tickets")
     cases = [(1, 128, 64, 64, 1, 1, 1, 1, 0), (4, 1024, 7168, 2048, 1, 128, 1, 1, 4),
@@ -684,8 +687,8 @@ TILE_SOURCE = r"""
 #include "mok/launch.cuh"
 #include "mok/workspace.cuh"
 int main() {
-  printf("%d %d %d %d\n", mok::sm90::Sm90Tiles::kBlockM, mok::sm90::Sm90Tiles::kHalfN, mok::sm90::Sm90Tiles::kBlockN,
-         mok::sm90::kSm90TraceFields);
+  printf("%d %d %d %d %d\n", mok::sm90::Sm90Tiles::kBlockM, mok::sm90::Sm90Tiles::kHalfN,
+         mok::sm90::Sm90Tiles::kBlockN, mok::sm90::kSm90TraceFields, mok::sm90::Sm90Tiles::kMaxFirstDispatchParts);
   return 0;
 }
 """
@@ -694,10 +697,11 @@ int main() {
 @needs_nvcc
 def test_python_tile_sizes_match_the_kernel(tmp_path):
     from mok.cuda.backend import TRACE_FIELDS
-    from mok.cuda.workspace import BLOCK_M, DOWN_COLUMNS, GATE_UP_COLUMNS
+    from mok.cuda.workspace import BLOCK_M, DOWN_COLUMNS, GATE_UP_COLUMNS, MAX_FIRST_DISPATCH_PARTS
     run = subprocess.run([str(compile_host_program(TILE_SOURCE, tmp_path, "tiles"))], capture_output=True, text=True,
                          timeout=60)
-    assert [int(v) for v in run.stdout.split()] == [BLOCK_M, GATE_UP_COLUMNS, DOWN_COLUMNS, len(TRACE_FIELDS)]
+    assert [int(v) for v in run.stdout.split()] == [BLOCK_M, GATE_UP_COLUMNS, DOWN_COLUMNS, len(TRACE_FIELDS),
+                                                    MAX_FIRST_DISPATCH_PARTS]
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -703,15 +703,15 @@ def test_overlapped_steps_reorder_the_tasks_and_refuse_a_one_minibatch_ring():
         check_error(one)
 
 
-
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("name", ["basic", "ragged-tokens", "empty-experts", "one-hot-expert", "wide", "h-not-256"])
 def test_first_dispatch_in_parts_equals_one_task_per_tile_bitwise(name, variant):
     """The first minibatch's dispatch in parts (scheduler.cuh: each tile's rows in 3 or 8 tasks, or as many as give
     every CTA one) copies the same rows into the same ring rows: outputs and saved gate/up rows are the bits of one
-    task per tile, bf16 and MXFP8 (whose dispatch dequantizes), whatever the EP degree, ring or CTA count (1 CTA: a
-    gate/up task that waited for fewer parts than its tile has would read rows not yet copied, which the poison and
-    the comparison show)."""
+    task per tile, bf16 and MXFP8 (whose dispatch dequantizes), whatever the EP degree, ring or CTA count; a part that
+    missed rows would leave the poisoned ring rows in. That every gate/up task waits for all of its tile's parts is
+    checked by the CPU replay of the task order (tests/test_cuda_compile.py): here a wait for too few parts would show
+    only where a gate/up task can overtake its tile's last parts, which the producer's short lead rarely allows."""
     from mok.cuda.backend import sm90_forward
     t, h, i, e, k, skew = SMALL_SHAPES[name]
     problem = make_inputs(t, h, i, e, k, skew=skew, seed=470 + list(SMALL_SHAPES).index(name))
@@ -754,6 +754,7 @@ def test_first_dispatch_parts_split_the_first_minibatch_only():
     assert dispatches[5] == sum(tiles) + 4 * first_tiles
     with pytest.raises(ValueError, match="first_dispatch_parts"):
         launch(prep, first_dispatch_parts=9)
+
 
 # Shapes for the ping-pong down task beyond SMALL_SHAPES: gather mode's auto span of 4 blocks with A kept in the stage
 # ring (I = 256), and one K block per turn (I = 64).

@@ -196,11 +196,11 @@ def resolve_down_span(down_span: int | str | None, dispatch: str, hidden: int) -
 
 
 def resolve_first_dispatch_parts(parts: int | str | None) -> int:
-    """Tasks per tile of the first minibatch's dispatch: ``parts`` (1..8) if given, else ``MOK_CUDA_FIRST_DISPATCH_PARTS``
-    (a number, or ``auto``, the default); 0 means auto: the launch gives every CTA one task (the first minibatch's
-    tiles x parts about the CTA count, at most 8 parts). Nothing else can start before those rows are in the ring,
-    and one task per tile left most CTAs waiting (round 22: 4.4% of the qwen slice's launch, 2-3% at the others).
-    Changes no bit (GPU test)."""
+    """Tasks per tile of the first minibatch's dispatch: ``parts`` (1..8) if given, else
+    ``MOK_CUDA_FIRST_DISPATCH_PARTS`` (a number, or ``auto``, the default); 0 means auto: the launch gives every CTA
+    one task (the first minibatch's tiles x parts about the CTA count, at most 8 parts; the minibatch counted full).
+    Nothing else can start before those rows are in the ring, and one task per tile left most CTAs waiting (round 22:
+    4.4% of the qwen slice's launch, 2-3% at the others). Changes no bit (GPU test)."""
     if parts is None:
         parts = os.environ.get("MOK_CUDA_FIRST_DISPATCH_PARTS", "auto")
     if isinstance(parts, str):
@@ -549,7 +549,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
            signal_warp: bool | None = None, store_warps: bool | None = None, early_combine: bool | None = None,
            skip_padding_half: bool | None = None, trace: torch.Tensor | None = None,
            down_span: int | None = None, overlap_steps: bool | None = None, down_tma: bool | None = None,
-           down_ping_pong: bool | None = None, first_dispatch_parts: int | None = None,
+           down_ping_pong: bool | None = None, first_dispatch_parts: int | str | None = None,
            extension=None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
@@ -606,6 +606,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     # The default follows MOK_CUDA_EARLY_COMBINE, not whether the launch happens to carry an order.
     use_order = has_order and (default_early_combine() if early_combine is None else early_combine)
     down_span = resolve_down_span(down_span, dispatch, prep.w_gate.shape[2])
+    first_dispatch_parts = resolve_first_dispatch_parts(first_dispatch_parts)
     explicit_store_warps = store_warps is not None
     if store_warps is None:
         store_warps = default_store_warps() and down_span == 1
@@ -646,7 +647,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         prep.combine_tokens if use_order else _NO_INT_TENSOR, prep.combine_offsets if use_order else _NO_INT_TENSOR,
         default_skip_padding_half() if skip_padding_half is None else bool(skip_padding_half),
         _NO_LONG_TENSOR if trace is None else trace, down_span, overlap_steps, y, y_rows, down_ping_pong,
-        resolve_first_dispatch_parts(first_dispatch_parts))
+        first_dispatch_parts)
     return prep.out
 
 

@@ -69,7 +69,8 @@ def launch_tickets(num_ranks: int, capacity: int, hidden: int, intermediate: int
     """Tasks of one launch: mirrors ``launch_tickets`` in workspace.cuh (checked against the compiled C++ by
     tests/test_cuda_compile.py): per rank and tile a dispatch (ring mode), the gate/up column blocks and the down
     tasks (``down_span`` column blocks each), plus per rank ``combine_blocks``; the first minibatch's
-    (``minibatch_tiles``) dispatches in ``first_dispatch_parts`` tasks each."""
+    (``minibatch_tiles``) dispatches in ``first_dispatch_parts`` tasks each (so ``first_dispatch_parts`` counts only
+    with ``minibatch_tiles`` given)."""
     tiles = capacity // BLOCK_M
     per_tile = int(dispatch_tasks) + -(-intermediate // GATE_UP_COLUMNS) + -(-hidden // DOWN_COLUMNS) // down_span
     first = num_ranks * min(minibatch_tiles, tiles) * (first_dispatch_parts - 1) if dispatch_tasks else 0

@@ -46,7 +46,7 @@ __device__ __forceinline__ const char* dispatch_source(const Sm90MoeParams& p, c
 // first minibatch part t.nblock of v.first_dispatch_parts (scheduler.cuh: D(0) in parts), rows
 // [part * ceil(BLOCK_M / parts), ...) of it. Each warp takes kRowsPerPass rows at a time and
 // hands `copy_pass(src, dst, lane)` their sources (nullptr: padding, zero-fill) and ring destinations (nullptr:
-// past the tile); copy_pass moves the rows' chunks, several per lane in flight.
+// past the task's rows); copy_pass moves the rows' chunks, several per lane in flight.
 // NOTE: a dispatch task is memory-latency bound on its SM (the other SMs run GEMMs), so its speed is the bytes
 // in flight: up to 2 x 8 loads of 16 bytes per lane, whatever H. (Copying whole rows in batches of 8 chunks
 // per lane, as before, left rows of fewer than 256 chunks, H < 2048, to a loop with one load in flight.)

@@ -233,8 +233,9 @@ __device__ __forceinline__ void task_mainloop(const Sm90MoeParams& p, SharedStor
 // tensor cores instead of multiplying each block together. Warpgroup w multiplies column half w of every block (all
 // 128 rows: consume_column_half), and while one multiplies, the other runs its epilogue, which the tensor cores
 // otherwise wait for (a down block at anchor-2: 1.85 us of mainloop, 2.2 us of the rest; mok/cuda/README.md, round
-// 20). The turns go 0, 1, 0, 1, ... block by block: warpgroup 0 waits for warpgroup 1's mainloop of the previous
-// block, warpgroup 1 for warpgroup 0's of the same block. Both read every stage, so each stage is released by all
+// 20). The turns go 0, 1, 0, 1, ... block by block: warpgroup 0 waits until warpgroup 1 has issued the last wgmma of
+// its mainloop of the previous block, warpgroup 1 until warpgroup 0 has of the same block (round 22: the turn passes
+// once they are issued, not once they completed). Both read every stage, so each stage is released by all
 // eight consumer warps as before, and each turn's wait points at a mainloop that does not wait for this warpgroup.
 template <class Tiles>
 __device__ __forceinline__ void ping_pong_mainloop(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
