@@ -11,6 +11,7 @@ in a CUDA graph, replays timed by CUDA events, the median) and checks that they 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mok.bench import harness  # noqa: E402
+from mok.cuda.schedule_tables import sort_by_expert  # noqa: E402
 
 # (name, slots = T x K, experts): the layer bench's shapes.
 CASES = [("kimi slice", 16384, 6), ("glm slice", 16384, 4), ("qwen slice", 20480, 8), ("deepseek slice", 12288, 6),
@@ -28,11 +30,6 @@ CASES = [("kimi slice", 16384, 6), ("glm slice", 16384, 4), ("qwen slice", 20480
 
 def sort_32(ids: torch.Tensor):
     return torch.sort(ids, stable=True)
-
-
-def sort_16(ids: torch.Tensor):
-    keys, order = torch.sort(ids.to(torch.int16), stable=True)
-    return keys.to(torch.int32), order
 
 
 def time_us(fn, ids: torch.Tensor, iters: int) -> float:
@@ -71,6 +68,7 @@ def main() -> None:
     print(f"{'shape':16s} {'slots':>8s} {'E':>4s} {'int32 us':>9s} {'int16 us':>9s} {'ratio':>6s} same")
     for name, slots, experts in CASES:
         ids = torch.randint(0, experts, (slots,), generator=gen, device="cuda", dtype=torch.int32)
+        sort_16 = functools.partial(sort_by_expert, num_experts=experts)  # the schedule's sort: 16-bit keys here
         a, b = sort_32(ids), sort_16(ids)
         same = torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
         t32, t16 = time_us(sort_32, ids, args.iters), time_us(sort_16, ids, args.iters)

@@ -50,6 +50,16 @@ class _RecordingExtension:
         return self.args[len(self.args) - len(FORWARD_TAIL) + FORWARD_TAIL.index(name)]
 
 
+def launched(prep, *names, **options):
+    """The binding arguments ``names`` (FORWARD_HEAD or FORWARD_TAIL) that ``launch(prep, **options)`` passes, through
+    the recording stand-in: one value for one name, else a tuple."""
+    from mok.cuda.backend import launch
+    ext = _RecordingExtension()
+    launch(prep, extension=ext, **options)
+    values = tuple(ext.arg(name) for name in names)
+    return values[0] if len(values) == 1 else values
+
+
 def test_early_combine_order_reaches_the_launch_only_when_asked(monkeypatch):
     """prepare() builds the early-combine order when asked; launch() passes it on per MOK_CUDA_EARLY_COMBINE
     (default off) or its own argument, and refuses early_combine=True without an order (top-1, fused)."""
@@ -66,9 +76,7 @@ def test_early_combine_order_reaches_the_launch_only_when_asked(monkeypatch):
     monkeypatch.delenv("MOK_CUDA_EARLY_COMBINE", raising=False)
 
     def passed_order(prep, **kw):
-        ext = _RecordingExtension()
-        launch(prep, extension=ext, **kw)
-        tokens_arg, offsets_arg = ext.arg("combine_tokens"), ext.arg("combine_offsets")
+        tokens_arg, offsets_arg = launched(prep, "combine_tokens", "combine_offsets", **kw)
         assert (tokens_arg.numel() > 0) == (offsets_arg.numel() > 0)
         return tokens_arg.numel() > 0
 
@@ -109,15 +117,13 @@ def small_launch(*, seed: int, tokens: int, hidden: int, inter: int, experts: in
 def test_skip_padding_half_reaches_the_launch(monkeypatch):
     """launch() passes skip_padding_half before the trace, the down span and overlap_steps: on by default, off with
     MOK_CUDA_SKIP_PADDING_HALF=0, and its own argument wins over the environment."""
-    from mok.cuda.backend import launch
 
     prep = small_launch(seed=5, tokens=128, hidden=64, inter=64, experts=4)
 
     def passed(**kw):
-        ext = _RecordingExtension()
-        launch(prep, extension=ext, **kw)
-        assert isinstance(ext.arg("skip_padding_half"), bool)
-        return ext.arg("skip_padding_half")
+        value = launched(prep, "skip_padding_half", **kw)
+        assert isinstance(value, bool)
+        return value
 
     monkeypatch.delenv("MOK_CUDA_SKIP_PADDING_HALF", raising=False)
     assert passed() is True
@@ -152,14 +158,13 @@ def test_down_span_reaches_the_launch_and_turns_the_store_warps_off(monkeypatch)
     """launch() passes the down span: by default (``auto``) the widest divisor up to 8 of the column blocks of
     H in gather mode and 1 in ring mode, else MOK_CUDA_DOWN_SPAN or its own argument; a span must divide the column
     blocks; a span above 1 turns the default store warps off and refuses them when asked for."""
-    from mok.cuda.backend import launch, resolve_down_span
+    from mok.cuda.backend import resolve_down_span
 
     prep = small_launch(seed=7, tokens=256, hidden=1024, inter=128, experts=8)  # 4 column blocks of 256
     def passed(**kw):
-        ext = _RecordingExtension()
-        launch(prep, extension=ext, **kw)
-        assert isinstance(ext.arg("down_span"), int) and isinstance(ext.arg("store_warps"), bool)
-        return ext.arg("down_span"), ext.arg("store_warps")
+        span, store_warps = launched(prep, "down_span", "store_warps", **kw)
+        assert isinstance(span, int) and isinstance(store_warps, bool)
+        return span, store_warps
 
     monkeypatch.delenv("MOK_CUDA_DOWN_SPAN", raising=False)
     monkeypatch.delenv("MOK_CUDA_STORE_WARPS", raising=False)
@@ -188,15 +193,14 @@ def test_down_span_reaches_the_launch_and_turns_the_store_warps_off(monkeypatch)
 def test_first_dispatch_parts_reach_the_launch(monkeypatch):
     """launch() passes the first minibatch's dispatch tasks per tile last: 0 (auto: the launch gives every CTA one) by
     default, else MOK_CUDA_FIRST_DISPATCH_PARTS or its own argument, 1..8; anything else is refused."""
-    from mok.cuda.backend import launch, resolve_first_dispatch_parts
+    from mok.cuda.backend import resolve_first_dispatch_parts
 
     prep = small_launch(seed=9, tokens=256, hidden=256, inter=128, experts=8)
 
     def passed(**kw):
-        ext = _RecordingExtension()
-        launch(prep, extension=ext, **kw)
-        assert isinstance(ext.arg("first_dispatch_parts"), int)
-        return ext.arg("first_dispatch_parts")
+        value = launched(prep, "first_dispatch_parts", **kw)
+        assert isinstance(value, int)
+        return value
 
     monkeypatch.delenv("MOK_CUDA_FIRST_DISPATCH_PARTS", raising=False)
     assert passed() == 0
@@ -218,13 +222,12 @@ def test_overlap_steps_reach_the_launch_where_the_ring_allows_them(monkeypatch):
     or more minibatches (or all of them) and early combine is off, else the plain order; asked for where not
     allowed, a ValueError."""
     from mok.config import MoKConfig
-    from mok.cuda.backend import launch, overlap_steps_allowed, resolve_overlap_steps
+    from mok.cuda.backend import overlap_steps_allowed, resolve_overlap_steps
 
     def passed(prep, **kw):
-        ext = _RecordingExtension()
-        launch(prep, extension=ext, **kw)
-        assert isinstance(ext.arg("overlap_steps"), bool)
-        return ext.arg("overlap_steps")
+        value = launched(prep, "overlap_steps", **kw)
+        assert isinstance(value, bool)
+        return value
 
     two = small_launch(seed=8, tokens=256, hidden=256, inter=128, experts=8,
                        config=MoKConfig(minibatch_rows=128, ring_rows=256))
@@ -246,13 +249,12 @@ def test_down_ping_pong_reaches_the_launch_where_it_can_run(monkeypatch):
     """launch() passes down_ping_pong: by default on where down_ping_pong_allowed says so (down_tma, the pipelined
     variant without the signal warp, I <= 256), off with MOK_CUDA_DOWN_PING_PONG=0 or its own argument; asked for
     where it cannot run, a ValueError (the kernel's launch refuses it too, instead of deadlocking at I > 256)."""
-    from mok.cuda.backend import down_ping_pong_allowed, launch
+    from mok.cuda.backend import down_ping_pong_allowed
 
     def passed(prep, **kw):
-        ext = _RecordingExtension()
-        launch(prep, extension=ext, **kw)
-        assert isinstance(ext.arg("down_ping_pong"), bool)
-        return ext.arg("down_ping_pong")
+        value = launched(prep, "down_ping_pong", **kw)
+        assert isinstance(value, bool)
+        return value
 
     prep = small_launch(seed=9, tokens=256, hidden=256, inter=128, experts=8)
     wide = small_launch(seed=9, tokens=256, hidden=256, inter=512, experts=8)
@@ -287,12 +289,10 @@ def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):
 
     import mok
     from mok.cuda import backend
-    from mok.cuda.backend import launch, prepare, y_rows_table
+    from mok.cuda.backend import prepare, y_rows_table
 
     def passed(prep, **kw):
-        ext = _RecordingExtension()
-        launch(prep, extension=ext, **kw)
-        return ext.arg("y"), ext.arg("y_rows"), ext.arg("combine_ptrs")
+        return launched(prep, "y", "y_rows", "combine_ptrs", **kw)
 
     prep = small_launch(seed=9, tokens=256, hidden=256, inter=128, experts=8, ep_size=2)
     monkeypatch.delenv("MOK_CUDA_DOWN_TMA", raising=False)
@@ -430,3 +430,17 @@ def test_error_reports_name_every_counter_of_the_kernel():
     enum = header.split("enum CounterId", 1)[1].split("};", 1)[0]
     ids = sorted(int(v) for v in re.findall(r"kCtr\w+ = (\d+)", enum))
     assert ids and ids == sorted(errors.COUNTER_NAMES)
+
+
+def test_sort_by_expert_is_the_stable_sort():
+    """The schedule's sort of expert ids (16-bit keys where E fits them, else 32-bit) gives torch.sort(ids,
+    stable=True)'s values, as int32, and order."""
+    import torch
+
+    from mok.cuda.schedule_tables import sort_by_expert
+
+    ids = torch.randint(0, 40000, (5000,), generator=torch.Generator().manual_seed(1), dtype=torch.int32)
+    for experts in (6, 256, 40000):  # the last needs 32-bit keys
+        values, order = sort_by_expert(ids % experts, experts)
+        want = torch.sort(ids % experts, stable=True)
+        assert values.dtype == torch.int32 and torch.equal(values, want.values) and torch.equal(order, want.indices)
