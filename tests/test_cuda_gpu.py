@@ -300,8 +300,9 @@ def test_layer_forward_never_synchronises(monkeypatch):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_kernel_schedule_equals_build_schedule_on_gpu(seed):
+def test_kernel_schedule_equals_build_schedule_on_gpu(seed, monkeypatch):
     from mok.cuda.schedule_tables import build_kernel_schedule
+    monkeypatch.delenv("MOK_CUDA_SCHEDULE_SORT", raising=False)  # the default sort (the counting one when small)
     tokens, experts, top_k, ranks = [(512, 8, 2, 1), (4096, 64, 8, 8), (32768, 256, 16, 1),
                                      (2048, 16, 4, 4), (16384, 6, 1, 1), (1024, 32, 1, 2)][seed]
     _, ids, *_ = make_inputs(tokens, 64, 64, experts, top_k, seed=40 + seed, skew=2.0 if seed % 2 else 0.0)
@@ -312,6 +313,68 @@ def test_kernel_schedule_equals_build_schedule_on_gpu(seed):
     for name in ("src_rank", "src_slot", "segment_offsets", "tile_expert"):
         a, b = getattr(mine, name), getattr(full, name)
         assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("experts", [1, 6, 8, 256, 1000, 1024])
+def test_counting_sort_equals_the_stable_torch_sort(experts):
+    """The extension's one-CTA counting sort (csrc/schedule_tables.cu) gives torch.sort(ids, stable=True)'s values
+    and order, at slot counts around its warps' steps and up to its limit, uniform and skewed (one hot expert, empty
+    ones); past its limits it is refused."""
+    from mok.cuda.build import load_extension
+    from mok.cuda.schedule_tables import EXPERT_SORT_MAX_EXPERTS, EXPERT_SORT_MAX_SLOTS
+    ext = load_extension()
+    gen = torch.Generator(device="cuda").manual_seed(experts)
+    for slots in (1, 31, 32, 33, 511, 512, 513, 1000, 12288, 12345, 16384, 20480, EXPERT_SORT_MAX_SLOTS - 1,
+                  EXPERT_SORT_MAX_SLOTS):
+        uniform = torch.randint(0, experts, (slots,), generator=gen, device="cuda", dtype=torch.int32)
+        skewed = torch.where(torch.rand(slots, generator=gen, device="cuda") < 0.7, experts // 2, uniform)
+        descending = torch.arange(slots, device="cuda", dtype=torch.int32).flip(0) % experts
+        for ids in (uniform, skewed.to(torch.int32), descending):
+            got = ext.expert_sort(ids, experts)
+            want = torch.sort(ids, stable=True)
+            assert torch.equal(got[0], want.values) and torch.equal(got[1], want.indices), (slots, experts)
+    # Ids outside [0, E) are clamped into it (no write goes astray), and a view at an odd int offset is read as is.
+    wild = torch.randint(-5, experts + 5, (3001,), generator=gen, device="cuda", dtype=torch.int32)
+    got = ext.expert_sort(wild[1:], experts)
+    want = torch.sort(wild[1:].clamp(0, experts - 1), stable=True)
+    assert torch.equal(got[0], want.values) and torch.equal(got[1], want.indices)
+    with pytest.raises(RuntimeError, match=f"expert_sort: needs 1..{EXPERT_SORT_MAX_SLOTS} slots .* got "
+                                           f"{EXPERT_SORT_MAX_SLOTS + 1} and {experts}"):
+        ext.expert_sort(torch.zeros(EXPERT_SORT_MAX_SLOTS + 1, dtype=torch.int32, device="cuda"), experts)
+    with pytest.raises(RuntimeError, match=f"got 8 and {EXPERT_SORT_MAX_EXPERTS + 1}"):
+        ext.expert_sort(torch.zeros(8, dtype=torch.int32, device="cuda"), EXPERT_SORT_MAX_EXPERTS + 1)
+
+
+def test_binding_refusals_raise_with_their_numbers():
+    """A failed check in csrc/binding.cpp raises RuntimeError naming the numbers and shapes, and the process lives on.
+    Round 23 found a message that streamed an integer crashing the interpreter (SIGSEGV) on the H200 machine, so each
+    kind of message is exercised: plain numbers, a tensor's shape, and a launch's checked argument."""
+    from mok.cuda.backend import launch, prepare
+    from mok.cuda.build import load_extension
+    ext = load_extension()
+    ids = torch.zeros(8, dtype=torch.int32, device="cuda")
+    slots = torch.arange(8, device="cuda")
+    with pytest.raises(RuntimeError, match=r"bad sizes \(experts 7, ranks 2, tile 128, capacity 128\)"):
+        ext.schedule_tables(ids, slots, 7, 2, 128, 128, 8)
+    with pytest.raises(RuntimeError, match=r"1-D of one length, got \[8\] and \[4\]"):
+        ext.schedule_tables(ids, slots[:4].clone(), 8, 1, 128, 128, 8)
+    prep = prepare(*make_inputs(256, 256, 128, 8, 2, seed=3))
+    with pytest.raises(RuntimeError, match=r"trace must be \[tickets, \d+\] int64, got \[5, 3\]"):
+        launch(prep, variant="pipelined", trace=torch.zeros(5, 3, dtype=torch.int64, device="cuda"))
+
+
+@pytest.mark.parametrize("sort", ["counting", "torch"])
+def test_kernel_schedule_with_either_sort_equals_build_schedule(sort, monkeypatch):
+    """build_kernel_schedule's tables are build_schedule's whichever sort orders the slots (MOK_CUDA_SCHEDULE_SORT)."""
+    from mok.cuda.schedule_tables import build_kernel_schedule
+    monkeypatch.setenv("MOK_CUDA_SCHEDULE_SORT", sort)
+    for tokens, experts, top_k, ranks in [(512, 8, 2, 1), (16384, 6, 1, 1), (2048, 64, 8, 4), (20480, 8, 1, 1),
+                                          (1000, 768, 8, 2), (4096, 1024, 8, 8)]:  # E > 512: two rounds of the scan
+        _, ids, *_ = make_inputs(tokens, 64, 64, experts, top_k, seed=tokens + experts, skew=1.0)
+        full = mok.build_schedule(ids, experts, ranks, tile=128)
+        mine = build_kernel_schedule(ids, experts, ranks, tile=128)
+        for name in ("src_rank", "src_slot", "segment_offsets", "tile_expert"):
+            assert torch.equal(getattr(mine, name), getattr(full, name)), (sort, tokens, experts, name)
 
 
 def test_deferred_error_check_reports_a_failed_launch():

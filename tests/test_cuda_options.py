@@ -444,3 +444,41 @@ def test_sort_by_expert_is_the_stable_sort():
         values, order = sort_by_expert(ids % experts, experts)
         want = torch.sort(ids % experts, stable=True)
         assert values.dtype == torch.int32 and torch.equal(values, want.values) and torch.equal(order, want.indices)
+
+
+def test_schedule_sort_choice(monkeypatch):
+    """sort_by_expert: MOK_CUDA_SCHEDULE_SORT=torch is torch.sort's stable order on 16-bit keys, widened back to int32;
+    an unknown choice, or the counting sort past its limits, is refused before anything runs."""
+    import torch
+
+    from mok.cuda.schedule_tables import EXPERT_SORT_MAX_SLOTS, sort_by_expert
+
+    ids = torch.randint(0, 6, (1000,), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
+    monkeypatch.setenv("MOK_CUDA_SCHEDULE_SORT", "torch")
+    values, order = sort_by_expert(ids, 6)
+    want = torch.sort(ids, stable=True)
+    assert values.dtype == torch.int32 and torch.equal(values, want.values) and torch.equal(order, want.indices)
+    monkeypatch.setenv("MOK_CUDA_SCHEDULE_SORT", "radix")
+    with pytest.raises(ValueError, match="MOK_CUDA_SCHEDULE_SORT"):
+        sort_by_expert(ids, 6)
+    monkeypatch.setenv("MOK_CUDA_SCHEDULE_SORT", "counting")
+    with pytest.raises(ValueError, match="counting sorts 1 to"):
+        sort_by_expert(torch.zeros(EXPERT_SORT_MAX_SLOTS + 1, dtype=torch.int32), 6)
+    with pytest.raises(ValueError, match="counting sorts 1 to"):  # a CPU tensor: the counting sort is a CUDA kernel
+        sort_by_expert(ids, 6)
+    monkeypatch.setenv("MOK_CUDA_SCHEDULE_SORT", "auto")  # on a CPU tensor: torch.sort
+    values, order = sort_by_expert(ids, 6)
+    assert torch.equal(values, want.values) and torch.equal(order, want.indices)
+
+
+def test_schedule_sort_limits_are_the_kernels():
+    """EXPERT_SORT_MAX_SLOTS and EXPERT_SORT_MAX_EXPERTS are the counting sort's own limits (include/mok/launch.cuh)."""
+    import re
+    from pathlib import Path
+
+    from mok.cuda import schedule_tables
+
+    header = (Path(schedule_tables.__file__).parent / "include/mok/launch.cuh").read_text()
+    limits = {name: int(v) for name, v in re.findall(r"constexpr int (kExpertSortMax\w+) = (\d+);", header)}
+    assert limits == {"kExpertSortMaxSlots": schedule_tables.EXPERT_SORT_MAX_SLOTS,
+                      "kExpertSortMaxExperts": schedule_tables.EXPERT_SORT_MAX_EXPERTS}

@@ -23,6 +23,7 @@ on the host and raises :class:`mok.schedule.ScheduleCapacityError`) the tables c
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +31,8 @@ import torch
 from ..schedule import Schedule, build_schedule, worst_case_capacity
 
 COMBINE_BLOCK_TOKENS = 16  # tokens per combine task: Sm90Tiles::kCombineTokens (include/mok/workspace.cuh)
+EXPERT_SORT_MAX_SLOTS = 32768    # kExpertSortMaxSlots (include/mok/launch.cuh): the counting sort's one CTA
+EXPERT_SORT_MAX_EXPERTS = 1024   # kExpertSortMaxExperts: its per-warp counts in shared memory
 
 
 @dataclass
@@ -110,9 +113,27 @@ class KernelSchedule:
 
 def sort_by_expert(ids: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(expert_sorted, slots_by_expert)``, int32 and int64: the slots ``ids`` (expert ids in ``[0, num_experts)``)
-    stably sorted by expert, what ``torch.sort(ids, stable=True)`` returns. The ids are sorted as 16-bit keys where
-    they fit (E <= 32767): a radix sort makes one pass per 8 bits of key, so half the passes of 32-bit keys, and the
-    same order (round 22: 0.71-0.80x the sort's GPU time, experiments/schedule_sort_bench.py)."""
+    stably sorted by expert, what ``torch.sort(ids, stable=True)`` returns. ``MOK_CUDA_SCHEDULE_SORT``: ``auto``
+    (default) sorts up to :data:`EXPERT_SORT_MAX_SLOTS` slots of a CUDA tensor over up to
+    :data:`EXPERT_SORT_MAX_EXPERTS` experts (an expert-parallel rank's layer) with the extension's one counting-sort
+    CTA, and anything else with ``torch.sort`` on 16-bit keys where they fit (E <= 32767: a radix sort makes one pass
+    per 8 bits of key; round 22: 0.71-0.80x the 32-bit sort's GPU time, experiments/schedule_sort_bench.py);
+    ``torch`` always the latter; ``counting`` always the former (an error past its limits). All give the same order
+    for ids in ``[0, E)`` (the counting sort clamps others into the range; the tables of such routing are not
+    defined)."""
+    choice = os.environ.get("MOK_CUDA_SCHEDULE_SORT", "auto")
+    if choice not in ("auto", "torch", "counting"):
+        raise ValueError(f"MOK_CUDA_SCHEDULE_SORT must be 'auto', 'torch' or 'counting', got {choice!r}")
+    fits = (ids.is_cuda and 1 <= ids.numel() <= EXPERT_SORT_MAX_SLOTS
+            and 1 <= num_experts <= EXPERT_SORT_MAX_EXPERTS)
+    if choice == "counting" and not fits:
+        raise ValueError(f"MOK_CUDA_SCHEDULE_SORT=counting sorts 1 to {EXPERT_SORT_MAX_SLOTS} slots of a CUDA tensor "
+                         f"over 1 to {EXPERT_SORT_MAX_EXPERTS} experts, got {ids.numel()} on {ids.device} and "
+                         f"{num_experts}")
+    if choice != "torch" and fits:
+        from .build import load_extension  # noqa: PLC0415 (the extension is built on first use)
+        expert_sorted, slots_by_expert = load_extension().expert_sort(ids.to(torch.int32).contiguous(), num_experts)
+        return expert_sorted, slots_by_expert
     key_dtype = torch.int16 if num_experts <= torch.iinfo(torch.int16).max else torch.int32
     expert_sorted, slots_by_expert = torch.sort(ids.to(key_dtype), stable=True)
     return expert_sorted.to(torch.int32), slots_by_expert

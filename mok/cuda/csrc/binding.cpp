@@ -13,16 +13,29 @@
 
 namespace {
 
+// Numbers and shapes in the error messages are formatted here and passed as strings, never streamed into TORCH_CHECK's
+// message: on the H200 machine (torch 2.11 and its image's g++, round 23) an integer streamed there crashed the process
+// (SIGSEGV in the extension's own copy of ostream::_M_insert<long>, at a locale facet), where strings pass. So a bad
+// input gets its RuntimeError instead of taking the interpreter down.
+std::string num(int64_t value) { return std::to_string(value); }
+
+std::string dims(at::IntArrayRef sizes) {
+  std::string text = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) text += (i == 0 ? "" : ", ") + std::to_string(sizes[i]);
+  return text + "]";
+}
+
 void check_tensor(const at::Tensor& t, const char* name, at::ScalarType dtype, const at::Device& device) {
   TORCH_CHECK(t.defined(), name, " is undefined");
-  TORCH_CHECK(t.device() == device, name, " must be on ", device, ", got ", t.device());
+  TORCH_CHECK(t.device() == device, name, " must be on ", device.str(), ", got ", t.device().str());
   TORCH_CHECK(t.scalar_type() == dtype, name, " must have dtype ", dtype, ", got ", t.scalar_type());
   TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
 }
 
 void check_shape(const at::Tensor& t, const char* name, std::initializer_list<int64_t> shape) {
-  TORCH_CHECK(t.sizes().equals(shape), name, " must have shape ", at::IntArrayRef(shape), ", got ", t.sizes());
+  TORCH_CHECK(t.sizes().equals(shape), name, " must have shape ", dims(at::IntArrayRef(shape)), ", got ",
+              dims(t.sizes()));
 }
 
 // Launch the forward. Shapes (R ranks, C = capacity rows per rank, E experts, H hidden, I intermediate):
@@ -77,8 +90,8 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   const c10::cuda::CUDAGuard guard(device);
   int major = 0;
   TORCH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index()) == cudaSuccess,
-              "could not query the compute capability of ", device);
-  TORCH_CHECK(major == 9, "the SM90 MoE forward needs a Hopper GPU (compute capability 9.x), got major ", major);
+              "could not query the compute capability of ", device.str());
+  TORCH_CHECK(major == 9, "the SM90 MoE forward needs a Hopper GPU (compute capability 9.x), got major ", num(major));
 
   for (auto [t, name] : {std::pair{&src_rank, "src_rank"}, {&src_slot, "src_slot"}, {&tile_expert, "tile_expert"},
                          {&segment_offsets, "segment_offsets"}, {&counters, "counters"}, {&error, "error"}}) {
@@ -97,12 +110,15 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   const int64_t R = src_rank.size(0), capacity = src_rank.size(1);
   TORCH_CHECK(w_gate.dim() == 3, "w_gate must be [E, I, H]");
   const int64_t E = w_gate.size(0), I = w_gate.size(1), H = w_gate.size(2);
-  TORCH_CHECK(local_rank >= -1 && local_rank < R, "local_rank must be -1 or in [0, R=", R, "), got ", local_rank);
+  TORCH_CHECK(local_rank >= -1 && local_rank < R, "local_rank must be -1 or in [0, R=", num(R), "), got ",
+              num(local_rank));
   const bool one_rank = local_rank >= 0;
   const int64_t own_ranks = one_rank ? 1 : R;  // ranks whose experts, ring and saved rows this launch holds
-  TORCH_CHECK(R >= 1 && E % own_ranks == 0, "the expert count E=", E, " must be a multiple of the rank count R=", R);
+  TORCH_CHECK(R >= 1 && E % own_ranks == 0, "the expert count E=", num(E),
+              " must be a multiple of the rank count R=", num(R));
   const int64_t local_experts = E / own_ranks;
-  TORCH_CHECK(capacity % 128 == 0, "schedule capacity must be a multiple of 128 (the tile height), got ", capacity);
+  TORCH_CHECK(capacity % 128 == 0, "schedule capacity must be a multiple of 128 (the tile height), got ",
+              num(capacity));
   check_shape(src_slot, "src_slot", {R, capacity});
   check_shape(tile_expert, "tile_expert", {R, capacity / 128});
   check_shape(segment_offsets, "segment_offsets", {R, local_experts + 1});
@@ -113,15 +129,15 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   check_shape(w_up, "w_up", {E, I, H});
   check_shape(w_down, "w_down", {E, H, I});
   TORCH_CHECK(ring_x.dim() == 2 && ring_x.size(1) == H && ring_x.size(0) % own_ranks == 0,
-              "ring_x must be [", own_ranks, " * ring_rows, H=", H, "], got ", ring_x.sizes());
+              "ring_x must be [", num(own_ranks), " * ring_rows, H=", num(H), "], got ", dims(ring_x.sizes()));
   const int64_t ring_rows = ring_x.size(0) / own_ranks;
   check_shape(ring_h, "ring_h", {own_ranks * ring_rows, I});
   const int64_t needed = mok::sm90::sm90_moe_counter_ints(static_cast<int>(R), static_cast<int>(capacity),
                                                           static_cast<int>(minibatch_rows));
-  TORCH_CHECK(counters.dim() == 1 && counters.numel() >= needed, "counters must hold ", needed, " int32");
+  TORCH_CHECK(counters.dim() == 1 && counters.numel() >= needed, "counters must hold ", num(needed), " int32");
   TORCH_CHECK(error.dim() == 1 && error.numel() >= mok::sm90::sm90_moe_error_words(), "error must hold ",
-              mok::sm90::sm90_moe_error_words(), " int32");
-  TORCH_CHECK(variant == 0 || variant == 1, "variant must be 0 (simple) or 1 (pipelined), got ", variant);
+              num(mok::sm90::sm90_moe_error_words()), " int32");
+  TORCH_CHECK(variant == 0 || variant == 1, "variant must be 0 (simple) or 1 (pipelined), got ", num(variant));
   const bool save = saved_gate_up.numel() > 0;
   if (save) {
     check_tensor(saved_gate_up, "saved_gate_up", at::kBFloat16, device);
@@ -132,7 +148,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   if (tracing) {
     check_tensor(trace, "trace", at::kLong, device);
     TORCH_CHECK(trace.dim() == 2 && trace.size(1) == mok::sm90::kSm90TraceFields && trace.size(0) <= INT32_MAX,
-                "trace must be [tickets, ", mok::sm90::kSm90TraceFields, "] int64, got ", trace.sizes());
+                "trace must be [tickets, ", num(mok::sm90::kSm90TraceFields), "] int64, got ", dims(trace.sizes()));
   }
 
   const bool down_tma = y.numel() > 0;
@@ -151,7 +167,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
     check_tensor(combine_tokens, "combine_tokens", at::kInt, device);
     check_tensor(combine_offsets, "combine_offsets", at::kInt, device);
     check_shape(combine_tokens, "combine_tokens", {R, tokens_per_rank});
-    TORCH_CHECK(minibatch_rows > 0, "minibatch_rows must be positive, got ", minibatch_rows);
+    TORCH_CHECK(minibatch_rows > 0, "minibatch_rows must be positive, got ", num(minibatch_rows));
     check_shape(combine_offsets, "combine_offsets", {R, (capacity + minibatch_rows - 1) / minibatch_rows + 1});
   }
 
@@ -226,12 +242,12 @@ std::vector<at::Tensor> schedule_tables(const at::Tensor& expert_sorted, const a
   check_tensor(expert_sorted, "expert_sorted", at::kInt, device);
   check_tensor(slot_sorted, "slot_sorted", at::kLong, device);
   TORCH_CHECK(expert_sorted.dim() == 1 && slot_sorted.sizes().equals(expert_sorted.sizes()),
-              "expert_sorted and slot_sorted must be 1-D of one length, got ", expert_sorted.sizes(), " and ",
-              slot_sorted.sizes());
+              "expert_sorted and slot_sorted must be 1-D of one length, got ", dims(expert_sorted.sizes()), " and ",
+              dims(slot_sorted.sizes()));
   TORCH_CHECK(expert_sorted.numel() < (int64_t{1} << 31), "too many slots for 32-bit indexing");
   TORCH_CHECK(num_ranks >= 1 && num_experts % num_ranks == 0 && tile >= 1 && capacity % tile == 0,
-              "schedule_tables: bad sizes (experts ", num_experts, ", ranks ", num_ranks, ", tile ", tile,
-              ", capacity ", capacity, ")");
+              "schedule_tables: bad sizes (experts ", num(num_experts), ", ranks ", num(num_ranks), ", tile ",
+              num(tile), ", capacity ", num(capacity), ")");
   const auto options = expert_sorted.options();
   at::Tensor run_start = at::empty({num_experts + 1}, options);
   at::Tensor segment_offsets = at::empty({num_ranks, num_experts / num_ranks + 1}, options);
@@ -260,12 +276,41 @@ std::vector<at::Tensor> schedule_tables(const at::Tensor& expert_sorted, const a
   return {src_rank, src_slot, segment_offsets, tile_expert};
 }
 
+// The routing's slots stably sorted by expert (csrc/schedule_tables.cu, one counting-sort CTA): ids [N] int32 in
+// [0, E) -> [expert_sorted [N] int32, slot_sorted [N] int64], what torch.sort(ids, stable=True) returns, enqueued on
+// the current stream. N <= kExpertSortMaxSlots, E <= kExpertSortMaxExperts (launch.cuh).
+std::vector<at::Tensor> expert_sort(const at::Tensor& ids, int64_t num_experts) {
+  const at::Device device = ids.device();
+  TORCH_CHECK(device.is_cuda(), "expert_sort needs a CUDA tensor");
+  const c10::cuda::CUDAGuard guard(device);
+  // Not check_tensor: the kernel reads the ids one int at a time, so a view at any int offset (a slice of the routing)
+  // is fine, where the tensors TMA or 16-byte copies read must be 16-byte aligned.
+  TORCH_CHECK(ids.scalar_type() == at::kInt && ids.is_contiguous() && ids.dim() == 1,
+              "expert_sort: ids must be a contiguous 1-D int32 tensor, got ", ids.scalar_type(), " ",
+              dims(ids.sizes()));
+  TORCH_CHECK(ids.numel() >= 1 && ids.numel() <= mok::sm90::kExpertSortMaxSlots && num_experts >= 1 &&
+                  num_experts <= mok::sm90::kExpertSortMaxExperts,
+              "expert_sort: needs 1..", num(mok::sm90::kExpertSortMaxSlots), " slots and 1..",
+              num(mok::sm90::kExpertSortMaxExperts), " experts, got ", num(ids.numel()), " and ", num(num_experts));
+  at::Tensor expert_sorted = at::empty_like(ids);
+  at::Tensor slot_sorted = at::empty(ids.sizes(), ids.options().dtype(at::kLong));
+  char message[512] = {0};
+  const int rc = mok::sm90::sm90_expert_sort(ids.data_ptr<int32_t>(), static_cast<int>(ids.numel()),
+                                             static_cast<int>(num_experts), expert_sorted.data_ptr<int32_t>(),
+                                             slot_sorted.data_ptr<int64_t>(),
+                                             c10::cuda::getCurrentCUDAStream(device.index()).stream(), message,
+                                             sizeof(message));
+  TORCH_CHECK(rc == 0, "mok ", message);
+  return {expert_sorted, slot_sorted};
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "mok SM90 MoE forward megakernel";
   m.def("forward", &forward, "Launch the SM90 MoE forward megakernel on the current stream (see binding.cpp)");
   m.def("schedule_tables", &schedule_tables, "The schedule tables on the device from the expert-sorted routing");
+  m.def("expert_sort", &expert_sort, "The routing's slots stably sorted by expert (one counting-sort CTA)");
   m.def("counter_ints", &mok::sm90::sm90_moe_counter_ints, "int32 words of the counter block",
         pybind11::arg("num_ranks"), pybind11::arg("capacity"), pybind11::arg("minibatch_rows"));
   m.def("error_words", &mok::sm90::sm90_moe_error_words, "int32 words of the error record");

@@ -45,7 +45,133 @@ __global__ void __launch_bounds__(kRowsThreads)
   if (row % tile == 0) tile_expert[static_cast<long long>(rank) * (capacity / tile) + row / tile] = s.tile_expert;
 }
 
+// The counting sort (one CTA of kSortWarps warps). Warp w owns the contiguous slots [w * chunk, (w + 1) * chunk) and
+// walks them in steps of 32 (lane l: the step's slot l), holding them in registers. Pass 1: each warp counts its slots
+// per expert. Then per expert the warps' counts become exclusive prefixes (warp order = slot order) plus the expert's
+// first position. Pass 2: each warp walks its slots again in the same order; a slot goes to its warp's next position
+// for its expert plus the number of same-expert lanes before it in the step (__match_any_sync). So equal experts keep
+// slot order (stable), and every position is decided by the data alone (no atomics: deterministic).
+// 512 threads: each holds up to 64 slots' experts in registers (at 1024 threads, 64 registers each, they spilled).
+constexpr int kSortThreads = 512;
+constexpr int kSortWarps = kSortThreads / 32;
+constexpr int kSortStepsPerWarp = kExpertSortMaxSlots / kSortThreads;  // 64 steps of 32 slots per warp at most
+static_assert(kSortWarps <= 32, "the scan of the expert totals uses one warp of warp sums");
+
+__device__ __forceinline__ int warp_exclusive_scan(int value, int lane, int& warp_total) {
+  int inclusive = value;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int other = __shfl_up_sync(0xFFFFFFFFu, inclusive, d);
+    if (lane >= d) inclusive += other;
+  }
+  warp_total = __shfl_sync(0xFFFFFFFFu, inclusive, 31);
+  return inclusive - value;
+}
+
+__global__ void __launch_bounds__(kSortThreads)
+    expert_sort_kernel(const int* ids, int num_slots, int num_experts, int* expert_sorted, int64_t* slot_sorted) {
+  extern __shared__ int sort_smem[];
+  int* next = sort_smem;                                    // [kSortWarps][E]: a count, then the next position
+  int* warp_sums = sort_smem + kSortWarps * num_experts;   // [kSortWarps + 1]: the scan of the totals, its round's sum
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int i = threadIdx.x; i < kSortWarps * num_experts; i += kSortThreads) next[i] = 0;
+  __syncthreads();
+
+  const int steps = ((num_slots + kSortWarps - 1) / kSortWarps + 31) / 32;  // per warp
+  int expert[kSortStepsPerWarp];
+#pragma unroll
+  for (int s = 0; s < kSortStepsPerWarp; ++s) {  // every load issued before any is used
+    const int slot = (warp * steps + s) * 32 + lane;
+    expert[s] = -1;  // past the warp's slots or the last one
+    if (s < steps && slot < num_slots) expert[s] = min(max(ids[slot], 0), num_experts - 1);
+  }
+  int* mine = next + warp * num_experts;
+  const unsigned lanes_before = (1u << lane) - 1u;
+
+  // Pass 1: the warp's slots per expert (one lane per distinct expert of a step adds them).
+#pragma unroll
+  for (int s = 0; s < kSortStepsPerWarp; ++s) {
+    if (s < steps) {
+      const unsigned same = __match_any_sync(0xFFFFFFFFu, expert[s]);
+      if (expert[s] >= 0 && (same & lanes_before) == 0) mine[expert[s]] += __popc(same);
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+
+  // Per expert: the warps' counts as exclusive prefixes over the warps, and the expert's total. Then every expert's
+  // first position (an exclusive scan of the totals over experts, kSortThreads at a time) is added to its warps'.
+  int carry = 0;  // positions taken by the experts of earlier rounds of the scan
+  for (int e0 = 0; e0 < num_experts; e0 += kSortThreads) {
+    const int e = e0 + static_cast<int>(threadIdx.x);
+    int total = 0;
+    if (e < num_experts) {
+      for (int w = 0; w < kSortWarps; ++w) {
+        const int count = next[w * num_experts + e];
+        next[w * num_experts + e] = total;
+        total += count;
+      }
+    }
+    int warp_total;
+    const int within_warp = warp_exclusive_scan(total, lane, warp_total);
+    if (lane == 0) warp_sums[warp] = warp_total;
+    __syncthreads();
+    if (warp == 0) {
+      int round_total;
+      const int before = warp_exclusive_scan(lane < kSortWarps ? warp_sums[lane] : 0, lane, round_total);
+      __syncwarp();
+      if (lane < kSortWarps) warp_sums[lane] = before;
+      if (lane == 0) warp_sums[kSortWarps] = round_total;
+    }
+    __syncthreads();
+    if (e < num_experts) {
+      const int first = carry + warp_sums[warp] + within_warp;
+      for (int w = 0; w < kSortWarps; ++w) next[w * num_experts + e] += first;
+    }
+    carry += warp_sums[kSortWarps];
+    __syncthreads();  // warp_sums is rewritten by the next round
+  }
+
+  // Pass 2: the same walk; each slot to its warp's next position for its expert, after the same-expert lanes before
+  // it in the step.
+#pragma unroll
+  for (int s = 0; s < kSortStepsPerWarp; ++s) {
+    if (s < steps) {
+      const int e = expert[s];
+      const unsigned same = __match_any_sync(0xFFFFFFFFu, e);
+      if (e >= 0) {
+        const int position = mine[e] + __popc(same & lanes_before);
+        const int slot = (warp * steps + s) * 32 + lane;
+        expert_sorted[position] = e;
+        slot_sorted[position] = slot;
+      }
+      __syncwarp();  // every lane has read mine[e] before the step's first lane moves it on
+      if (e >= 0 && (same & lanes_before) == 0) mine[e] += __popc(same);
+      __syncwarp();
+    }
+  }
+}
+
 }  // namespace
+
+int sm90_expert_sort(const int32_t* ids, int num_slots, int num_experts, int32_t* expert_sorted, int64_t* slot_sorted,
+                     cudaStream_t stream, char* message, size_t message_len) {
+  if (num_slots < 1 || num_slots > kExpertSortMaxSlots || num_experts < 1 || num_experts > kExpertSortMaxExperts)
+    return fail(message, message_len, "expert sort: needs 1..%d slots (got %d) and 1..%d experts (got %d)",
+                kExpertSortMaxSlots, num_slots, kExpertSortMaxExperts, num_experts);
+  if (ids == nullptr || expert_sorted == nullptr || slot_sorted == nullptr)
+    return fail(message, message_len, "expert sort: a required device pointer is null");
+  const int smem = static_cast<int>(sizeof(int)) * (kSortWarps * num_experts + kSortWarps + 1);
+  if (smem > 48 * 1024 &&
+      cudaFuncSetAttribute(expert_sort_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+    cudaGetLastError();  // cleared: not left for an unrelated later check to report
+    return fail(message, message_len, "expert sort: %d bytes of shared memory refused", smem);
+  }
+  expert_sort_kernel<<<1, kSortThreads, smem, stream>>>(ids, num_slots, num_experts, expert_sorted, slot_sorted);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return fail(message, message_len, "expert sort: launch failed: %s", cudaGetErrorString(err));
+  return 0;
+}
 
 int sm90_schedule_tables(const Sm90ScheduleProblem& q, cudaStream_t stream, char* message, size_t message_len) {
   if (q.num_slots < 1 || q.num_experts < 1 || q.num_ranks < 1 || q.num_experts % q.num_ranks != 0)

@@ -131,6 +131,15 @@ struct Sm90ScheduleProblem {
 // Enqueue the two table kernels on `stream` (no synchronisation). Returns 0, or nonzero with a message.
 int sm90_schedule_tables(const Sm90ScheduleProblem& problem, cudaStream_t stream, char* message, size_t message_len);
 
+// The stable sort of the routing's slots by expert that the table kernels read (what torch.sort(ids, stable=True)
+// gives), as one counting-sort CTA: for the small slot counts of an expert-parallel rank's layer, where a radix sort's
+// passes and launches cost more than the work. ids [num_slots] in [0, num_experts) (an id outside is clamped into the
+// range: the tables of invalid routing are not defined, but no write goes astray).
+constexpr int kExpertSortMaxSlots = 32768;    // 64 slots per lane of 512 threads, held in registers
+constexpr int kExpertSortMaxExperts = 1024;   // a count per warp and expert in shared memory (65,604 bytes at 1024)
+int sm90_expert_sort(const int32_t* ids, int num_slots, int num_experts, int32_t* expert_sorted, int64_t* slot_sorted,
+                     cudaStream_t stream, char* message, size_t message_len);
+
 // int32 words of the error record (code, counter, rank, index, seen, expected, block, ticket).
 int sm90_moe_error_words();
 
