@@ -317,15 +317,15 @@ def test_kernel_schedule_equals_build_schedule_on_gpu(seed, monkeypatch):
 
 @pytest.mark.parametrize("experts", [1, 6, 8, 256, 1000, 1024])
 def test_counting_sort_equals_the_stable_torch_sort(experts):
-    """The extension's one-CTA counting sort (csrc/schedule_tables.cu) gives torch.sort(ids, stable=True)'s values
-    and order, at slot counts around its warps' steps and up to its limit, uniform and skewed (one hot expert, empty
-    ones); past its limits it is refused."""
+    """The extension's counting sort (csrc/schedule_tables.cu) gives torch.sort(ids, stable=True)'s values and order,
+    at slot counts around its warps' steps and its CTAs' chunks (4,096 slots) and up to its limit, uniform and skewed
+    (one hot expert, empty ones); past its limits it is refused."""
     from mok.cuda.build import load_extension
     from mok.cuda.schedule_tables import EXPERT_SORT_MAX_EXPERTS, EXPERT_SORT_MAX_SLOTS
     ext = load_extension()
     gen = torch.Generator(device="cuda").manual_seed(experts)
-    for slots in (1, 31, 32, 33, 511, 512, 513, 1000, 12288, 12345, 16384, 20480, EXPERT_SORT_MAX_SLOTS - 1,
-                  EXPERT_SORT_MAX_SLOTS):
+    for slots in (1, 31, 32, 33, 255, 257, 511, 512, 513, 1000, 4095, 4096, 4097, 8191, 8193, 12288, 12345, 16384,
+                  20480, EXPERT_SORT_MAX_SLOTS - 1, EXPERT_SORT_MAX_SLOTS):
         uniform = torch.randint(0, experts, (slots,), generator=gen, device="cuda", dtype=torch.int32)
         skewed = torch.where(torch.rand(slots, generator=gen, device="cuda") < 0.7, experts // 2, uniform)
         descending = torch.arange(slots, device="cuda", dtype=torch.int32).flip(0) % experts

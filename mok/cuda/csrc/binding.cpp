@@ -276,9 +276,9 @@ std::vector<at::Tensor> schedule_tables(const at::Tensor& expert_sorted, const a
   return {src_rank, src_slot, segment_offsets, tile_expert};
 }
 
-// The routing's slots stably sorted by expert (csrc/schedule_tables.cu, one counting-sort CTA): ids [N] int32 in
-// [0, E) -> [expert_sorted [N] int32, slot_sorted [N] int64], what torch.sort(ids, stable=True) returns, enqueued on
-// the current stream. N <= kExpertSortMaxSlots, E <= kExpertSortMaxExperts (launch.cuh).
+// The routing's slots stably sorted by expert (csrc/schedule_tables.cu, a counting sort in two kernels): ids [N] int32
+// in [0, E) -> [expert_sorted [N] int32, slot_sorted [N] int64], what torch.sort(ids, stable=True) returns, enqueued
+// on the current stream. N <= kExpertSortMaxSlots, E <= kExpertSortMaxExperts (launch.cuh).
 std::vector<at::Tensor> expert_sort(const at::Tensor& ids, int64_t num_experts) {
   const at::Device device = ids.device();
   TORCH_CHECK(device.is_cuda(), "expert_sort needs a CUDA tensor");
@@ -294,10 +294,12 @@ std::vector<at::Tensor> expert_sort(const at::Tensor& ids, int64_t num_experts) 
               num(mok::sm90::kExpertSortMaxExperts), " experts, got ", num(ids.numel()), " and ", num(num_experts));
   at::Tensor expert_sorted = at::empty_like(ids);
   at::Tensor slot_sorted = at::empty(ids.sizes(), ids.options().dtype(at::kLong));
+  at::Tensor cta_counts =
+      at::empty({mok::sm90::expert_sort_ctas(static_cast<int>(ids.numel())) * num_experts}, ids.options());
   char message[512] = {0};
   const int rc = mok::sm90::sm90_expert_sort(ids.data_ptr<int32_t>(), static_cast<int>(ids.numel()),
-                                             static_cast<int>(num_experts), expert_sorted.data_ptr<int32_t>(),
-                                             slot_sorted.data_ptr<int64_t>(),
+                                             static_cast<int>(num_experts), cta_counts.data_ptr<int32_t>(),
+                                             expert_sorted.data_ptr<int32_t>(), slot_sorted.data_ptr<int64_t>(),
                                              c10::cuda::getCurrentCUDAStream(device.index()).stream(), message,
                                              sizeof(message));
   TORCH_CHECK(rc == 0, "mok ", message);
@@ -310,7 +312,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "mok SM90 MoE forward megakernel";
   m.def("forward", &forward, "Launch the SM90 MoE forward megakernel on the current stream (see binding.cpp)");
   m.def("schedule_tables", &schedule_tables, "The schedule tables on the device from the expert-sorted routing");
-  m.def("expert_sort", &expert_sort, "The routing's slots stably sorted by expert (one counting-sort CTA)");
+  m.def("expert_sort", &expert_sort, "The routing's slots stably sorted by expert (a counting sort)");
   m.def("counter_ints", &mok::sm90::sm90_moe_counter_ints, "int32 words of the counter block",
         pybind11::arg("num_ranks"), pybind11::arg("capacity"), pybind11::arg("minibatch_rows"));
   m.def("error_words", &mok::sm90::sm90_moe_error_words, "int32 words of the error record");

@@ -45,16 +45,23 @@ __global__ void __launch_bounds__(kRowsThreads)
   if (row % tile == 0) tile_expert[static_cast<long long>(rank) * (capacity / tile) + row / tile] = s.tile_expert;
 }
 
-// The counting sort (one CTA of kSortWarps warps). Warp w owns the contiguous slots [w * chunk, (w + 1) * chunk) and
-// walks them in steps of 32 (lane l: the step's slot l), holding them in registers. Pass 1: each warp counts its slots
-// per expert. Then per expert the warps' counts become exclusive prefixes (warp order = slot order) plus the expert's
-// first position. Pass 2: each warp walks its slots again in the same order; a slot goes to its warp's next position
-// for its expert plus the number of same-expert lanes before it in the step (__match_any_sync). So equal experts keep
-// slot order (stable), and every position is decided by the data alone (no atomics: deterministic).
-// 512 threads: each holds up to 64 slots' experts in registers (at 1024 threads, 64 registers each, they spilled).
+// The counting sort, over G = ceil(N / kExpertSortSlotsPerCta) CTAs of kSortWarps warps, in two kernels. CTA g owns
+// the contiguous slots [g * kExpertSortSlotsPerCta, (g + 1) * kExpertSortSlotsPerCta), and in it warp w owns
+// kSortSlotsPerWarp contiguous slots, walked in steps of 32 (lane l: the step's slot l), held in registers.
+//   expert_count_kernel: each CTA's slots per expert -> cta_counts[g][e] (global memory).
+//   expert_sort_kernel: each CTA counts its warps' slots per expert again. Warp w's slots of expert e then start at
+//     (the slots of every smaller expert: an exclusive scan over experts of cta_counts' column sums)
+//     + (expert e's slots in CTAs before g: the column's prefix) + (in warps before w of this CTA);
+//   then each warp walks its slots again in the same order, and a slot goes to its warp's next position for its expert
+//   plus the number of same-expert lanes before it in the step (__match_any_sync).
+// So equal experts keep slot order (stable), and every position is decided by the data alone (no atomics:
+// deterministic). Round 22's version was one CTA for all slots: 16.5-17.9 us at the kimi and glm slices (round 23's
+// profile), 32-40 serial steps per warp and pass; here 8.
 constexpr int kSortThreads = 512;
 constexpr int kSortWarps = kSortThreads / 32;
-constexpr int kSortStepsPerWarp = kExpertSortMaxSlots / kSortThreads;  // 64 steps of 32 slots per warp at most
+constexpr int kSortSlotsPerWarp = kExpertSortSlotsPerCta / kSortWarps;
+constexpr int kSortStepsPerWarp = kSortSlotsPerWarp / 32;
+static_assert(kSortSlotsPerWarp % 32 == 0, "a warp's slots are whole steps of 32");
 static_assert(kSortWarps <= 32, "the scan of the expert totals uses one warp of warp sums");
 
 __device__ __forceinline__ int warp_exclusive_scan(int value, int lane, int& warp_total) {
@@ -68,48 +75,85 @@ __device__ __forceinline__ int warp_exclusive_scan(int value, int lane, int& war
   return inclusive - value;
 }
 
+// This warp's first slot: CTA blockIdx.x's chunk, then warp w's part of it.
+__device__ __forceinline__ int warp_first_slot(int warp) {
+  return static_cast<int>(blockIdx.x) * kExpertSortSlotsPerCta + warp * kSortSlotsPerWarp;
+}
+
+// The warp's slots' experts into registers (-1 past the last slot), every load issued before any is used; an id outside
+// [0, E) is clamped into it.
+__device__ __forceinline__ void load_warp_experts(const int* ids, int num_slots, int num_experts, int first_slot,
+                                                  int lane, int (&expert)[kSortStepsPerWarp]) {
+#pragma unroll
+  for (int s = 0; s < kSortStepsPerWarp; ++s) {
+    const int slot = first_slot + s * 32 + lane;
+    expert[s] = slot < num_slots ? min(max(ids[slot], 0), num_experts - 1) : -1;
+  }
+}
+
+// Adds the warp's slots per expert to mine[E] (one lane per distinct expert of a step adds them).
+__device__ __forceinline__ void count_warp_experts(const int (&expert)[kSortStepsPerWarp], int* mine, int lane) {
+  const unsigned lanes_before = (1u << lane) - 1u;
+#pragma unroll
+  for (int s = 0; s < kSortStepsPerWarp; ++s) {
+    const unsigned same = __match_any_sync(0xFFFFFFFFu, expert[s]);
+    if (expert[s] >= 0 && (same & lanes_before) == 0) mine[expert[s]] += __popc(same);
+    __syncwarp();
+  }
+}
+
 __global__ void __launch_bounds__(kSortThreads)
-    expert_sort_kernel(const int* ids, int num_slots, int num_experts, int* expert_sorted, int64_t* slot_sorted) {
+    expert_count_kernel(const int* ids, int num_slots, int num_experts, int* cta_counts) {
   extern __shared__ int sort_smem[];
-  int* next = sort_smem;                                    // [kSortWarps][E]: a count, then the next position
-  int* warp_sums = sort_smem + kSortWarps * num_experts;   // [kSortWarps + 1]: the scan of the totals, its round's sum
+  int* counts = sort_smem;  // [kSortWarps][E]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int i = threadIdx.x; i < kSortWarps * num_experts; i += kSortThreads) counts[i] = 0;
+  __syncthreads();
+  int expert[kSortStepsPerWarp];
+  load_warp_experts(ids, num_slots, num_experts, warp_first_slot(warp), lane, expert);
+  count_warp_experts(expert, counts + warp * num_experts, lane);
+  __syncthreads();
+  for (int e = threadIdx.x; e < num_experts; e += kSortThreads) {
+    int total = 0;
+    for (int w = 0; w < kSortWarps; ++w) total += counts[w * num_experts + e];
+    cta_counts[static_cast<int>(blockIdx.x) * num_experts + e] = total;
+  }
+}
+
+__global__ void __launch_bounds__(kSortThreads)
+    expert_sort_kernel(const int* ids, int num_slots, int num_experts, const int* cta_counts, int* expert_sorted,
+                       int64_t* slot_sorted) {
+  extern __shared__ int sort_smem[];
+  int* next = sort_smem;                                   // [kSortWarps][E]: a count, then the next position
+  int* warp_sums = sort_smem + kSortWarps * num_experts;  // [kSortWarps + 1]: the scan of the totals, its round's sum
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int i = threadIdx.x; i < kSortWarps * num_experts; i += kSortThreads) next[i] = 0;
   __syncthreads();
-
-  const int steps = ((num_slots + kSortWarps - 1) / kSortWarps + 31) / 32;  // per warp
+  const int first_slot = warp_first_slot(warp);
   int expert[kSortStepsPerWarp];
-#pragma unroll
-  for (int s = 0; s < kSortStepsPerWarp; ++s) {  // every load issued before any is used
-    const int slot = (warp * steps + s) * 32 + lane;
-    expert[s] = -1;  // past the warp's slots or the last one
-    if (s < steps && slot < num_slots) expert[s] = min(max(ids[slot], 0), num_experts - 1);
-  }
+  load_warp_experts(ids, num_slots, num_experts, first_slot, lane, expert);
   int* mine = next + warp * num_experts;
-  const unsigned lanes_before = (1u << lane) - 1u;
-
-  // Pass 1: the warp's slots per expert (one lane per distinct expert of a step adds them).
-#pragma unroll
-  for (int s = 0; s < kSortStepsPerWarp; ++s) {
-    if (s < steps) {
-      const unsigned same = __match_any_sync(0xFFFFFFFFu, expert[s]);
-      if (expert[s] >= 0 && (same & lanes_before) == 0) mine[expert[s]] += __popc(same);
-      __syncwarp();
-    }
-  }
+  count_warp_experts(expert, mine, lane);
   __syncthreads();
 
-  // Per expert: the warps' counts as exclusive prefixes over the warps, and the expert's total. Then every expert's
-  // first position (an exclusive scan of the totals over experts, kSortThreads at a time) is added to its warps'.
+  // Per expert: the slots before this CTA's and this CTA's warps' counts as exclusive prefixes over the warps; the
+  // expert's total over all CTAs. Then every expert's first position (an exclusive scan of the totals over experts,
+  // kSortThreads at a time) is added to its warps'.
   int carry = 0;  // positions taken by the experts of earlier rounds of the scan
   for (int e0 = 0; e0 < num_experts; e0 += kSortThreads) {
     const int e = e0 + static_cast<int>(threadIdx.x);
     int total = 0;
     if (e < num_experts) {
+      int before = 0;  // expert e's slots in the CTAs before this one
+      for (int g = 0; g < static_cast<int>(gridDim.x); ++g) {
+        const int count = cta_counts[g * num_experts + e];
+        total += count;
+        if (g < static_cast<int>(blockIdx.x)) before += count;
+      }
       for (int w = 0; w < kSortWarps; ++w) {
         const int count = next[w * num_experts + e];
-        next[w * num_experts + e] = total;
-        total += count;
+        next[w * num_experts + e] = before;
+        before += count;
       }
     }
     int warp_total;
@@ -134,40 +178,45 @@ __global__ void __launch_bounds__(kSortThreads)
 
   // Pass 2: the same walk; each slot to its warp's next position for its expert, after the same-expert lanes before
   // it in the step.
+  const unsigned lanes_before = (1u << lane) - 1u;
 #pragma unroll
   for (int s = 0; s < kSortStepsPerWarp; ++s) {
-    if (s < steps) {
-      const int e = expert[s];
-      const unsigned same = __match_any_sync(0xFFFFFFFFu, e);
-      if (e >= 0) {
-        const int position = mine[e] + __popc(same & lanes_before);
-        const int slot = (warp * steps + s) * 32 + lane;
-        expert_sorted[position] = e;
-        slot_sorted[position] = slot;
-      }
-      __syncwarp();  // every lane has read mine[e] before the step's first lane moves it on
-      if (e >= 0 && (same & lanes_before) == 0) mine[e] += __popc(same);
-      __syncwarp();
+    const int e = expert[s];
+    const unsigned same = __match_any_sync(0xFFFFFFFFu, e);
+    if (e >= 0) {
+      const int position = mine[e] + __popc(same & lanes_before);
+      expert_sorted[position] = e;
+      slot_sorted[position] = first_slot + s * 32 + lane;
     }
+    __syncwarp();  // every lane has read mine[e] before the step's first lane moves it on
+    if (e >= 0 && (same & lanes_before) == 0) mine[e] += __popc(same);
+    __syncwarp();
   }
 }
 
 }  // namespace
 
-int sm90_expert_sort(const int32_t* ids, int num_slots, int num_experts, int32_t* expert_sorted, int64_t* slot_sorted,
-                     cudaStream_t stream, char* message, size_t message_len) {
+int sm90_expert_sort(const int32_t* ids, int num_slots, int num_experts, int32_t* cta_counts, int32_t* expert_sorted,
+                     int64_t* slot_sorted, cudaStream_t stream, char* message, size_t message_len) {
   if (num_slots < 1 || num_slots > kExpertSortMaxSlots || num_experts < 1 || num_experts > kExpertSortMaxExperts)
     return fail(message, message_len, "expert sort: needs 1..%d slots (got %d) and 1..%d experts (got %d)",
                 kExpertSortMaxSlots, num_slots, kExpertSortMaxExperts, num_experts);
-  if (ids == nullptr || expert_sorted == nullptr || slot_sorted == nullptr)
+  if (ids == nullptr || cta_counts == nullptr || expert_sorted == nullptr || slot_sorted == nullptr)
     return fail(message, message_len, "expert sort: a required device pointer is null");
-  const int smem = static_cast<int>(sizeof(int)) * (kSortWarps * num_experts + kSortWarps + 1);
-  if (smem > 48 * 1024 &&
-      cudaFuncSetAttribute(expert_sort_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+  const int ctas = expert_sort_ctas(num_slots);
+  const int count_smem = static_cast<int>(sizeof(int)) * kSortWarps * num_experts;
+  const int sort_smem = count_smem + static_cast<int>(sizeof(int)) * (kSortWarps + 1);
+  if (sort_smem > 48 * 1024 &&
+      (cudaFuncSetAttribute(expert_count_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, count_smem) !=
+           cudaSuccess ||
+       cudaFuncSetAttribute(expert_sort_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sort_smem) !=
+           cudaSuccess)) {
     cudaGetLastError();  // cleared: not left for an unrelated later check to report
-    return fail(message, message_len, "expert sort: %d bytes of shared memory refused", smem);
+    return fail(message, message_len, "expert sort: %d bytes of shared memory refused", sort_smem);
   }
-  expert_sort_kernel<<<1, kSortThreads, smem, stream>>>(ids, num_slots, num_experts, expert_sorted, slot_sorted);
+  expert_count_kernel<<<ctas, kSortThreads, count_smem, stream>>>(ids, num_slots, num_experts, cta_counts);
+  expert_sort_kernel<<<ctas, kSortThreads, sort_smem, stream>>>(ids, num_slots, num_experts, cta_counts,
+                                                                expert_sorted, slot_sorted);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return fail(message, message_len, "expert sort: launch failed: %s", cudaGetErrorString(err));
   return 0;

@@ -132,13 +132,16 @@ struct Sm90ScheduleProblem {
 int sm90_schedule_tables(const Sm90ScheduleProblem& problem, cudaStream_t stream, char* message, size_t message_len);
 
 // The stable sort of the routing's slots by expert that the table kernels read (what torch.sort(ids, stable=True)
-// gives), as one counting-sort CTA: for the small slot counts of an expert-parallel rank's layer, where a radix sort's
-// passes and launches cost more than the work. ids [num_slots] in [0, num_experts) (an id outside is clamped into the
-// range: the tables of invalid routing are not defined, but no write goes astray).
-constexpr int kExpertSortMaxSlots = 32768;    // 64 slots per lane of 512 threads, held in registers
+// gives), as a counting sort in two kernels of expert_sort_ctas(num_slots) CTAs each: for the slot counts of an
+// expert-parallel rank's layer, where a radix sort's passes and launches cost more than the work. ids [num_slots] in
+// [0, num_experts) (an id outside is clamped into the range: the tables of invalid routing are not defined, but no
+// write goes astray); cta_counts: int32 scratch of expert_sort_ctas(num_slots) * num_experts.
+constexpr int kExpertSortMaxSlots = 32768;
 constexpr int kExpertSortMaxExperts = 1024;   // a count per warp and expert in shared memory (65,604 bytes at 1024)
-int sm90_expert_sort(const int32_t* ids, int num_slots, int num_experts, int32_t* expert_sorted, int64_t* slot_sorted,
-                     cudaStream_t stream, char* message, size_t message_len);
+constexpr int kExpertSortSlotsPerCta = 4096;  // 8 steps of 32 slots per warp of 16
+inline int expert_sort_ctas(int num_slots) { return (num_slots + kExpertSortSlotsPerCta - 1) / kExpertSortSlotsPerCta; }
+int sm90_expert_sort(const int32_t* ids, int num_slots, int num_experts, int32_t* cta_counts, int32_t* expert_sorted,
+                     int64_t* slot_sorted, cudaStream_t stream, char* message, size_t message_len);
 
 // int32 words of the error record (code, counter, rank, index, seen, expected, block, ticket).
 int sm90_moe_error_words();
