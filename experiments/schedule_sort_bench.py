@@ -2,9 +2,9 @@
 counting sort.
 
 ``mok.cuda.schedule_tables.build_kernel_schedule`` sorts every (token, k) slot by its expert id before two small kernels
-build the megakernel's tables. Round 22's profile of the EP-64 slices' layer found that sort (four radix passes and their
-memsets) at 24-26 us per call, 2-3% of the qwen slice's 1 ms layer; expert ids fit 16 bits, and a radix sort makes one
-pass per 8 bits of key (round 22: 0.71-0.80x). Round 23 replaced it at an expert-parallel rank's slot counts by a
+build the megakernel's tables. Round 22's profile of the EP-64 slices' layer found that sort (four radix passes and
+their memsets) at 24-26 us per call, 2-3% of the qwen slice's 1 ms layer; expert ids fit 16 bits, and a radix sort makes
+one pass per 8 bits of key (round 22: 0.71-0.80x). Round 23 replaced it at an expert-parallel rank's slot counts by a
 counting sort (``MOK_CUDA_SCHEDULE_SORT``). This script times the forms at the slots of the bench's shapes (GPU time:
 each form captured in a CUDA graph, replays timed by CUDA events, the median) and checks that they give the same
 permutation; the counting sort only where it applies (``-`` elsewhere).

@@ -3,14 +3,13 @@
 The megakernel needs only ``src_rank``, ``src_slot``, ``segment_offsets`` and ``tile_expert`` of
 :class:`mok.schedule.Schedule` (not the inverse map ``dest_rank`` / ``dest_row``, which only push-based dispatch
 uses). On CUDA tensors :func:`build_kernel_schedule` computes exactly those tables, bit for bit what
-:func:`mok.schedule.build_schedule` computes (tests compare them), as a stable sort of the ids
-(:func:`sort_by_expert`: a counting sort of two kernels for an expert-parallel rank's slot counts, ``torch.sort`` on
-16-bit keys past them) followed by two kernels (csrc/schedule_tables.cu: run starts and padded offsets in one CTA, then one
-thread per table row). Neither builder synchronises with the host; this one exists because it is cheaper on the layer's
-critical path: on the H200 (experiments/results/cuda_breakdown_20261129-102241.json) it took 0.06-0.09 ms of
-device time (CUDA graph) and 0.08-0.14 ms per eager call, against 0.11-0.15 ms (graph) for the same tables from
-about twenty PyTorch operations (build_schedule's computation without the inverse map) and 0.53-1.0 ms per eager
-call of ``build_schedule``.
+:func:`mok.schedule.build_schedule` computes (tests compare them), as a stable sort of the ids (:func:`sort_by_expert`:
+a counting sort of two kernels for an expert-parallel rank's slot counts, ``torch.sort`` on 16-bit keys past them)
+followed by two kernels (csrc/schedule_tables.cu: run starts and padded offsets in one CTA, then one thread per table
+row). Neither builder synchronises with the host; this one exists because it is cheaper on the layer's critical path: on
+the H200 (experiments/results/cuda_breakdown_20261129-102241.json) it took 0.06-0.09 ms of device time (CUDA graph) and
+0.08-0.14 ms per eager call, against 0.11-0.15 ms (graph) for the same tables from about twenty PyTorch operations
+(build_schedule's computation without the inverse map) and 0.53-1.0 ms per eager call of ``build_schedule``.
 
 The backward (the Triton pipeline's) reads these four tables as they are (:class:`mok.schedule.RankTables`).
 Where the whole :class:`mok.schedule.Schedule` is wanted, :meth:`KernelSchedule.full_schedule`
@@ -117,8 +116,8 @@ def sort_by_expert(ids: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, t
     stably sorted by expert, what ``torch.sort(ids, stable=True)`` returns. ``MOK_CUDA_SCHEDULE_SORT``: ``auto``
     (default) sorts up to :data:`EXPERT_SORT_MAX_SLOTS` slots of a CUDA tensor over up to
     :data:`EXPERT_SORT_MAX_EXPERTS` experts (an expert-parallel rank's layer) with the extension's counting sort (two
-    kernels), and anything else with ``torch.sort`` on 16-bit keys where they fit (E <= 32767: a radix sort makes one pass
-    per 8 bits of key; round 22: 0.71-0.80x the 32-bit sort's GPU time, experiments/schedule_sort_bench.py);
+    kernels), and anything else with ``torch.sort`` on 16-bit keys where they fit (E <= 32767: a radix sort makes
+    one pass per 8 bits of key; round 22: 0.71-0.80x the 32-bit sort's GPU time, experiments/schedule_sort_bench.py);
     ``torch`` always the latter; ``counting`` always the former (an error past its limits). All give the same order
     for ids in ``[0, E)`` (the counting sort clamps others into the range; the tables of such routing are not
     defined)."""
