@@ -1,6 +1,7 @@
 # For the next GPU session (round 24), call 2 (about 4 minutes, warm): patches/sort_all_slots.patch raises the counting
 # sort's limit from 32,768 to 1,048,576 slots, so that the anchors' schedules (65,536 to 524,288 slots) use it too
-# (written after round 23's last call: it compiles and the CPU tests of the limits pass, nothing has run). Its GPU tests
+# (written after round 23's last call: it compiles and the CPU tests of the limits pass, nothing has run; it also carries
+# the round's review mends: the shared-memory opt-in at the largest size, 1-D ids only, more test cases). Its GPU tests
 # (now up to 2**20 slots), the sort's GPU time at the anchors against torch.sort, racecheck / memcheck on a 2**20-slot
 # sort, and the layer A/B (torch's sort against the counting sort) at anchors 1, 5 and 2. Merge if the tests pass and
 # the A/B gains; if anchor-2's sort (128 CTAs, each reading its experts' column of 128 CTA counts) is slower than
