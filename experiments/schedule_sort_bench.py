@@ -14,7 +14,7 @@ permutation; the counting sort only where it applies (``-`` elsewhere).
 from __future__ import annotations
 
 import argparse
-import os
+import functools
 import statistics
 import sys
 from pathlib import Path
@@ -35,19 +35,9 @@ def sort_32(ids: torch.Tensor):
     return torch.sort(ids, stable=True)
 
 
-def schedule_sort(choice: str, experts: int):
-    """The schedule's own sort (:func:`sort_by_expert`) with ``MOK_CUDA_SCHEDULE_SORT=choice``."""
-    def run(ids: torch.Tensor):
-        saved = os.environ.get("MOK_CUDA_SCHEDULE_SORT")
-        os.environ["MOK_CUDA_SCHEDULE_SORT"] = choice
-        try:
-            return sort_by_expert(ids, experts)
-        finally:
-            if saved is None:
-                os.environ.pop("MOK_CUDA_SCHEDULE_SORT")
-            else:
-                os.environ["MOK_CUDA_SCHEDULE_SORT"] = saved
-    return run
+def schedule_sort(method: str, experts: int):
+    """The schedule's own sort (:func:`sort_by_expert`) by ``method``."""
+    return functools.partial(sort_by_expert, num_experts=experts, method=method)
 
 
 def time_us(fn, ids: torch.Tensor, iters: int) -> float:

@@ -448,7 +448,8 @@ def test_sort_by_expert_is_the_stable_sort():
 
 def test_schedule_sort_choice(monkeypatch):
     """sort_by_expert: MOK_CUDA_SCHEDULE_SORT=torch is torch.sort's stable order on 16-bit keys, widened back to int32;
-    an unknown choice, or the counting sort past its limits, is refused before anything runs."""
+    an unknown choice, or the counting sort past its limits, is refused before anything runs; the method argument
+    overrides the variable."""
     import torch
 
     from mok.cuda.schedule_tables import EXPERT_SORT_MAX_SLOTS, sort_by_expert
@@ -462,10 +463,14 @@ def test_schedule_sort_choice(monkeypatch):
     with pytest.raises(ValueError, match="MOK_CUDA_SCHEDULE_SORT"):
         sort_by_expert(ids, 6)
     monkeypatch.setenv("MOK_CUDA_SCHEDULE_SORT", "counting")
-    with pytest.raises(ValueError, match="counting sorts 1 to"):
+    with pytest.raises(ValueError, match="'counting' sorts 1 to"):
         sort_by_expert(torch.zeros(EXPERT_SORT_MAX_SLOTS + 1, dtype=torch.int32), 6)
-    with pytest.raises(ValueError, match="counting sorts 1 to"):  # a CPU tensor: the counting sort is a CUDA kernel
+    with pytest.raises(ValueError, match="'counting' sorts 1 to"):  # a CPU tensor: the counting sort is a CUDA kernel
         sort_by_expert(ids, 6)
+    values, order = sort_by_expert(ids, 6, method="torch")  # the argument over the variable
+    assert torch.equal(values, want.values) and torch.equal(order, want.indices)
+    with pytest.raises(ValueError, match="'auto', 'torch' or 'counting', got 'radix'"):
+        sort_by_expert(ids, 6, method="radix")
     monkeypatch.setenv("MOK_CUDA_SCHEDULE_SORT", "auto")  # on a CPU tensor: torch.sort
     values, order = sort_by_expert(ids, 6)
     assert torch.equal(values, want.values) and torch.equal(order, want.indices)

@@ -111,23 +111,25 @@ class KernelSchedule:
                    schedule.tile_expert, schedule)
 
 
-def sort_by_expert(ids: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor]:
+def sort_by_expert(ids: torch.Tensor, num_experts: int, *,
+                   method: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(expert_sorted, slots_by_expert)``, int32 and int64: the slots ``ids`` (expert ids in ``[0, num_experts)``)
-    stably sorted by expert, what ``torch.sort(ids, stable=True)`` returns. ``MOK_CUDA_SCHEDULE_SORT``: ``auto``
-    (default) sorts up to :data:`EXPERT_SORT_MAX_SLOTS` slots of a CUDA tensor over up to
-    :data:`EXPERT_SORT_MAX_EXPERTS` experts (an expert-parallel rank's layer) with the extension's counting sort (two
-    kernels), and anything else with ``torch.sort`` on 16-bit keys where they fit (E <= 32767: a radix sort makes
-    one pass per 8 bits of key; round 22: 0.71-0.80x the 32-bit sort's GPU time, experiments/schedule_sort_bench.py);
-    ``torch`` always the latter; ``counting`` always the former (an error past its limits). All give the same order
-    for ids in ``[0, E)`` (the counting sort clamps others into the range; the tables of such routing are not
-    defined)."""
-    choice = os.environ.get("MOK_CUDA_SCHEDULE_SORT", "auto")
+    stably sorted by expert, what ``torch.sort(ids, stable=True)`` returns. ``method`` (default
+    ``MOK_CUDA_SCHEDULE_SORT``, else ``auto``): ``auto`` sorts up to :data:`EXPERT_SORT_MAX_SLOTS` slots of a CUDA
+    tensor over up to :data:`EXPERT_SORT_MAX_EXPERTS` experts (an expert-parallel rank's layer) with the extension's
+    counting sort (two kernels), and anything else with ``torch.sort`` on 16-bit keys where they fit (E <= 32767: a
+    radix sort makes one pass per 8 bits of key; round 22: 0.71-0.80x the 32-bit sort's GPU time,
+    experiments/schedule_sort_bench.py); ``torch`` always the latter; ``counting`` always the former (an error past its
+    limits). All give the same order for ids in ``[0, E)`` (the counting sort clamps others into the range; the tables
+    of such routing are not defined)."""
+    choice = os.environ.get("MOK_CUDA_SCHEDULE_SORT", "auto") if method is None else method
     if choice not in ("auto", "torch", "counting"):
-        raise ValueError(f"MOK_CUDA_SCHEDULE_SORT must be 'auto', 'torch' or 'counting', got {choice!r}")
+        raise ValueError(f"the schedule's sort (method or MOK_CUDA_SCHEDULE_SORT) must be 'auto', 'torch' or "
+                         f"'counting', got {choice!r}")
     fits = (ids.is_cuda and 1 <= ids.numel() <= EXPERT_SORT_MAX_SLOTS
             and 1 <= num_experts <= EXPERT_SORT_MAX_EXPERTS)
     if choice == "counting" and not fits:
-        raise ValueError(f"MOK_CUDA_SCHEDULE_SORT=counting sorts 1 to {EXPERT_SORT_MAX_SLOTS} slots of a CUDA tensor "
+        raise ValueError(f"the schedule's sort 'counting' sorts 1 to {EXPERT_SORT_MAX_SLOTS} slots of a CUDA tensor "
                          f"over 1 to {EXPERT_SORT_MAX_EXPERTS} experts, got {ids.numel()} on {ids.device} and "
                          f"{num_experts}")
     if choice != "torch" and fits:
