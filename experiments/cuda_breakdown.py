@@ -53,7 +53,7 @@ from pathlib import Path
 import torch
 
 import mok
-from mok.bench.harness import time_fn
+from mok.bench.harness import time_fn, time_graph_ms
 from mok.config import ANCHOR_SHAPES, EP64_SLICES, MoEShape, get_shape
 
 SHAPES = {s.name: s for s in [*ANCHOR_SHAPES, *EP64_SLICES]}
@@ -84,15 +84,7 @@ def time_host(fn, n_sets: int, iters: int) -> float:
 def time_graph(fn, iters: int) -> float:
     """Median milliseconds of ``fn()`` replayed from a CUDA graph (device time only); NaN if it cannot be captured."""
     try:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            fn()  # warm-up outside the capture (allocator, cub temporary storage)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        return time_events(lambda _: graph.replay(), 1, iters)
+        return time_graph_ms(fn, iters)
     except Exception as err:  # noqa: BLE001 -- a capture failure is a result to report, not a crash
         print(f"  (graph capture failed: {type(err).__name__}: {str(err).splitlines()[0][:100]})")
         return float("nan")

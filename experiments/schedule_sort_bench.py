@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
 import sys
 from pathlib import Path
 
@@ -41,28 +40,11 @@ def schedule_sort(method: str, experts: int):
 
 
 def time_us(fn, ids: torch.Tensor, iters: int) -> float:
-    """GPU time of one call: the call captured in a CUDA graph and replayed (a call timed alone would measure its
-    kernel launches from the host, which the layer hides behind the megakernel of the call before)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn(ids)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn(ids)
-    for _ in range(10):
-        graph.replay()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+    """GPU time of one call in us: the call captured in a CUDA graph, replays timed back to back
+    (:func:`mok.bench.harness.time_graph_ms`; a call timed alone would measure its kernel launches from the host,
+    which the layer hides behind the megakernel of the call before). Round 23's call 8 synchronised after each replay
+    instead, so its numbers also hold each replay's launch (alike for every form)."""
+    return harness.time_graph_ms(lambda: fn(ids), iters) * 1e3
 
 
 def main() -> None:

@@ -248,6 +248,18 @@ def test_gpu_bench_records_cuda_event_timings(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.gpu
+def test_gpu_time_graph_ms_times_the_replays():
+    """harness.time_graph_ms captures fn once and times its replays: a positive time, longer for ten times the work,
+    and the captured work really runs (its output changes on every replay)."""
+    x = torch.zeros(1 << 20, device="cuda")
+    one = harness.time_graph_ms(lambda: x.add_(1.0), iters=20)
+    ten = harness.time_graph_ms(lambda: [x.add_(1.0) for _ in range(10)], iters=20)
+    torch.cuda.synchronize()
+    assert 0 < one < ten and math.isfinite(ten)
+    assert float(x[0]) > 2 + 10 * 20  # the warm-up and capture calls of both, plus every replay
+
+
+@pytest.mark.gpu
 def test_gpu_tile_gemm_matches_fp64():
     from mok.bench.wave_gemm import tile_gemm
     from mok.heuristics import gemm_tiles

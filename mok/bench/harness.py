@@ -178,6 +178,22 @@ def time_fn(fn: Callable[[int], Any], *, device: torch.device | str, n_sets: int
     return summarize(times, "cuda-events" if is_cuda else "host-clock")
 
 
+def time_graph_ms(fn: Callable[[], Any], iters: int, warmup: int = 2) -> float:
+    """Median milliseconds of ``fn()`` captured once in a CUDA graph and replayed back to back (:func:`time_fn`):
+    device time only, for short pieces whose own kernel launches from the host would otherwise be what is timed
+    (a layer hides them behind the kernel of the call before). ``fn`` runs once on a side stream first (allocator,
+    temporary storage), outside the capture; a capture failure raises."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return time_fn(lambda _: graph.replay(), device="cuda", warmup=warmup, iters=iters).median_ms
+
+
 def _back_to_back_ms(fn: Callable[[int], Any], device: torch.device, calls: int, n_sets: int) -> list[float]:
     """``calls`` calls of ``fn(call % n_sets)`` in a row, each timed in ms: on CUDA by events around it, with no
     synchronisation until the last (the host may run ahead, as in training), else by the host clock."""
