@@ -40,10 +40,10 @@ def schedule_sort(method: str, experts: int):
 
 
 def time_us(fn, ids: torch.Tensor, iters: int) -> float:
-    """GPU time of one call in us: the call captured in a CUDA graph, replays timed back to back
+    """GPU time of one call in us: 16 calls captured in one CUDA graph, replays timed back to back
     (:func:`mok.bench.harness.time_graph_ms`; a call timed alone would measure its kernel launches from the host,
-    which the layer hides behind the megakernel of the call before). Round 23's call 8 synchronised after each replay
-    instead, so its numbers also hold each replay's launch (alike for every form)."""
+    which the layer hides behind the megakernel of the call before). Round 23's call 8 and round 24's call 2 captured
+    one call per graph, so their numbers also hold each replay's launch (alike for every form)."""
     return harness.time_graph_ms(lambda: fn(ids), iters) * 1e3
 
 

@@ -59,14 +59,16 @@ def free_port() -> int:
 def init_distributed(device: str | None = None) -> tuple[int, int, torch.device]:
     """Start (or join) the default process group: NCCL on GPUs, gloo on CPUs.
 
-    Under torchrun the environment names rank and world; without it this is a one-process group on a free
-    port. Returns ``(rank, world_size, device)``; on GPUs ``device`` is ``cuda:LOCAL_RANK``."""
+    Under torchrun the environment names rank and world; without it this is a one-process group whose
+    rendezvous is an in-process store (no TCP port: a port found free can be taken by another process before
+    the group listens on it, round 24's EADDRINUSE). Returns ``(rank, world_size, device)``; on GPUs ``device``
+    is ``cuda:LOCAL_RANK``."""
     use_cuda = (device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
     if not use_cuda:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton transfer kernels run on CPU tensors
-    if "RANK" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(free_port()))
+    one_process = "RANK" not in os.environ
+    if one_process:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     if use_cuda:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local_rank)
@@ -74,10 +76,11 @@ def init_distributed(device: str | None = None) -> tuple[int, int, torch.device]
     else:
         dev = torch.device("cpu")
     if not dist.is_initialized():
+        rendezvous = dict(store=dist.HashStore(), rank=0, world_size=1) if one_process else {}
         if use_cuda:
-            dist.init_process_group("nccl", device_id=dev)
+            dist.init_process_group("nccl", device_id=dev, **rendezvous)
         else:
-            dist.init_process_group("gloo")
+            dist.init_process_group("gloo", **rendezvous)
     return dist.get_rank(), dist.get_world_size(), dev
 
 

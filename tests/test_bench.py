@@ -249,14 +249,16 @@ def test_gpu_bench_records_cuda_event_timings(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.gpu
 def test_gpu_time_graph_ms_times_the_replays():
-    """harness.time_graph_ms captures fn once and times its replays: a positive time, longer for ten times the work,
-    and the captured work really runs (its output changes on every replay)."""
+    """harness.time_graph_ms captures fn `repeats` times and times the replays: a positive time per call, longer for
+    ten times the work, and the captured work really runs, `repeats` times per replay."""
     x = torch.zeros(1 << 20, device="cuda")
-    one = harness.time_graph_ms(lambda: x.add_(1.0), iters=20)
-    ten = harness.time_graph_ms(lambda: [x.add_(1.0) for _ in range(10)], iters=20)
+    one = harness.time_graph_ms(lambda: x.add_(1.0), iters=20, repeats=4)
+    assert float(x[0]) == 1 + 4 * (2 + 20)  # the side-stream call, then 4 per replay: 2 warm-up and 20 timed
+    ten = harness.time_graph_ms(lambda: [x.add_(1.0) for _ in range(10)], iters=20, repeats=4)
     torch.cuda.synchronize()
     assert 0 < one < ten and math.isfinite(ten)
-    assert float(x[0]) > 2 + 10 * 20  # the warm-up and capture calls of both, plus every replay
+    with pytest.raises(ValueError, match="repeats"):
+        harness.time_graph_ms(lambda: x.add_(1.0), iters=2, repeats=0)
 
 
 @pytest.mark.gpu

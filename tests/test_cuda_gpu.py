@@ -315,7 +315,7 @@ def test_kernel_schedule_equals_build_schedule_on_gpu(seed, monkeypatch):
         assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("experts", [1, 6, 8, 256, 1000, 1024])
+@pytest.mark.parametrize("experts", [1, 6, 8, 256, 512, 513, 1000, 1024])
 def test_counting_sort_equals_the_stable_torch_sort(experts):
     """The extension's counting sort (csrc/schedule_tables.cu) gives torch.sort(ids, stable=True)'s values and order,
     at slot counts around its warps' steps and its CTAs' chunks (4,096 slots) and up to its limit, uniform and skewed
@@ -324,8 +324,8 @@ def test_counting_sort_equals_the_stable_torch_sort(experts):
     from mok.cuda.schedule_tables import EXPERT_SORT_MAX_EXPERTS, EXPERT_SORT_MAX_SLOTS
     ext = load_extension()
     gen = torch.Generator(device="cuda").manual_seed(experts)
-    for slots in (1, 31, 32, 33, 255, 257, 511, 512, 513, 1000, 4095, 4096, 4097, 8191, 8193, 12288, 12345, 16384,
-                  20480, EXPERT_SORT_MAX_SLOTS - 1, EXPERT_SORT_MAX_SLOTS):
+    for slots in (1, 31, 32, 33, 255, 257, 511, 512, 513, 1000, 4095, 4096, 4097, 8191, 8192, 8193, 12288, 12345, 16384,
+                  20480, 32768, 65536, 196608, 524288, EXPERT_SORT_MAX_SLOTS - 1, EXPERT_SORT_MAX_SLOTS):
         uniform = torch.randint(0, experts, (slots,), generator=gen, device="cuda", dtype=torch.int32)
         skewed = torch.where(torch.rand(slots, generator=gen, device="cuda") < 0.7, experts // 2, uniform)
         descending = torch.arange(slots, device="cuda", dtype=torch.int32).flip(0) % experts
@@ -334,7 +334,7 @@ def test_counting_sort_equals_the_stable_torch_sort(experts):
             want = torch.sort(ids, stable=True)
             assert torch.equal(got[0], want.values) and torch.equal(got[1], want.indices), (slots, experts)
     # Ids outside [0, E) are clamped into it (no write goes astray), and a view at an odd int offset is read as is.
-    wild = torch.randint(-5, experts + 5, (3001,), generator=gen, device="cuda", dtype=torch.int32)
+    wild = torch.randint(-5, experts + 5, (20001,), generator=gen, device="cuda", dtype=torch.int32)  # 5 CTAs
     got = ext.expert_sort(wild[1:], experts)
     want = torch.sort(wild[1:].clamp(0, experts - 1), stable=True)
     assert torch.equal(got[0], want.values) and torch.equal(got[1], want.indices)

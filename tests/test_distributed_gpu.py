@@ -19,7 +19,6 @@ import mok
 from mok import MoKConfig
 from mok.comm.symm_mem import MULTICAST_OFF, SymmetricMemoryPeers, symmetric_memory_available
 from mok.config import MoEShape
-from mok.dist_cli import free_port
 from mok.validate import TOLERANCE, random_problem
 
 from conftest import OUTPUT_NAMES, assert_bitwise_equal, rel_err, run_layer
@@ -32,14 +31,14 @@ CONFIG = MoKConfig(expert_padding=16, minibatch_rows=64, ring_rows=128)  # small
 
 @pytest.fixture(scope="module")
 def group():
-    """A one-process NCCL group on a free port (or the group already running)."""
+    """A one-process NCCL group with an in-process store (or the group already running)."""
     ok, why = symmetric_memory_available("cuda")
     if not ok:
         pytest.skip(f"symmetric memory unavailable: {why}")
     started = not dist.is_initialized()
     if started:
         torch.cuda.set_device(0)
-        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1,
                                 device_id=torch.device("cuda", 0))
     yield dist.group.WORLD
     from mok.distributed import release_default_peers

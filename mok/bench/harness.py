@@ -178,11 +178,15 @@ def time_fn(fn: Callable[[int], Any], *, device: torch.device | str, n_sets: int
     return summarize(times, "cuda-events" if is_cuda else "host-clock")
 
 
-def time_graph_ms(fn: Callable[[], Any], iters: int, warmup: int = 2) -> float:
-    """Median milliseconds of ``fn()`` captured once in a CUDA graph and replayed back to back (:func:`time_fn`):
-    device time only, for short pieces whose own kernel launches from the host would otherwise be what is timed
-    (a layer hides them behind the kernel of the call before). ``fn`` runs once on a side stream first (allocator,
-    temporary storage), outside the capture; a capture failure raises."""
+def time_graph_ms(fn: Callable[[], Any], iters: int, warmup: int = 2, repeats: int = 16) -> float:
+    """Median milliseconds of one ``fn()`` on the device: ``repeats`` calls captured in one CUDA graph, its replays
+    timed back to back (:func:`time_fn`), each replay's time divided by ``repeats``. For short pieces whose own kernel
+    launches from the host would otherwise be what is timed (a layer hides them behind the kernel of the call before):
+    one call per graph still timed the graph's launch (round 24: a two-kernel sort of about 9 us of kernel time read
+    17 us), ``repeats`` of them in a row hide it as the layer does. ``fn`` runs once on a side stream first
+    (allocator, temporary storage), outside the capture; a capture failure raises."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -190,8 +194,9 @@ def time_graph_ms(fn: Callable[[], Any], iters: int, warmup: int = 2) -> float:
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
-    return time_fn(lambda _: graph.replay(), device="cuda", warmup=warmup, iters=iters).median_ms
+        for _ in range(repeats):
+            fn()
+    return time_fn(lambda _: graph.replay(), device="cuda", warmup=warmup, iters=iters).median_ms / repeats
 
 
 def _back_to_back_ms(fn: Callable[[int], Any], device: torch.device, calls: int, n_sets: int) -> list[float]:

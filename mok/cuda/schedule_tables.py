@@ -4,7 +4,7 @@ The megakernel needs only ``src_rank``, ``src_slot``, ``segment_offsets`` and ``
 :class:`mok.schedule.Schedule` (not the inverse map ``dest_rank`` / ``dest_row``, which only push-based dispatch
 uses). On CUDA tensors :func:`build_kernel_schedule` computes exactly those tables, bit for bit what
 :func:`mok.schedule.build_schedule` computes (tests compare them), as a stable sort of the ids (:func:`sort_by_expert`:
-a counting sort of two kernels for an expert-parallel rank's slot counts, ``torch.sort`` on 16-bit keys past them)
+a counting sort of two kernels up to 2**20 slots over 1,024 experts, ``torch.sort`` on 16-bit keys past them)
 followed by two kernels (csrc/schedule_tables.cu: run starts and padded offsets in one CTA, then one thread per table
 row). Neither builder synchronises with the host; this one exists because it is cheaper on the layer's critical path: on
 the H200 (experiments/results/cuda_breakdown_20261129-102241.json) it took 0.06-0.09 ms of device time (CUDA graph) and
@@ -31,7 +31,7 @@ import torch
 from ..schedule import Schedule, build_schedule, worst_case_capacity
 
 COMBINE_BLOCK_TOKENS = 16  # tokens per combine task: Sm90Tiles::kCombineTokens (include/mok/workspace.cuh)
-EXPERT_SORT_MAX_SLOTS = 32768    # kExpertSortMaxSlots (include/mok/launch.cuh): the counting sort's limit
+EXPERT_SORT_MAX_SLOTS = 1048576   # kExpertSortMaxSlots (include/mok/launch.cuh): the counting sort's limit
 EXPERT_SORT_MAX_EXPERTS = 1024   # kExpertSortMaxExperts: its per-warp counts in shared memory
 
 
@@ -116,17 +116,16 @@ def sort_by_expert(ids: torch.Tensor, num_experts: int, *,
     """``(expert_sorted, slots_by_expert)``, int32 and int64: the slots ``ids`` (expert ids in ``[0, num_experts)``)
     stably sorted by expert, what ``torch.sort(ids, stable=True)`` returns. ``method`` (default
     ``MOK_CUDA_SCHEDULE_SORT``, else ``auto``): ``auto`` sorts up to :data:`EXPERT_SORT_MAX_SLOTS` slots of a CUDA
-    tensor over up to :data:`EXPERT_SORT_MAX_EXPERTS` experts (an expert-parallel rank's layer) with the extension's
-    counting sort (two kernels), and anything else with ``torch.sort`` on 16-bit keys where they fit (E <= 32767: a
-    radix sort makes one pass per 8 bits of key; round 22: 0.71-0.80x the 32-bit sort's GPU time,
-    experiments/schedule_sort_bench.py); ``torch`` always the latter; ``counting`` always the former (an error past its
-    limits). All give the same order for ids in ``[0, E)`` (the counting sort clamps others into the range; the tables
-    of such routing are not defined)."""
+    tensor over up to :data:`EXPERT_SORT_MAX_EXPERTS` experts with the extension's counting sort (two kernels), and
+    anything else with ``torch.sort`` on 16-bit keys where they fit (E <= 32767: a radix sort makes one pass per 8 bits
+    of key; round 22: 0.71-0.80x the 32-bit sort's GPU time, experiments/schedule_sort_bench.py); ``torch`` always the
+    latter; ``counting`` always the former (an error past its limits). All give the same order for ids in ``[0, E)``
+    (the counting sort clamps others into the range; the tables of such routing are not defined)."""
     choice = os.environ.get("MOK_CUDA_SCHEDULE_SORT", "auto") if method is None else method
     if choice not in ("auto", "torch", "counting"):
         raise ValueError(f"the schedule's sort (method or MOK_CUDA_SCHEDULE_SORT) must be 'auto', 'torch' or "
                          f"'counting', got {choice!r}")
-    fits = (ids.is_cuda and 1 <= ids.numel() <= EXPERT_SORT_MAX_SLOTS
+    fits = (ids.is_cuda and ids.dim() == 1 and 1 <= ids.numel() <= EXPERT_SORT_MAX_SLOTS
             and 1 <= num_experts <= EXPERT_SORT_MAX_EXPERTS)
     if choice == "counting" and not fits:
         raise ValueError(f"the schedule's sort 'counting' sorts 1 to {EXPERT_SORT_MAX_SLOTS} slots of a CUDA tensor "

@@ -206,13 +206,16 @@ int sm90_expert_sort(const int32_t* ids, int num_slots, int num_experts, int32_t
   const int ctas = expert_sort_ctas(num_slots);
   const int count_smem = static_cast<int>(sizeof(int)) * kSortWarps * num_experts;
   const int sort_smem = count_smem + static_cast<int>(sizeof(int)) * (kSortWarps + 1);
+  // Past 48 KB both kernels opt in, always to the largest size any E needs: a limit set to this call's size could be
+  // lowered by another thread's call with a smaller E between this one's setting and its launch.
+  const int largest_smem = static_cast<int>(sizeof(int)) * (kSortWarps * kExpertSortMaxExperts + kSortWarps + 1);
   if (sort_smem > 48 * 1024 &&
-      (cudaFuncSetAttribute(expert_count_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, count_smem) !=
+      (cudaFuncSetAttribute(expert_count_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, largest_smem) !=
            cudaSuccess ||
-       cudaFuncSetAttribute(expert_sort_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sort_smem) !=
+       cudaFuncSetAttribute(expert_sort_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, largest_smem) !=
            cudaSuccess)) {
     cudaGetLastError();  // cleared: not left for an unrelated later check to report
-    return fail(message, message_len, "expert sort: %d bytes of shared memory refused", sort_smem);
+    return fail(message, message_len, "expert sort: %d bytes of shared memory refused", largest_smem);
   }
   expert_count_kernel<<<ctas, kSortThreads, count_smem, stream>>>(ids, num_slots, num_experts, cta_counts);
   expert_sort_kernel<<<ctas, kSortThreads, sort_smem, stream>>>(ids, num_slots, num_experts, cta_counts,

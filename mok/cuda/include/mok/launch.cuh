@@ -132,11 +132,11 @@ struct Sm90ScheduleProblem {
 int sm90_schedule_tables(const Sm90ScheduleProblem& problem, cudaStream_t stream, char* message, size_t message_len);
 
 // The stable sort of the routing's slots by expert that the table kernels read (what torch.sort(ids, stable=True)
-// gives), as a counting sort in two kernels of expert_sort_ctas(num_slots) CTAs each: for the slot counts of an
-// expert-parallel rank's layer, where a radix sort's passes and launches cost more than the work. ids [num_slots] in
+// gives), as a counting sort in two kernels of expert_sort_ctas(num_slots) CTAs each, where a radix sort's passes and
+// launches cost more than the work. ids [num_slots] in
 // [0, num_experts) (an id outside is clamped into the range: the tables of invalid routing are not defined, but no
 // write goes astray); cta_counts: int32 scratch of expert_sort_ctas(num_slots) * num_experts.
-constexpr int kExpertSortMaxSlots = 32768;
+constexpr int kExpertSortMaxSlots = 1048576;  // 256 CTAs, each reading its experts' columns of the CTA counts
 constexpr int kExpertSortMaxExperts = 1024;   // a count per warp and expert in shared memory (65,604 bytes at 1024)
 constexpr int kExpertSortSlotsPerCta = 4096;  // 8 steps of 32 slots per warp of 16
 inline int expert_sort_ctas(int num_slots) { return (num_slots + kExpertSortSlotsPerCta - 1) / kExpertSortSlotsPerCta; }
