@@ -299,10 +299,13 @@ def test_layer_forward_never_synchronises(monkeypatch):
         assert_bitwise_equal(out, expected, "repeated layer calls")
 
 
+@pytest.mark.parametrize("sort", ["auto", "torch"])
 @pytest.mark.parametrize("seed", range(6))
-def test_kernel_schedule_equals_build_schedule_on_gpu(seed, monkeypatch):
+def test_kernel_schedule_equals_build_schedule_on_gpu(seed, sort, monkeypatch):
+    """The extension's tables equal build_schedule's, after either sort: the counting sort hands its runs' starts to
+    the offsets kernel, torch's leaves the kernel to search for them."""
     from mok.cuda.schedule_tables import build_kernel_schedule
-    monkeypatch.delenv("MOK_CUDA_SCHEDULE_SORT", raising=False)  # the default sort (the counting one when small)
+    monkeypatch.setenv("MOK_CUDA_SCHEDULE_SORT", sort)
     tokens, experts, top_k, ranks = [(512, 8, 2, 1), (4096, 64, 8, 8), (32768, 256, 16, 1),
                                      (2048, 16, 4, 4), (16384, 6, 1, 1), (1024, 32, 1, 2)][seed]
     _, ids, *_ = make_inputs(tokens, 64, 64, experts, top_k, seed=40 + seed, skew=2.0 if seed % 2 else 0.0)
@@ -319,7 +322,8 @@ def test_kernel_schedule_equals_build_schedule_on_gpu(seed, monkeypatch):
 def test_counting_sort_equals_the_stable_torch_sort(experts):
     """The extension's counting sort (csrc/schedule_tables.cu) gives torch.sort(ids, stable=True)'s values and order,
     at slot counts around its warps' steps and its CTAs' chunks (4,096 slots) and up to its limit, uniform and skewed
-    (one hot expert, empty ones); past its limits it is refused."""
+    (one hot expert, empty ones), with each expert's first sorted index (what torch.searchsorted finds in the sorted
+    ids, the schedule tables' run_start); past its limits it is refused."""
     from mok.cuda.build import load_extension
     from mok.cuda.schedule_tables import EXPERT_SORT_MAX_EXPERTS, EXPERT_SORT_MAX_SLOTS
     ext = load_extension()
@@ -333,6 +337,8 @@ def test_counting_sort_equals_the_stable_torch_sort(experts):
             got = ext.expert_sort(ids, experts)
             want = torch.sort(ids, stable=True)
             assert torch.equal(got[0], want.values) and torch.equal(got[1], want.indices), (slots, experts)
+            runs = torch.searchsorted(want.values, torch.arange(experts + 1, device="cuda", dtype=torch.int32))
+            assert torch.equal(got[2], runs.to(torch.int32)), (slots, experts)
     # Ids outside [0, E) are clamped into it (no write goes astray), and a view at an odd int offset is read as is.
     wild = torch.randint(-5, experts + 5, (20001,), generator=gen, device="cuda", dtype=torch.int32)  # 5 CTAs
     got = ext.expert_sort(wild[1:], experts)
@@ -358,6 +364,8 @@ def test_binding_refusals_raise_with_their_numbers():
         ext.schedule_tables(ids, slots, 7, 2, 128, 128, 8)
     with pytest.raises(RuntimeError, match=r"1-D of one length, got \[8\] and \[4\]"):
         ext.schedule_tables(ids, slots[:4].clone(), 8, 1, 128, 128, 8)
+    with pytest.raises(RuntimeError, match=r"run_start must be 1-D of E \+ 1 = 9, got \[8\]"):
+        ext.schedule_tables(ids, slots, 8, 1, 128, 128, 8, ids)
     prep = prepare(*make_inputs(256, 256, 128, 8, 2, seed=3))
     with pytest.raises(RuntimeError, match=r"trace must be \[tickets, \d+\] int64, got \[5, 3\]"):
         launch(prep, variant="pipelined", trace=torch.zeros(5, 3, dtype=torch.int64, device="cuda"))

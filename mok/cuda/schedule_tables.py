@@ -121,6 +121,14 @@ def sort_by_expert(ids: torch.Tensor, num_experts: int, *,
     of key; round 22: 0.71-0.80x the 32-bit sort's GPU time, experiments/schedule_sort_bench.py); ``torch`` always the
     latter; ``counting`` always the former (an error past its limits). All give the same order for ids in ``[0, E)``
     (the counting sort clamps others into the range; the tables of such routing are not defined)."""
+    expert_sorted, slots_by_expert, _ = _sort_with_runs(ids, num_experts, method)
+    return expert_sorted, slots_by_expert
+
+
+def _sort_with_runs(ids: torch.Tensor, num_experts: int,
+                    method: str | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """:func:`sort_by_expert`, plus each expert's first sorted index ``[E + 1]`` int32 where the counting sort ran
+    (it has them anyway; the table kernels would otherwise search for them), else ``None``."""
     choice = os.environ.get("MOK_CUDA_SCHEDULE_SORT", "auto") if method is None else method
     if choice not in ("auto", "torch", "counting"):
         raise ValueError(f"the schedule's sort (method or MOK_CUDA_SCHEDULE_SORT) must be 'auto', 'torch' or "
@@ -133,11 +141,12 @@ def sort_by_expert(ids: torch.Tensor, num_experts: int, *,
                          f"{num_experts}")
     if choice != "torch" and fits:
         from .build import load_extension  # noqa: PLC0415 (the extension is built on first use)
-        expert_sorted, slots_by_expert = load_extension().expert_sort(ids.to(torch.int32).contiguous(), num_experts)
-        return expert_sorted, slots_by_expert
+        expert_sorted, slots_by_expert, run_start = load_extension().expert_sort(ids.to(torch.int32).contiguous(),
+                                                                                 num_experts)
+        return expert_sorted, slots_by_expert, run_start
     key_dtype = torch.int16 if num_experts <= torch.iinfo(torch.int16).max else torch.int32
     expert_sorted, slots_by_expert = torch.sort(ids.to(key_dtype), stable=True)
-    return expert_sorted.to(torch.int32), slots_by_expert
+    return expert_sorted.to(torch.int32), slots_by_expert, None
 
 
 def build_kernel_schedule(topk_ids: torch.Tensor, num_experts: int, ep_size: int = 1, tile: int = 128,
@@ -164,9 +173,9 @@ def build_kernel_schedule(topk_ids: torch.Tensor, num_experts: int, ep_size: int
     tokens_per_rank = tokens // ep_size
     capacity = worst_case_capacity(tokens, num_experts, top_k, ep_size, tile)
     # Slots in global token order, stably sorted by expert: every segment lists its tokens ascending.
-    expert_sorted, slots_by_expert = sort_by_expert(topk_ids.reshape(-1), num_experts)
+    expert_sorted, slots_by_expert, run_start = _sort_with_runs(topk_ids.reshape(-1), num_experts, None)
     src_rank, src_slot, segment_offsets, tile_expert = load_extension().schedule_tables(
-        expert_sorted, slots_by_expert, num_experts, ep_size, tile, capacity, tokens_per_rank * top_k)
+        expert_sorted, slots_by_expert, num_experts, ep_size, tile, capacity, tokens_per_rank * top_k, run_start)
     return KernelSchedule(ep_size, num_experts, top_k, tokens_per_rank, tile, src_rank, src_slot,
                           segment_offsets, tile_expert)
 

@@ -230,12 +230,13 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
 }
 
 // The schedule tables on the device (csrc/schedule_tables.cu) from the routing sorted by expert:
-//   expert_sorted [N] int32 ascending, slot_sorted [N] int64 (torch.sort(topk_ids.flatten(), stable=True)).
+//   expert_sorted [N] int32 ascending, slot_sorted [N] int64 (torch.sort(topk_ids.flatten(), stable=True)), and
+//   optionally run_start [E + 1] int32, each expert's first sorted index (expert_sort returns it; else searched).
 // Returns [src_rank [R, C], src_slot [R, C], segment_offsets [R, E/R + 1], tile_expert [R, C / tile]], int32,
 // enqueued on the current stream (no synchronisation).
 std::vector<at::Tensor> schedule_tables(const at::Tensor& expert_sorted, const at::Tensor& slot_sorted,
                                         int64_t num_experts, int64_t num_ranks, int64_t tile, int64_t capacity,
-                                        int64_t slots_per_rank) {
+                                        int64_t slots_per_rank, const c10::optional<at::Tensor>& run_start_given) {
   const at::Device device = expert_sorted.device();
   TORCH_CHECK(device.is_cuda(), "schedule_tables needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -249,7 +250,13 @@ std::vector<at::Tensor> schedule_tables(const at::Tensor& expert_sorted, const a
               "schedule_tables: bad sizes (experts ", num(num_experts), ", ranks ", num(num_ranks), ", tile ",
               num(tile), ", capacity ", num(capacity), ")");
   const auto options = expert_sorted.options();
-  at::Tensor run_start = at::empty({num_experts + 1}, options);
+  if (run_start_given.has_value()) {
+    check_tensor(*run_start_given, "run_start", at::kInt, device);
+    TORCH_CHECK(run_start_given->dim() == 1 && run_start_given->numel() == num_experts + 1,
+                "schedule_tables: run_start must be 1-D of E + 1 = ", num(num_experts + 1), ", got ",
+                dims(run_start_given->sizes()));
+  }
+  at::Tensor run_start = run_start_given.has_value() ? *run_start_given : at::empty({num_experts + 1}, options);
   at::Tensor segment_offsets = at::empty({num_ranks, num_experts / num_ranks + 1}, options);
   at::Tensor src_rank = at::empty({num_ranks, capacity}, options);
   at::Tensor src_slot = at::empty({num_ranks, capacity}, options);
@@ -265,6 +272,7 @@ std::vector<at::Tensor> schedule_tables(const at::Tensor& expert_sorted, const a
   q.capacity = static_cast<int>(capacity);
   q.slots_per_rank = static_cast<int>(slots_per_rank);
   q.run_start = run_start.data_ptr<int32_t>();
+  q.run_start_given = run_start_given.has_value();
   q.segment_offsets = segment_offsets.data_ptr<int32_t>();
   q.src_rank = src_rank.data_ptr<int32_t>();
   q.src_slot = src_slot.data_ptr<int32_t>();
@@ -277,8 +285,9 @@ std::vector<at::Tensor> schedule_tables(const at::Tensor& expert_sorted, const a
 }
 
 // The routing's slots stably sorted by expert (csrc/schedule_tables.cu, a counting sort in two kernels): ids [N] int32
-// in [0, E) -> [expert_sorted [N] int32, slot_sorted [N] int64], what torch.sort(ids, stable=True) returns, enqueued
-// on the current stream. N <= kExpertSortMaxSlots, E <= kExpertSortMaxExperts (launch.cuh).
+// in [0, E) -> [expert_sorted [N] int32, slot_sorted [N] int64], what torch.sort(ids, stable=True) returns, and
+// run_start [E + 1] int32 (each expert's first sorted index, N at E: schedule_tables' run_start), enqueued on the
+// current stream. N <= kExpertSortMaxSlots, E <= kExpertSortMaxExperts (launch.cuh).
 std::vector<at::Tensor> expert_sort(const at::Tensor& ids, int64_t num_experts) {
   const at::Device device = ids.device();
   TORCH_CHECK(device.is_cuda(), "expert_sort needs a CUDA tensor");
@@ -294,16 +303,17 @@ std::vector<at::Tensor> expert_sort(const at::Tensor& ids, int64_t num_experts) 
               num(mok::sm90::kExpertSortMaxExperts), " experts, got ", num(ids.numel()), " and ", num(num_experts));
   at::Tensor expert_sorted = at::empty_like(ids);
   at::Tensor slot_sorted = at::empty(ids.sizes(), ids.options().dtype(at::kLong));
+  at::Tensor run_start = at::empty({num_experts + 1}, ids.options());
   at::Tensor cta_counts =
       at::empty({mok::sm90::expert_sort_ctas(static_cast<int>(ids.numel())) * num_experts}, ids.options());
   char message[512] = {0};
   const int rc = mok::sm90::sm90_expert_sort(ids.data_ptr<int32_t>(), static_cast<int>(ids.numel()),
                                              static_cast<int>(num_experts), cta_counts.data_ptr<int32_t>(),
                                              expert_sorted.data_ptr<int32_t>(), slot_sorted.data_ptr<int64_t>(),
-                                             c10::cuda::getCurrentCUDAStream(device.index()).stream(), message,
+                                             run_start.data_ptr<int32_t>(), c10::cuda::getCurrentCUDAStream(device.index()).stream(), message,
                                              sizeof(message));
   TORCH_CHECK(rc == 0, "mok ", message);
-  return {expert_sorted, slot_sorted};
+  return {expert_sorted, slot_sorted, run_start};
 }
 
 }  // namespace
@@ -311,7 +321,10 @@ std::vector<at::Tensor> expert_sort(const at::Tensor& ids, int64_t num_experts) 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "mok SM90 MoE forward megakernel";
   m.def("forward", &forward, "Launch the SM90 MoE forward megakernel on the current stream (see binding.cpp)");
-  m.def("schedule_tables", &schedule_tables, "The schedule tables on the device from the expert-sorted routing");
+  m.def("schedule_tables", &schedule_tables, "The schedule tables on the device from the expert-sorted routing",
+        pybind11::arg("expert_sorted"), pybind11::arg("slot_sorted"), pybind11::arg("num_experts"),
+        pybind11::arg("num_ranks"), pybind11::arg("tile"), pybind11::arg("capacity"), pybind11::arg("slots_per_rank"),
+        pybind11::arg("run_start") = pybind11::none());
   m.def("expert_sort", &expert_sort, "The routing's slots stably sorted by expert (a counting sort)");
   m.def("counter_ints", &mok::sm90::sm90_moe_counter_ints, "int32 words of the counter block",
         pybind11::arg("num_ranks"), pybind11::arg("capacity"), pybind11::arg("minibatch_rows"));

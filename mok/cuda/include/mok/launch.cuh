@@ -121,7 +121,8 @@ struct Sm90ScheduleProblem {
   int tile = 0;                            // segment padding (BLOCK_M)
   int capacity = 0;                        // C rows per rank, multiple of tile, >= any rank's rows in use
   int slots_per_rank = 0;                  // T_local * K
-  int32_t* run_start = nullptr;            // [E + 1] scratch: first sorted index of each expert
+  int32_t* run_start = nullptr;            // [E + 1] first sorted index of each expert: scratch, or given
+  bool run_start_given = false;            // run_start holds them already (the counting sort wrote them)
   int32_t* segment_offsets = nullptr;      // [R, E/R + 1] out
   int32_t* src_rank = nullptr;             // [R, C] out
   int32_t* src_slot = nullptr;             // [R, C] out
@@ -135,13 +136,15 @@ int sm90_schedule_tables(const Sm90ScheduleProblem& problem, cudaStream_t stream
 // gives), as a counting sort in two kernels of expert_sort_ctas(num_slots) CTAs each, where a radix sort's passes and
 // launches cost more than the work. ids [num_slots] in
 // [0, num_experts) (an id outside is clamped into the range: the tables of invalid routing are not defined, but no
-// write goes astray); cta_counts: int32 scratch of expert_sort_ctas(num_slots) * num_experts.
+// write goes astray); cta_counts: int32 scratch of expert_sort_ctas(num_slots) * num_experts; run_start: nullptr, or
+// int32 [num_experts + 1] out, the first sorted index of each expert (num_slots at num_experts), for the tables.
 constexpr int kExpertSortMaxSlots = 1048576;  // 256 CTAs, each reading its experts' columns of the CTA counts
-constexpr int kExpertSortMaxExperts = 1024;   // a count per warp and expert in shared memory (65,604 bytes at 1024)
+constexpr int kExpertSortMaxExperts = 1024;   // a count per warp and expert in shared memory (73,796 bytes at 1024)
 constexpr int kExpertSortSlotsPerCta = 4096;  // 8 steps of 32 slots per warp of 16
 inline int expert_sort_ctas(int num_slots) { return (num_slots + kExpertSortSlotsPerCta - 1) / kExpertSortSlotsPerCta; }
 int sm90_expert_sort(const int32_t* ids, int num_slots, int num_experts, int32_t* cta_counts, int32_t* expert_sorted,
-                     int64_t* slot_sorted, cudaStream_t stream, char* message, size_t message_len);
+                     int64_t* slot_sorted, int32_t* run_start, cudaStream_t stream, char* message,
+                     size_t message_len);
 
 // int32 words of the error record (code, counter, rank, index, seen, expected, block, ticket).
 int sm90_moe_error_words();
