@@ -50,7 +50,8 @@ DEFAULT_RESULTS = Path("experiments/results/multi_gpu")
 # --------------------------------------------------------------------------------------------------------
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now (for a one-process group's rendezvous)."""
+    """A TCP port on 127.0.0.1 that is free now (for the tests' multi-process rendezvous; another process can take
+    it before the group binds it, so a one-process group does not use one: :func:`init_distributed`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -81,8 +81,9 @@ __global__ void __launch_bounds__(kRowsThreads)
 //   expert_sort_kernel: each CTA counts its warps' slots per expert again. Warp w's slots of expert e then start at
 //     (the slots of every smaller expert: an exclusive scan over experts of cta_counts' column sums)
 //     + (expert e's slots in CTAs before g: the column's prefix) + (in warps before w of this CTA);
-//     the column sums and prefixes are read by all the CTA's threads at once (one thread per expert walking the G
-//     counts of its column was G dependent loads: 22.7 us for the sort at anchor-1's 48 CTAs, round 24);
+//     the column sums and prefixes are read by all the CTA's threads at once (with one thread per expert walking the G
+//     counts of its column, few experts over many CTAs, E = 8 over 256 CTAs say, left E threads with G loads each;
+//     round 24 measured no change at the bench's shapes, which have many experts or few CTAs);
 //   then each warp walks its slots again in the same order, and a slot goes to its warp's next position for its expert
 //   plus the number of same-expert lanes before it in the step (lanes_with_same_expert).
 // So equal experts keep slot order (stable), and every position is decided by the data alone (no atomics:
