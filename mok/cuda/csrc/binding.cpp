@@ -310,7 +310,8 @@ std::vector<at::Tensor> expert_sort(const at::Tensor& ids, int64_t num_experts) 
   const int rc = mok::sm90::sm90_expert_sort(ids.data_ptr<int32_t>(), static_cast<int>(ids.numel()),
                                              static_cast<int>(num_experts), cta_counts.data_ptr<int32_t>(),
                                              expert_sorted.data_ptr<int32_t>(), slot_sorted.data_ptr<int64_t>(),
-                                             run_start.data_ptr<int32_t>(), c10::cuda::getCurrentCUDAStream(device.index()).stream(), message,
+                                             run_start.data_ptr<int32_t>(),
+                                             c10::cuda::getCurrentCUDAStream(device.index()).stream(), message,
                                              sizeof(message));
   TORCH_CHECK(rc == 0, "mok ", message);
   return {expert_sorted, slot_sorted, run_start};

@@ -138,7 +138,7 @@ int sm90_schedule_tables(const Sm90ScheduleProblem& problem, cudaStream_t stream
 // [0, num_experts) (an id outside is clamped into the range: the tables of invalid routing are not defined, but no
 // write goes astray); cta_counts: int32 scratch of expert_sort_ctas(num_slots) * num_experts; run_start: nullptr, or
 // int32 [num_experts + 1] out, the first sorted index of each expert (num_slots at num_experts), for the tables.
-constexpr int kExpertSortMaxSlots = 1048576;  // 256 CTAs, each reading its experts' columns of the CTA counts
+constexpr int kExpertSortMaxSlots = 1048576;  // 256 CTAs, each summing all G x E CTA counts in its second kernel
 constexpr int kExpertSortMaxExperts = 1024;   // a count per warp and expert in shared memory (73,796 bytes at 1024)
 constexpr int kExpertSortSlotsPerCta = 4096;  // 8 steps of 32 slots per warp of 16
 inline int expert_sort_ctas(int num_slots) { return (num_slots + kExpertSortSlotsPerCta - 1) / kExpertSortSlotsPerCta; }
