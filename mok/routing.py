@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .checks import check_route_inputs
 
 
 def route(logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", renormalize: bool = True,
-          check_inputs: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+          check_inputs: bool = True, method: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick ``top_k`` experts per token.
 
     Args:
@@ -17,6 +19,11 @@ def route(logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", renorma
         scoring: ``"softmax"`` (scores sum to 1 over all experts) or ``"sigmoid"`` (independent scores,
             DeepSeek-V3 style).
         renormalize: rescale each token's chosen scores to sum to 1.
+        method: ``"torch"`` (PyTorch ops around the top-k selection) or ``"fused"`` (one Triton kernel selects and
+            weighs, :func:`mok.triton_ref.router_topk.router_topk_weights`; CUDA tensors, or CPU tensors under
+            ``TRITON_INTERPRET=1``, up to its expert limit; its backward recomputes the PyTorch ops, so the
+            gradients are theirs); default ``MOK_ROUTE``, else ``"torch"``. The ids are the same either way;
+            the weights agree to the last bits (same mathematics, other rounding).
 
     Returns:
         ``(topk_weights [T, top_k] fp32, topk_ids [T, top_k] int32)``, ids ordered by descending logit (softmax
@@ -25,15 +32,49 @@ def route(logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", renorma
         order is unspecified), so routing, and everything downstream, is reproducible bit for bit.
         ``topk_weights`` is differentiable with respect to ``logits``.
     """
+    choice = os.environ.get("MOK_ROUTE", "torch") if method is None else method
+    if choice not in ("torch", "fused"):
+        raise ValueError(f"the routing method (method or MOK_ROUTE) must be 'torch' or 'fused', got {choice!r}")
     if check_inputs:
         check_route_inputs(logits, top_k, scoring)
+    if choice == "fused":
+        return _FusedRoute.apply(logits, top_k, scoring, renormalize)
     logits = logits.float()
-    scores = torch.softmax(logits, dim=-1) if scoring == "softmax" else torch.sigmoid(logits)
     ids = _topk_ids(logits.detach(), top_k)
+    return _weights_of(logits, ids, scoring, renormalize), ids
+
+
+def _weights_of(logits: torch.Tensor, ids: torch.Tensor, scoring: str, renormalize: bool) -> torch.Tensor:
+    """The chosen experts' weights from fp32 ``logits`` in PyTorch ops (differentiable)."""
+    scores = torch.softmax(logits, dim=-1) if scoring == "softmax" else torch.sigmoid(logits)
     weights = scores.gather(1, ids.long())
     if renormalize:
         weights = weights / weights.sum(dim=-1, keepdim=True)
-    return weights, ids
+    return weights
+
+
+class _FusedRoute(torch.autograd.Function):
+    """``route(method="fused")``: the kernel's weights and ids forward; the backward differentiates the PyTorch ops
+    of :func:`_weights_of` at the saved logits and ids (recomputed: the backward of a routing is small beside the
+    layer's, and this keeps one definition of the gradient)."""
+
+    @staticmethod
+    def forward(ctx, logits, top_k, scoring, renormalize):
+        from .triton_ref.router_topk import router_topk_weights  # noqa: PLC0415 (Triton only when used)
+
+        weights, ids = router_topk_weights(logits.detach(), top_k, scoring=scoring, renormalize=renormalize)
+        ctx.save_for_backward(logits, ids)
+        ctx.scoring, ctx.renormalize = scoring, renormalize
+        ctx.mark_non_differentiable(ids)
+        return weights, ids
+
+    @staticmethod
+    def backward(ctx, grad_weights, _grad_ids):
+        logits, ids = ctx.saved_tensors
+        with torch.enable_grad():
+            at = logits.detach().float().requires_grad_(True)
+            (grad,) = torch.autograd.grad(_weights_of(at, ids, ctx.scoring, ctx.renormalize), at, grad_weights)
+        return grad.to(logits.dtype), None, None, None
 
 
 def _topk_ids(logits: torch.Tensor, top_k: int) -> torch.Tensor:

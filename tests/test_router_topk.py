@@ -85,3 +85,110 @@ def test_the_experiments_packed_key_candidate_matches_too():
     got = bench.packed_key_topk(logits.to(TRITON_DEVICE), 5, 4, 1).cpu()
     assert torch.equal(got, sorted_ids(logits, 5))
     assert bench.parse_shape("32768x256x16") == (32768, 256, 16)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# route(method="fused"): the same kernel also weighs the chosen experts
+# ------------------------------------------------------------------------------------------------------------
+
+def _both_routes(logits: torch.Tensor, top_k: int, **kwargs):
+    """(weights, ids, d logits) of the PyTorch route and of the fused one, for the same upstream gradient."""
+    import mok
+
+    upstream = torch.randn(logits.shape[0], top_k, generator=torch.Generator().manual_seed(7)).to(logits.device)
+    found = []
+    for method in ("torch", "fused"):
+        leaf = logits.detach().clone().requires_grad_(True)
+        weights, ids = mok.route(leaf, top_k, method=method, **kwargs)
+        (grad,) = torch.autograd.grad(weights, leaf, upstream)
+        found.append((weights.detach(), ids, grad))
+    return found
+
+
+@pytest.mark.parametrize("scoring", ["softmax", "sigmoid"])
+@pytest.mark.parametrize("renormalize", [True, False])
+@pytest.mark.parametrize("tokens,experts,top_k,dtype", [(37, 33, 5, torch.float32), (9, 6, 1, torch.bfloat16),
+                                                        (21, 128, 8, torch.bfloat16), (5, 7, 7, torch.float32)])
+def test_fused_route_matches_the_torch_route(tokens, experts, top_k, dtype, scoring, renormalize):
+    """The same ids; weights within fp32 rounding of the PyTorch ops' (the same mathematics, computed in another
+    order); the gradient the PyTorch ops' own, bit for bit (the fused backward recomputes them)."""
+    gen = torch.Generator().manual_seed(tokens + experts)
+    logits = (torch.randn(tokens, experts, generator=gen) * 3).to(dtype).to(TRITON_DEVICE)
+    (w_torch, ids_torch, g_torch), (w_fused, ids_fused, g_fused) = _both_routes(
+        logits, top_k, scoring=scoring, renormalize=renormalize)
+    assert ids_fused.dtype == torch.int32 and torch.equal(ids_fused, ids_torch)
+    assert w_fused.dtype == torch.float32 and w_fused.shape == (tokens, top_k)
+    assert float(((w_fused - w_torch).abs() / w_torch.abs()).max()) < 2e-6
+    assert g_fused.dtype == dtype and torch.equal(g_fused, g_torch)
+
+
+def test_fused_route_is_the_same_bits_for_any_split_of_the_tokens():
+    """A token's weights depend on its own logits only: routing all tokens at once, or in two parts (as ranks of
+    an expert-parallel group would), gives the same bits; so does routing again."""
+    import mok
+
+    logits = torch.randn(45, 64, generator=torch.Generator().manual_seed(5)).to(TRITON_DEVICE)
+    whole, ids = mok.route(logits, 6, method="fused")
+    parts = [mok.route(part, 6, method="fused") for part in (logits[:17], logits[17:])]
+    again, _ = mok.route(logits, 6, method="fused")
+    assert torch.equal(torch.cat([w for w, _ in parts]).view(torch.int32), whole.view(torch.int32))
+    assert torch.equal(torch.cat([i for _, i in parts]), ids)
+    assert torch.equal(again.view(torch.int32), whole.view(torch.int32))
+
+
+def test_fused_route_weighs_minus_inf_logits_as_zero():
+    """With check_inputs=False a row may hold -inf logits; a chosen one weighs 0, as in the PyTorch route."""
+    logits = torch.randn(6, 10, generator=torch.Generator().manual_seed(6))
+    logits[2, 3:] = float("-inf")  # three finite logits, top-5 takes two -inf ones
+    for renormalize in (True, False):
+        (w_torch, ids_torch, _), (w_fused, ids_fused, _) = _both_routes(
+            logits.to(TRITON_DEVICE), 5, renormalize=renormalize, check_inputs=False)
+        assert torch.equal(ids_fused, ids_torch)
+        assert w_fused[2, 3:].tolist() == [0.0, 0.0] and torch.allclose(w_fused, w_torch, rtol=2e-6, atol=0)
+
+
+def test_route_method_from_the_environment(monkeypatch):
+    import mok
+
+    logits = torch.randn(8, 12, generator=torch.Generator().manual_seed(8)).to(TRITON_DEVICE)
+    fused, _ = mok.route(logits, 3, method="fused")
+    monkeypatch.setenv("MOK_ROUTE", "fused")
+    assert torch.equal(mok.route(logits, 3)[0].view(torch.int32), fused.view(torch.int32))
+    monkeypatch.setenv("MOK_ROUTE", "sorted")
+    with pytest.raises(ValueError, match="MOK_ROUTE"):
+        mok.route(logits, 3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens,experts,top_k", [(16384, 6, 1), (20480, 8, 1), (32768, 256, 16), (4096, 384, 8)])
+def test_gpu_fused_route_matches_the_torch_route(tokens, experts, top_k):
+    """On the GPU, at the bench's routing shapes (bf16 logits: many ties): the same ids, weights within a few fp32
+    roundings (Triton's exp on the GPU is not PyTorch's), the PyTorch gradient bit for bit, and the same bits on a
+    second call."""
+    import mok
+
+    logits = torch.randn(tokens, experts, generator=torch.Generator().manual_seed(top_k)).to(torch.bfloat16).cuda()
+    (w_torch, ids_torch, g_torch), (w_fused, ids_fused, g_fused) = _both_routes(logits, top_k)
+    assert torch.equal(ids_fused, ids_torch)
+    assert float(((w_fused - w_torch).abs() / w_torch.abs()).max()) < 1e-5
+    assert torch.equal(g_fused, g_torch)
+    again, _ = mok.route(logits, top_k, method="fused")
+    assert torch.equal(again.view(torch.int32), w_fused.view(torch.int32))
+
+
+def test_route_bench_says_it_needs_a_gpu():
+    """experiments/route_bench.py (torch against fused routing, alone and in the layer) imports on the CPU and stops
+    with a clear message there."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the GPU test below runs the script")
+    bench = load_experiment("route_bench.py")
+    assert set(bench.DEFAULT_SHAPES) <= set(load_experiment("cuda_breakdown.py").SHAPES)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        bench.main(["--shapes", "anchor-1", "--no-layer"])
+
+
+@pytest.mark.gpu
+def test_gpu_route_bench_runs(capsys):
+    load_experiment("route_bench.py").main(["--shapes", "kimi-k2.7/ep64", "--iters", "3", "--no-layer"])
+    line = [row for row in capsys.readouterr().out.splitlines() if row.startswith("kimi")][0]
+    assert " same " in line, line

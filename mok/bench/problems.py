@@ -89,8 +89,8 @@ class LayerProblem:
     # ------------------------------------------------------------------------------------------------------
     def _route(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.router:
-            logits = self.xs[i] @ self.w_router.T
-            return mok.route(logits.float(), self.shape.top_k, check_inputs=False)
+            logits = self.xs[i] @ self.w_router.T  # in x's dtype; mok.route scores in fp32 (method "fused": in-kernel)
+            return mok.route(logits, self.shape.top_k, check_inputs=False)
         return self.routes[i]
 
     def _leaves(self, i: int) -> list[torch.Tensor]:
