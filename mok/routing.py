@@ -69,6 +69,7 @@ class _FusedRoute(torch.autograd.Function):
         return weights, ids
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # a second derivative raises instead of being silently wrong
     def backward(ctx, grad_weights, _grad_ids):
         logits, ids = ctx.saved_tensors
         with torch.enable_grad():
