@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
             timings = time_rotated(fns, device="cuda", n_sets=2)
             ms = {m: timing.median_ms for m, timing in timings.items()}
             line += f" | {ms['torch']:.3f} / {ms['fused']:.3f}, {ms['fused'] / ms['torch']:.3f}"
-            del problem, fns
+            del problem, fns, side  # side's default argument holds the problem too
             release_workspaces()
             torch.cuda.empty_cache()
         print(line, flush=True)

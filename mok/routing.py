@@ -22,8 +22,9 @@ def route(logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", renorma
         method: ``"torch"`` (PyTorch ops around the top-k selection) or ``"fused"`` (one Triton kernel selects and
             weighs, :func:`mok.triton_ref.router_topk.router_topk_weights`; CUDA tensors, or CPU tensors under
             ``TRITON_INTERPRET=1``, up to its expert limit; its backward recomputes the PyTorch ops, so the
-            gradients are theirs); default ``MOK_ROUTE``, else ``"torch"``. The ids are the same either way;
-            the weights agree to the last bits (same mathematics, other rounding).
+            gradients are theirs); default ``MOK_ROUTE``, else ``"torch"`` (``MOK_ROUTE=fused`` falls back to
+            ``"torch"`` where the kernel cannot run). The ids are the same either way; the weights agree to a few
+            units in the last place (same mathematics, other rounding).
 
     Returns:
         ``(topk_weights [T, top_k] fp32, topk_ids [T, top_k] int32)``, ids ordered by descending logit (softmax
@@ -35,13 +36,26 @@ def route(logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", renorma
     choice = os.environ.get("MOK_ROUTE", "torch") if method is None else method
     if choice not in ("torch", "fused"):
         raise ValueError(f"the routing method (method or MOK_ROUTE) must be 'torch' or 'fused', got {choice!r}")
+    if scoring not in ("softmax", "sigmoid"):  # (also without check_inputs: both methods refuse alike)
+        raise ValueError(f"scoring must be 'softmax' or 'sigmoid', got {scoring!r}")
     if check_inputs:
         check_route_inputs(logits, top_k, scoring)
-    if choice == "fused":
-        return _FusedRoute.apply(logits, top_k, scoring, renormalize)
+    # MOK_ROUTE=fused applies where the kernel can run; method="fused" asks for it (and its errors) outright.
+    if choice == "fused" and (method is not None or _fused_route_applies(logits)):
+        return _FusedRoute.apply(logits, int(top_k), scoring, renormalize)
     logits = logits.float()
     ids = _topk_ids(logits.detach(), top_k)
     return _weights_of(logits, ids, scoring, renormalize), ids
+
+
+def _fused_route_applies(logits: torch.Tensor) -> bool:
+    """Whether the fused kernel can route ``logits``: a CUDA tensor (or a CPU one under ``TRITON_INTERPRET=1``) of up
+    to its expert limit."""
+    from .triton_ref._common import INTERPRETING  # noqa: PLC0415 (Triton only when asked for)
+    from .triton_ref.router_topk import MAX_EXPERTS  # noqa: PLC0415
+
+    on_device = logits.is_cuda or (INTERPRETING and logits.device.type == "cpu")
+    return on_device and logits.dim() == 2 and logits.shape[1] <= MAX_EXPERTS
 
 
 def _weights_of(logits: torch.Tensor, ids: torch.Tensor, scoring: str, renormalize: bool) -> torch.Tensor:
@@ -56,7 +70,8 @@ def _weights_of(logits: torch.Tensor, ids: torch.Tensor, scoring: str, renormali
 class _FusedRoute(torch.autograd.Function):
     """``route(method="fused")``: the kernel's weights and ids forward; the backward differentiates the PyTorch ops
     of :func:`_weights_of` at the saved logits and ids (recomputed: the backward of a routing is small beside the
-    layer's, and this keeps one definition of the gradient)."""
+    layer's, and this keeps one definition of the gradient). The logits themselves are saved, so changing them in
+    place after routing makes the backward raise (autograd's version check)."""
 
     @staticmethod
     def forward(ctx, logits, top_k, scoring, renormalize):
@@ -69,13 +84,14 @@ class _FusedRoute(torch.autograd.Function):
         return weights, ids
 
     @staticmethod
-    @torch.autograd.function.once_differentiable  # a second derivative raises instead of being silently wrong
     def backward(ctx, grad_weights, _grad_ids):
         logits, ids = ctx.saved_tensors
         with torch.enable_grad():
-            at = logits.detach().float().requires_grad_(True)
-            (grad,) = torch.autograd.grad(_weights_of(at, ids, ctx.scoring, ctx.renormalize), at, grad_weights)
-        return grad.to(logits.dtype), None, None, None
+            weights = _weights_of(logits.float(), ids, ctx.scoring, ctx.renormalize)
+        # At the saved logits themselves, with a graph when one is asked for (create_graph): second derivatives,
+        # through .backward() or autograd.grad alike, are the PyTorch ops' own.
+        (grad,) = torch.autograd.grad(weights, logits, grad_weights, create_graph=torch.is_grad_enabled())
+        return grad, None, None, None
 
 
 def _topk_ids(logits: torch.Tensor, top_k: int) -> torch.Tensor:

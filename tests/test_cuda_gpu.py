@@ -315,7 +315,7 @@ def test_kernel_schedule_equals_build_schedule_on_gpu(seed, monkeypatch):
         assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("experts", [1, 6, 8, 256, 512, 513, 1000, 1024])
+@pytest.mark.parametrize("experts", [1, 6, 8, 16, 17, 256, 512, 513, 1000, 1024])  # 16 | 17: match_any | ballots
 def test_counting_sort_equals_the_stable_torch_sort(experts):
     """The extension's counting sort (csrc/schedule_tables.cu) gives torch.sort(ids, stable=True)'s values and order,
     at slot counts around its warps' steps and its CTAs' chunks (4,096 slots) and up to its limit, uniform and skewed
@@ -375,7 +375,8 @@ def test_kernel_schedule_with_either_sort_equals_build_schedule(sort, monkeypatc
     from mok.cuda.schedule_tables import build_kernel_schedule
     monkeypatch.setenv("MOK_CUDA_SCHEDULE_SORT", sort)
     for tokens, experts, top_k, ranks in [(512, 8, 2, 1), (16384, 6, 1, 1), (2048, 64, 8, 4), (20480, 8, 1, 1),
-                                          (1000, 768, 8, 2), (4096, 1024, 8, 8)]:  # E > 512: two rounds of the scan
+                                          (1000, 768, 8, 2), (4096, 1024, 8, 8),  # E > 512: two rounds of the scan
+                                          (2048, 99, 4, 3)]:  # 33 local experts: a warp's second step, in part
         _, ids, *_ = make_inputs(tokens, 64, 64, experts, top_k, seed=tokens + experts, skew=1.0)
         full = mok.build_schedule(ids, experts, ranks, tile=128)
         mine = build_kernel_schedule(ids, experts, ranks, tile=128)

@@ -463,9 +463,9 @@ def test_schedule_sort_choice(monkeypatch):
     with pytest.raises(ValueError, match="MOK_CUDA_SCHEDULE_SORT"):
         sort_by_expert(ids, 6)
     monkeypatch.setenv("MOK_CUDA_SCHEDULE_SORT", "counting")
-    with pytest.raises(ValueError, match="'counting' sorts 1 to"):
+    with pytest.raises(ValueError, match="'counting' sorts a 1-D CUDA tensor of 1 to"):
         sort_by_expert(torch.zeros(EXPERT_SORT_MAX_SLOTS + 1, dtype=torch.int32), 6)
-    with pytest.raises(ValueError, match="'counting' sorts 1 to"):  # a CPU tensor: the counting sort is a CUDA kernel
+    with pytest.raises(ValueError, match="'counting' sorts a 1-D CUDA tensor of 1 to"):  # a CPU tensor: a CUDA kernel
         sort_by_expert(ids, 6)
     values, order = sort_by_expert(ids, 6, method="torch")  # the argument over the variable
     assert torch.equal(values, want.values) and torch.equal(order, want.indices)
@@ -484,6 +484,26 @@ def test_schedule_sort_limits_are_the_kernels():
     from mok.cuda import schedule_tables
 
     header = (Path(schedule_tables.__file__).parent / "include/mok/launch.cuh").read_text()
-    limits = {name: int(v) for name, v in re.findall(r"constexpr int (kExpertSortMax\w+) = (\d+);", header)}
+    limits = {name: int(v) for name, v in re.findall(r"constexpr int (kExpertSort\w+) = (\d+);", header)}
     assert limits == {"kExpertSortMaxSlots": schedule_tables.EXPERT_SORT_MAX_SLOTS,
-                      "kExpertSortMaxExperts": schedule_tables.EXPERT_SORT_MAX_EXPERTS}
+                      "kExpertSortMaxExperts": schedule_tables.EXPERT_SORT_MAX_EXPERTS,
+                      "kExpertSortSlotsPerCta": schedule_tables.EXPERT_SORT_SLOTS_PER_CTA}
+
+
+def test_auto_takes_the_counting_sort_where_it_was_measured():
+    """auto's range: every shape of the bench (the largest, anchor-2, at the bound), not the kernels' untimed corner,
+    where every CTA would read 16 times anchor-2's CTA counts; the kernels' limits stay what 'counting' accepts."""
+    import sys
+    from pathlib import Path
+
+    from mok.cuda.schedule_tables import counting_sort_fits, counting_sort_measured
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    from cuda_breakdown import SHAPES
+
+    for shape in SHAPES.values():
+        slots = shape.tokens * shape.top_k
+        assert counting_sort_fits(slots, shape.num_experts) and counting_sort_measured(slots, shape.num_experts), shape
+    assert counting_sort_measured(524288, 256) and not counting_sort_measured(524288 + 4096, 256)
+    assert counting_sort_fits(1 << 20, 1024) and not counting_sort_measured(1 << 20, 1024)
+    assert not counting_sort_fits((1 << 20) + 1, 6) and not counting_sort_fits(8, 1025) and not counting_sort_fits(0, 6)

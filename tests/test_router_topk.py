@@ -140,11 +140,30 @@ def test_fused_route_weighs_minus_inf_logits_as_zero():
     """With check_inputs=False a row may hold -inf logits; a chosen one weighs 0, as in the PyTorch route."""
     logits = torch.randn(6, 10, generator=torch.Generator().manual_seed(6))
     logits[2, 3:] = float("-inf")  # three finite logits, top-5 takes two -inf ones
-    for renormalize in (True, False):
-        (w_torch, ids_torch, _), (w_fused, ids_fused, _) = _both_routes(
-            logits.to(TRITON_DEVICE), 5, renormalize=renormalize, check_inputs=False)
-        assert torch.equal(ids_fused, ids_torch)
-        assert w_fused[2, 3:].tolist() == [0.0, 0.0] and torch.allclose(w_fused, w_torch, rtol=2e-6, atol=0)
+    for scoring in ("softmax", "sigmoid"):
+        for renormalize in (True, False):
+            (w_torch, ids_torch, _), (w_fused, ids_fused, _) = _both_routes(
+                logits.to(TRITON_DEVICE), 5, scoring=scoring, renormalize=renormalize, check_inputs=False)
+            assert torch.equal(ids_fused, ids_torch)
+            assert w_fused[2, 3:].tolist() == [0.0, 0.0] and torch.allclose(w_fused, w_torch, rtol=2e-6, atol=0)
+
+
+def test_fused_route_second_derivatives_are_the_torch_routes():
+    """The fused backward differentiates the PyTorch ops at the saved logits with a graph when asked: a gradient of
+    a gradient (autograd.grad with create_graph, as a gradient penalty takes it) equals the PyTorch route's."""
+    import mok
+
+    x0 = torch.randn(6, 10, generator=torch.Generator().manual_seed(9))
+    upstream = torch.randn(6, 3, generator=torch.Generator().manual_seed(10))
+    found = {}
+    for method in ("torch", "fused"):
+        x = x0.clone().to(TRITON_DEVICE).requires_grad_(True)
+        weights, _ = mok.route(x, 3, method=method)
+        (first,) = torch.autograd.grad((weights * upstream.to(x.device)).sum(), x, create_graph=True)
+        (second,) = torch.autograd.grad(first.pow(2).sum(), x)
+        found[method] = (first.detach(), second)
+    assert torch.equal(found["fused"][0], found["torch"][0]) and torch.equal(found["fused"][1], found["torch"][1])
+    assert float(found["torch"][1].abs().max()) > 0  # a second derivative there is to lose
 
 
 def test_route_method_from_the_environment(monkeypatch):
@@ -159,21 +178,42 @@ def test_route_method_from_the_environment(monkeypatch):
         mok.route(logits, 3)
 
 
+def test_fused_route_from_the_environment_falls_back_where_the_kernel_cannot_run(monkeypatch):
+    """MOK_ROUTE=fused is a preference: past the kernel's expert limit the PyTorch route runs (the same ids); asked
+    for outright (method="fused") the kernel's refusal is raised."""
+    import mok
+    from mok.triton_ref.router_topk import MAX_EXPERTS
+
+    wide = torch.randn(2, MAX_EXPERTS + 1, generator=torch.Generator().manual_seed(11)).to(TRITON_DEVICE)
+    monkeypatch.setenv("MOK_ROUTE", "fused")
+    weights, ids = mok.route(wide, 2)
+    want_weights, want_ids = mok.route(wide, 2, method="torch")
+    assert torch.equal(ids, want_ids) and torch.equal(weights, want_weights)
+    with pytest.raises(ValueError, match=f"at most {MAX_EXPERTS} experts"):
+        mok.route(wide, 2, method="fused")
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("tokens,experts,top_k", [(16384, 6, 1), (20480, 8, 1), (32768, 256, 16), (4096, 384, 8)])
-def test_gpu_fused_route_matches_the_torch_route(tokens, experts, top_k):
-    """On the GPU, at the bench's routing shapes (bf16 logits: many ties): the same ids, weights within a few fp32
-    roundings (Triton's exp on the GPU is not PyTorch's), the PyTorch gradient bit for bit, and the same bits on a
-    second call."""
+@pytest.mark.parametrize("scoring", ["softmax", "sigmoid"])
+@pytest.mark.parametrize("renormalize", [True, False])
+@pytest.mark.parametrize("tokens,experts,top_k", [(20480, 8, 1), (32768, 256, 16), (4096, 384, 8), (999, 6, 2)])
+def test_gpu_fused_route_matches_the_torch_route(tokens, experts, top_k, scoring, renormalize):
+    """On the GPU, at the bench's routing shapes (bf16 logits: many ties), every scoring: the same ids, weights within
+    a few fp32 roundings (Triton's exp is ex2.approx on the GPU), the PyTorch gradient bit for bit, the same bits on a
+    second call and for the tokens routed from row 1 on (every row at another place in its program's tile)."""
     import mok
 
     logits = torch.randn(tokens, experts, generator=torch.Generator().manual_seed(top_k)).to(torch.bfloat16).cuda()
-    (w_torch, ids_torch, g_torch), (w_fused, ids_fused, g_fused) = _both_routes(logits, top_k)
+    kwargs = dict(scoring=scoring, renormalize=renormalize)
+    (w_torch, ids_torch, g_torch), (w_fused, ids_fused, g_fused) = _both_routes(logits, top_k, **kwargs)
     assert torch.equal(ids_fused, ids_torch)
     assert float(((w_fused - w_torch).abs() / w_torch.abs()).max()) < 1e-5
     assert torch.equal(g_fused, g_torch)
-    again, _ = mok.route(logits, top_k, method="fused")
+    again, _ = mok.route(logits, top_k, method="fused", **kwargs)
     assert torch.equal(again.view(torch.int32), w_fused.view(torch.int32))
+    shifted, shifted_ids = mok.route(logits[1:], top_k, method="fused", **kwargs)
+    assert torch.equal(shifted.view(torch.int32), w_fused[1:].view(torch.int32))
+    assert torch.equal(shifted_ids, ids_fused[1:])
 
 
 def test_route_bench_says_it_needs_a_gpu():

@@ -33,6 +33,11 @@ from ..schedule import Schedule, build_schedule, worst_case_capacity
 COMBINE_BLOCK_TOKENS = 16  # tokens per combine task: Sm90Tiles::kCombineTokens (include/mok/workspace.cuh)
 EXPERT_SORT_MAX_SLOTS = 1048576   # kExpertSortMaxSlots (include/mok/launch.cuh): the counting sort's limit
 EXPERT_SORT_MAX_EXPERTS = 1024   # kExpertSortMaxExperts: its per-warp counts in shared memory
+EXPERT_SORT_SLOTS_PER_CTA = 4096  # kExpertSortSlotsPerCta
+# Each of the sort's G = ceil(N / 4096) CTAs reads all G x E CTA counts, G**2 * E in all. auto takes the counting sort
+# up to the most of that measured against torch's sort: anchor-2 (G = 128, E = 256; 36.4 us against 41.4, round 24);
+# the limits' corner (G = 256, E = 1,024) is 16 times that and has not been timed.
+EXPERT_SORT_AUTO_MAX_COUNT_READS = 128 * 128 * 256
 
 
 @dataclass
@@ -115,8 +120,9 @@ def sort_by_expert(ids: torch.Tensor, num_experts: int, *,
                    method: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(expert_sorted, slots_by_expert)``, int32 and int64: the slots ``ids`` (expert ids in ``[0, num_experts)``)
     stably sorted by expert, what ``torch.sort(ids, stable=True)`` returns. ``method`` (default
-    ``MOK_CUDA_SCHEDULE_SORT``, else ``auto``): ``auto`` sorts up to :data:`EXPERT_SORT_MAX_SLOTS` slots of a CUDA
-    tensor over up to :data:`EXPERT_SORT_MAX_EXPERTS` experts with the extension's counting sort (two kernels), and
+    ``MOK_CUDA_SCHEDULE_SORT``, else ``auto``): ``auto`` sorts a 1-D CUDA tensor of up to
+    :data:`EXPERT_SORT_MAX_SLOTS` slots over up to :data:`EXPERT_SORT_MAX_EXPERTS` experts with the extension's
+    counting sort (two kernels) where its cost was measured lower (:func:`counting_sort_measured`), and
     anything else with ``torch.sort`` on 16-bit keys where they fit (E <= 32767: a radix sort makes one pass per 8 bits
     of key; round 22: 0.71-0.80x the 32-bit sort's GPU time, experiments/schedule_sort_bench.py); ``torch`` always the
     latter; ``counting`` always the former (an error past its limits). All give the same order for ids in ``[0, E)``
@@ -133,13 +139,12 @@ def _sort_with_runs(ids: torch.Tensor, num_experts: int,
     if choice not in ("auto", "torch", "counting"):
         raise ValueError(f"the schedule's sort (method or MOK_CUDA_SCHEDULE_SORT) must be 'auto', 'torch' or "
                          f"'counting', got {choice!r}")
-    fits = (ids.is_cuda and ids.dim() == 1 and 1 <= ids.numel() <= EXPERT_SORT_MAX_SLOTS
-            and 1 <= num_experts <= EXPERT_SORT_MAX_EXPERTS)
+    fits = ids.is_cuda and ids.dim() == 1 and counting_sort_fits(ids.numel(), num_experts)
     if choice == "counting" and not fits:
-        raise ValueError(f"the schedule's sort 'counting' sorts 1 to {EXPERT_SORT_MAX_SLOTS} slots of a CUDA tensor "
-                         f"over 1 to {EXPERT_SORT_MAX_EXPERTS} experts, got {ids.numel()} on {ids.device} and "
-                         f"{num_experts}")
-    if choice != "torch" and fits:
+        raise ValueError(f"the schedule's sort 'counting' sorts a 1-D CUDA tensor of 1 to {EXPERT_SORT_MAX_SLOTS} slots "
+                         f"over 1 to {EXPERT_SORT_MAX_EXPERTS} experts, got shape {tuple(ids.shape)} on {ids.device} "
+                         f"and {num_experts}")
+    if choice == "counting" or (choice == "auto" and fits and counting_sort_measured(ids.numel(), num_experts)):
         from .build import load_extension  # noqa: PLC0415 (the extension is built on first use)
         expert_sorted, slots_by_expert, run_start = load_extension().expert_sort(ids.to(torch.int32).contiguous(),
                                                                                  num_experts)
@@ -147,6 +152,18 @@ def _sort_with_runs(ids: torch.Tensor, num_experts: int,
     key_dtype = torch.int16 if num_experts <= torch.iinfo(torch.int16).max else torch.int32
     expert_sorted, slots_by_expert = torch.sort(ids.to(key_dtype), stable=True)
     return expert_sorted.to(torch.int32), slots_by_expert, None
+
+
+def counting_sort_fits(num_slots: int, num_experts: int) -> bool:
+    """Whether the counting sort takes these sizes at all (its kernels' limits)."""
+    return 1 <= num_slots <= EXPERT_SORT_MAX_SLOTS and 1 <= num_experts <= EXPERT_SORT_MAX_EXPERTS
+
+
+def counting_sort_measured(num_slots: int, num_experts: int) -> bool:
+    """Whether ``auto`` takes the counting sort: its CTAs' reads of the CTA counts within what was measured faster
+    than torch's sort (:data:`EXPERT_SORT_AUTO_MAX_COUNT_READS`)."""
+    ctas = -(-num_slots // EXPERT_SORT_SLOTS_PER_CTA)
+    return ctas * ctas * num_experts <= EXPERT_SORT_AUTO_MAX_COUNT_READS
 
 
 def build_kernel_schedule(topk_ids: torch.Tensor, num_experts: int, ep_size: int = 1, tile: int = 128,

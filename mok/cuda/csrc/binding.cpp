@@ -232,6 +232,8 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
 // The schedule tables on the device (csrc/schedule_tables.cu) from the routing sorted by expert:
 //   expert_sorted [N] int32 ascending, slot_sorted [N] int64 (torch.sort(topk_ids.flatten(), stable=True)), and
 //   optionally run_start [E + 1] int32, each expert's first sorted index (expert_sort returns it; else searched).
+//   Its values are trusted: it must be expert_sort's for these same sorted ids (one from other ids makes the rows
+//   kernel read slot_sorted out of range); mok.cuda.schedule_tables passes nothing else.
 // Returns [src_rank [R, C], src_slot [R, C], segment_offsets [R, E/R + 1], tile_expert [R, C / tile]], int32,
 // enqueued on the current stream (no synchronisation).
 std::vector<at::Tensor> schedule_tables(const at::Tensor& expert_sorted, const at::Tensor& slot_sorted,
