@@ -130,8 +130,8 @@ __device__ __forceinline__ int expert_key_bits(int num_experts) { return 32 - __
 // The lanes of the warp whose expert equals mine (what __match_any_sync(~0u, expert) gives). Past
 // kMatchAnyMaxExperts by one ballot per bit of the id (a lane matches where every bit agrees): __match_any_sync's
 // time grows with the distinct values in the warp, the ballots' with log2(E). Round 24's sort bench (GPU time of the
-// whole sort): ballots 19.4 / 37.3 / 15.6 us at anchors 1 / 2 / 5 (128 / 256 / 64 experts) against 22.7 / 40.2 / 18.7
-// with __match_any_sync, but 8.9-10.0 us at the slices' 4-8 experts against 7.1-9.3.
+// whole sort, calls 4 and 5): ballots 19.4 / 37.3 / 15.6 us at anchors 1 / 2 / 5 (128 / 256 / 64 experts) against
+// 22.7 / 40.2 / 18.7 with __match_any_sync, but 8.9-10.0 us at the slices' 4-8 experts against 7.3-9.2.
 constexpr int kMatchAnyMaxExperts = 16;
 __device__ __forceinline__ unsigned lanes_with_same_expert(int expert, int num_experts, int key_bits) {
   if (num_experts <= kMatchAnyMaxExperts) return __match_any_sync(0xFFFFFFFFu, expert);
