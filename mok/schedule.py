@@ -165,8 +165,12 @@ def build_schedule(topk_ids: torch.Tensor, num_experts: int, ep_size: int = 1, t
 
     Raises:
         ScheduleCapacityError: a rank needs more rows than ``capacity``.
+        ValueError: T or E not divisible by ``ep_size``.
     """
     tokens, top_k = topk_ids.shape
+    if tokens % ep_size or num_experts % ep_size:
+        raise ValueError(f"the token count T={tokens} and the expert count E={num_experts} must both be divisible "
+                         f"by ep_size={ep_size} (each rank owns T/ep_size tokens and E/ep_size experts)")
     device = topk_ids.device
     local_experts = num_experts // ep_size
     tokens_per_rank = tokens // ep_size

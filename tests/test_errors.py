@@ -125,6 +125,15 @@ def test_capacity_error_through_moe(problem):
         call(problem, config=MoKConfig(expert_padding=4, capacity_rows=4))
 
 
+def test_build_schedule_refuses_an_uneven_split_across_ranks():
+    ids = torch.arange(10 * 2).remainder(6).view(10, 2).to(torch.int32)  # rows (0,1), (2,3), (4,5), ...
+    with pytest.raises(ValueError, match=r"T=10 and the expert count E=6 must both be divisible by ep_size=3"):
+        mok.build_schedule(ids, 6, 3)
+    with pytest.raises(ValueError, match=r"divisible by ep_size=4"):
+        mok.build_schedule(ids[:8], 6, 4)
+    assert mok.build_schedule(ids[:9], 6, 3).ep_size == 3  # (an even split builds)
+
+
 def test_shape_lookup_error():
     with pytest.raises(ValueError, match=r"unknown shape 'nope'"):
         mok.config.get_shape("nope")

@@ -178,6 +178,36 @@ def test_route_method_from_the_environment(monkeypatch):
         mok.route(logits, 3)
 
 
+def test_auto_route_is_the_torch_route_off_cuda(monkeypatch):
+    """The default (``auto``) takes the kernel for CUDA logits only: CPU logits route by the PyTorch ops, also under
+    the Triton interpreter (where ``MOK_ROUTE=fused`` would take the kernel)."""
+    import mok
+
+    monkeypatch.delenv("MOK_ROUTE", raising=False)
+    logits = torch.randn(40, 12, generator=torch.Generator().manual_seed(12))
+    want_weights, want_ids = mok.route(logits, 3, method="torch")
+    for got_weights, got_ids in (mok.route(logits, 3), mok.route(logits, 3, method="auto")):
+        assert torch.equal(got_ids, want_ids)
+        assert torch.equal(got_weights.view(torch.int32), want_weights.view(torch.int32))
+
+
+@pytest.mark.gpu
+def test_gpu_auto_route_is_the_fused_route_for_its_dtypes(monkeypatch):
+    """On CUDA the default is the fused kernel for bf16, fp16 and fp32 logits (bit for bit), and the PyTorch ops for
+    fp64 ones (auto keeps the kernel to the dtypes whose fp32 scores are exact widenings)."""
+    import mok
+
+    monkeypatch.delenv("MOK_ROUTE", raising=False)
+    logits = torch.randn(3000, 64, generator=torch.Generator().manual_seed(13)).cuda()
+    for dtype, want_method in ((torch.bfloat16, "fused"), (torch.float16, "fused"), (torch.float32, "fused"),
+                               (torch.float64, "torch")):
+        typed = logits.to(dtype)
+        want_weights, want_ids = mok.route(typed, 8, method=want_method)
+        got_weights, got_ids = mok.route(typed, 8)
+        assert torch.equal(got_ids, want_ids), dtype
+        assert torch.equal(got_weights.view(torch.int32), want_weights.view(torch.int32)), dtype
+
+
 def test_fused_route_from_the_environment_falls_back_where_the_kernel_cannot_run(monkeypatch):
     """MOK_ROUTE=fused is a preference: past the kernel's expert limit the PyTorch route runs (the same ids); asked
     for outright (method="fused") the kernel's refusal is raised."""
