@@ -10,6 +10,7 @@ from torch import nn
 
 from .config import MoKConfig
 from .functional import moe
+from .router import router_logits
 from .routing import route
 
 
@@ -42,7 +43,9 @@ class MoELayer(nn.Module):
         ep_size: ranks to emulate in one process (``ep_group=None`` only); does not change the result.
         precision, config: passed to :func:`mok.moe`.
 
-    The router runs in fp32 whatever the activation dtype. Input ``[..., H]``, output of the same shape.
+    The router runs in fp32 whatever the activation dtype (:func:`mok.router_logits`: for bf16 activations on a GPU,
+    a kernel that takes the fp32 router weights as three exact bf16 terms, without an fp32 copy of x). Input
+    ``[..., H]``, output of the same shape.
     """
 
     def __init__(self, hidden_size: int, intermediate_size: int, num_experts: int, top_k: int, *,
@@ -79,8 +82,7 @@ class MoELayer(nn.Module):
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(topk_weights, topk_ids)`` for ``[T, H]`` activations."""
-        logits = F.linear(x.float(), self.router.weight.float())
-        return route(logits, self.top_k, scoring=self.scoring)
+        return route(router_logits(x, self.router.weight), self.top_k, scoring=self.scoring)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.hidden_size:

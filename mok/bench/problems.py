@@ -5,8 +5,8 @@ are small enough to sit in the L2 cache) so the harness can rotate through them,
 set index: ``fwd`` (the layer, autograd enabled, as in training) and ``fwd+bwd`` (the layer and the gradients
 of x, the router (or router weights) and the three expert weights).
 
-Router: with ``router=True`` every call starts from ``x`` and runs the router (``x @ W_r^T`` in x's dtype, then
-:func:`mok.route` in fp32), like SonicMoE, whose layer always routes; with ``router=False`` the routing is drawn
+Router: with ``router=True`` every call starts from ``x`` and runs the router (:func:`mok.router_logits`, fp32
+logits of x and bf16 router weights, then :func:`mok.route`), like SonicMoE, whose layer always routes; with ``router=False`` the routing is drawn
 once per set and the call starts at :func:`mok.moe`.
 """
 
@@ -89,7 +89,7 @@ class LayerProblem:
     # ------------------------------------------------------------------------------------------------------
     def _route(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.router:
-            logits = self.xs[i] @ self.w_router.T  # in x's dtype; mok.route scores in fp32 (method "fused": in-kernel)
+            logits = mok.router_logits(self.xs[i], self.w_router)  # fp32 (MOK_ROUTER picks the method)
             return mok.route(logits, self.shape.top_k, check_inputs=False)
         return self.routes[i]
 

@@ -1,0 +1,98 @@
+"""EXPERIMENT: the router's logits, ``x @ W^T``, four ways, at the bench's shapes (bf16 x of ``[T, H]``, E experts).
+
+* ``cublas bf16``: ``x @ W.T`` with bf16 W, bf16 logits (the bench's stand-in router before round 25);
+* ``torch fp32``: ``F.linear(x.float(), W.float())`` with fp32 W (:class:`mok.MoELayer`'s router before round 25:
+  an fp32 copy of x, then an fp32 GEMM);
+* ``cublas bf16->fp32``: ``torch.mm(x, W.T, out_dtype=torch.float32)`` with bf16 W (fp32 logits from cuBLAS);
+* ``kernel bf16`` / ``kernel fp32``: :func:`mok.triton_ref.router_logits.router_logits` with bf16 / fp32 W (fp32
+  logits; fp32 weights by three bf16 terms).
+
+GPU time of one call (16 calls per CUDA-graph replay, :func:`mok.bench.harness.time_graph_ms`, median), the rate at
+which that reads x, and each way's largest error against an fp64 oracle on 256 rows, relative to the sum of the
+products' magnitudes (fp32 rounding: about 1e-7 to 1e-6; bf16 logits: about 4e-3).
+
+    python3 experiments/router_logits_bench.py [--shapes kimi-k2.7/ep64 anchor-2] [--json out.json]
+
+Needs a CUDA GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "experiments"))
+
+DEFAULT_SHAPES = ["kimi-k2.7/ep64", "glm-5.2/ep64", "qwen3.5-397b/ep64", "deepseek-v4-pro/ep64", "anchor-1",
+                  "anchor-2", "anchor-3", "anchor-5"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES)
+    parser.add_argument("--iters", type=int, default=50, help="graph replays per measurement")
+    parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--tilings", nargs="*", default=[],
+                        help="also time the kernel at these tilings, each BLOCK_T,BLOCK_E,BLOCK_H,warps,stages")
+    args = parser.parse_args(argv)
+
+    import torch  # noqa: PLC0415 (the CPU tests import this file without a GPU)
+    import torch.nn.functional as F  # noqa: PLC0415
+
+    from cuda_breakdown import SHAPES  # noqa: PLC0415
+    from mok.bench.harness import time_graph_ms  # noqa: PLC0415
+    from mok.triton_ref.router_logits import router_logits  # noqa: PLC0415
+
+    if not torch.cuda.is_available():
+        raise SystemExit("needs a CUDA GPU")
+    ways = {
+        "cublas bf16": lambda x, w16, w32: x @ w16.T,
+        "torch fp32": lambda x, w16, w32: F.linear(x.float(), w32),
+        "cublas bf16->fp32": lambda x, w16, w32: torch.mm(x, w16.T, out_dtype=torch.float32),
+        "kernel bf16": lambda x, w16, w32: router_logits(x, w16),
+        "kernel fp32": lambda x, w16, w32: router_logits(x, w32),
+    }
+    print(f"{'shape':22s} {'T x H x E':>20s} " + " ".join(f"{w + ' us':>14s}" for w in ways)
+          + "  x read TB/s (kernel fp32)  max rel err: " + " / ".join(ways))
+    rows = []
+    for name in args.shapes:
+        shape = SHAPES[name]
+        t, h, e = shape.tokens, shape.hidden, shape.num_experts
+        gen = torch.Generator(device="cuda").manual_seed(t + h + e)
+        x = torch.randn(t, h, device="cuda", generator=gen).to(torch.bfloat16)
+        w32 = torch.randn(e, h, device="cuda", generator=gen) * 0.02
+        w16 = w32.to(torch.bfloat16)
+        want = x[:256].double() @ w32.double().T
+        want16 = x[:256].double() @ w16.double().T
+        scale = x[:256].double().abs() @ w32.double().abs().T
+        us, err = {}, {}
+        with torch.no_grad():
+            for way, fn in ways.items():
+                got = fn(x, w16, w32)[:256].double()
+                err[way] = float(((got - (want16 if "bf16" in way else want)).abs() / scale).max())
+                us[way] = time_graph_ms(lambda fn=fn: fn(x, w16, w32), args.iters) * 1e3
+            for spec in args.tilings:
+                tiling = tuple(int(v) for v in spec.split(","))
+                for dtype, w in (("bf16", w16), ("fp32", w32)):
+                    got = router_logits(x, w, tiling)
+                    if not torch.equal(got[:256].double(), router_logits(x[:256], w, tiling).double()):
+                        raise SystemExit(f"{name} {spec} {dtype}: the bits changed with the token count")
+                    us[f"kernel {dtype} {spec}"] = time_graph_ms(lambda w=w, t=tiling: router_logits(x, w, t),
+                                                                 args.iters) * 1e3
+        rate = x.numel() * 2 / (us["kernel fp32"] * 1e-6) / 1e12
+        print(f"{name:22s} {f'{t} x {h} x {e}':>20s} " + " ".join(f"{us[w]:14.1f}" for w in ways)
+              + f"  {rate:10.2f}                  " + " / ".join(f"{err[w]:.1e}" for w in ways), flush=True)
+        for way in us:
+            if way not in ways:
+                print(f"    {way:36s} {us[way]:8.1f} us")
+        rows.append({"shape": name, "T": t, "H": h, "E": e, "us": us, "max_rel_err": err, "x_read_tb_s": rate})
+        del x, w16, w32
+        torch.cuda.empty_cache()
+    if args.json:
+        Path(args.json).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

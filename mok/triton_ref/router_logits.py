@@ -1,0 +1,97 @@
+"""The router's logits, ``x @ W^T`` in fp32, for bf16 activations: the GEMM in front of :mod:`.router_topk`.
+
+Reads / writes
+    ``x [T, H]`` bf16 and ``weight [E, H]`` bf16 or fp32 in, ``logits [T, E]`` fp32 out.
+
+Why a kernel of its own
+    * **fp32 router weights without fp32 activations.** A router is usually kept in fp32 (:class:`mok.MoELayer`'s
+      is). ``F.linear(x.float(), w)`` first writes an fp32 copy of x (3 bytes of traffic for every byte of x), then
+      runs an fp32 GEMM on the CUDA cores. Here each fp32 weight is split into three bf16 terms,
+      ``w = w_hi + w_mid + w_lo`` exactly (bf16 keeps 8 of fp32's 24 significand bits, so three terms hold them
+      all), and ``x @ w^T`` is three bf16 tensor-core dots into one fp32 accumulator. A bf16 value times a bf16
+      term is exact in fp32, so the only rounding left is the accumulator's, as in an fp32 GEMM.
+    * **Few experts.** At the EP-64 slices the router has 4-8 columns, where cuBLAS's tile reads x at about
+      2 TB/s (round 25's profile of the kimi slice: 115.6 us for 16,384 x 7,168 x 6); this kernel is a stream
+      over x with a 16-column tile.
+    * **The same bits for any split of the tokens.** Every row's dot product is summed in one fixed order, which
+      depends on H and the tile only; a library GEMM chooses its kernel (split-K included) by the shape, so the
+      logits of a token could change with the number of tokens beside it, and with them its experts.
+
+Tiling
+    A program owns ``BLOCK_T`` token rows and ``BLOCK_E`` experts and walks H in ``BLOCK_H`` steps, fixed by the
+    expert count alone (:func:`router_logits_tiling`).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import check_device, mma
+
+
+@triton.jit
+def router_logits_kernel(x_ptr, w_ptr, out_ptr, num_tokens, hidden, num_experts, stride_x, stride_w, stride_out,
+                         W_FP32: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr,
+                         BLOCK_H: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    experts = tl.program_id(1) * BLOCK_E + tl.arange(0, BLOCK_E)
+    cols = tl.arange(0, BLOCK_H)
+    row_ok = rows < num_tokens
+    expert_ok = experts < num_experts
+    x_rows = x_ptr + rows[:, None].to(tl.int64) * stride_x
+    w_rows = w_ptr + experts[:, None].to(tl.int64) * stride_w
+    acc = tl.zeros([BLOCK_T, BLOCK_E], dtype=tl.float32)
+    for h0 in range(0, hidden, BLOCK_H):  # one order of summation for every row, whatever T is
+        col_ok = (h0 + cols) < hidden
+        x = tl.load(x_rows + h0 + cols[None, :], mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+        w = tl.trans(tl.load(w_rows + h0 + cols[None, :], mask=expert_ok[:, None] & col_ok[None, :], other=0.0))
+        if W_FP32:
+            # w = hi + mid + lo exactly: each term is the bf16 rounding of what the ones before left over.
+            hi = w.to(tl.bfloat16)
+            rest = w - hi.to(tl.float32)
+            mid = rest.to(tl.bfloat16)
+            lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
+            acc = mma(x, hi, acc)
+            acc = mma(x, mid, acc)
+            acc = mma(x, lo, acc)
+        else:
+            acc = mma(x, w, acc)
+    out = out_ptr + rows[:, None].to(tl.int64) * stride_out + experts[None, :]
+    tl.store(out, acc, mask=row_ok[:, None] & expert_ok[None, :])
+
+
+def router_logits_tiling(num_experts: int) -> tuple[int, int, int, int, int]:
+    """``(BLOCK_T, BLOCK_E, BLOCK_H, num_warps, num_stages)`` for a router of ``num_experts`` columns: the expert
+    tile is the count rounded up to a power of two (at least 16, the MMA's smallest N; at most 128, beyond which
+    programs split the experts). Depends on the expert count only, never on T, so every row is summed alike."""
+    block_e = min(128, max(16, triton.next_power_of_2(num_experts)))
+    return 64, block_e, 64, 4 if block_e <= 64 else 8, 3
+
+
+def router_logits(x: torch.Tensor, weight: torch.Tensor,
+                  tiling: tuple[int, int, int, int, int] | None = None) -> torch.Tensor:
+    """``[T, E]`` fp32 logits of bf16 ``x [T, H]`` against ``weight [E, H]`` (bf16, or fp32 by three bf16 terms;
+    see the module docstring). ``tiling`` overrides :func:`router_logits_tiling` (experiments). No autograd here:
+    :func:`mok.router_logits` wraps it."""
+    check_device(x, weight)
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"x must be [tokens, hidden] and weight [experts, hidden] with one hidden size; got "
+                         f"{tuple(x.shape)} and {tuple(weight.shape)}")
+    if x.dtype != torch.bfloat16 or weight.dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"the router kernel takes bf16 x and bf16 or fp32 weights, got {x.dtype} and {weight.dtype}")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    if weight.stride(1) != 1:
+        weight = weight.contiguous()
+    num_tokens, hidden = x.shape
+    num_experts = weight.shape[0]
+    logits = torch.empty(num_tokens, num_experts, dtype=torch.float32, device=x.device)
+    block_t, block_e, block_h, num_warps, num_stages = tiling or router_logits_tiling(num_experts)
+    if num_tokens and num_experts:
+        grid = (triton.cdiv(num_tokens, block_t), triton.cdiv(num_experts, block_e))
+        router_logits_kernel[grid](x, weight, logits, num_tokens, hidden, num_experts, x.stride(0), weight.stride(0),
+                                   logits.stride(0), W_FP32=weight.dtype == torch.float32, BLOCK_T=block_t,
+                                   BLOCK_E=block_e, BLOCK_H=block_h, num_warps=num_warps, num_stages=num_stages)
+    return logits

@@ -1,0 +1,173 @@
+"""The router's logits kernel (mok.triton_ref.router_logits; the interpreter on the CPU, the GPU there) against an
+fp64 oracle, the exactness of its three-term split of fp32 weights, the same bits for any split of the tokens, and
+mok.router_logits: its methods, its gradients (PyTorch's own), its errors, and the layer that uses it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mok
+from conftest import TRITON_DEVICE, load_experiment
+from mok.triton_ref.router_logits import router_logits as kernel_logits, router_logits_tiling
+
+CASES = [(70, 100, 6), (33, 64, 20), (5, 130, 130), (1, 8, 1)]  # experts over 128: two expert tiles
+
+
+def random_router(tokens, hidden, experts, weight_dtype, seed, device=TRITON_DEVICE):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(tokens, hidden, generator=gen).to(torch.bfloat16)
+    w = (torch.randn(experts, hidden, generator=gen) * 0.05).to(weight_dtype)
+    return x.to(device), w.to(device)
+
+
+def assert_close_to_fp64(got, x, w, rtol=2e-6):
+    """fp32 rounding of a dot product: within rtol of the sum of the products' magnitudes."""
+    want = x.double() @ w.double().T
+    scale = x.double().abs() @ w.double().abs().T
+    err = (got.double() - want).abs()
+    assert got.dtype == torch.float32
+    assert bool((err <= rtol * scale + 1e-30).all()), float((err / scale.clamp_min(1e-30)).max())
+
+
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tokens,hidden,experts", CASES)
+def test_kernel_matches_an_fp64_oracle(tokens, hidden, experts, weight_dtype):
+    x, w = random_router(tokens, hidden, experts, weight_dtype, seed=tokens + hidden + experts)
+    got = kernel_logits(x, w)
+    assert got.shape == (tokens, experts)
+    assert_close_to_fp64(got.cpu(), x.cpu(), w.cpu())
+
+
+def test_three_bf16_terms_hold_an_fp32_weight_exactly():
+    """One-hot rows of x pick single weights: every bit of an fp32 weight (24 significand bits, which bf16 alone
+    would round to 8) comes back."""
+    hidden, experts = 96, 5
+    gen = torch.Generator().manual_seed(5)
+    w = torch.randn(experts, hidden, generator=gen) * torch.exp2(torch.randint(-20, 4, (experts, hidden),
+                                                                               generator=gen).float())
+    assert not torch.equal(w.to(torch.bfloat16).float(), w)  # the weights do use fp32's bits
+    x = torch.eye(hidden, dtype=torch.bfloat16)
+    got = kernel_logits(x.to(TRITON_DEVICE), w.to(TRITON_DEVICE)).cpu()
+    assert torch.equal(got.view(torch.int32), w.T.contiguous().view(torch.int32))
+
+
+def test_the_same_bits_for_any_split_of_the_tokens_and_any_call():
+    """Splits at tile boundaries here: the interpreter's dot is NumPy's matmul, whose summation can depend on a row's
+    place in the tile; the GPU test below splits anywhere (an MMA sums every row alike)."""
+    x, w = random_router(150, 200, 8, torch.float32, seed=6)
+    whole = kernel_logits(x, w)
+    block_t = router_logits_tiling(8)[0]
+    parts = torch.cat([kernel_logits(x[:block_t], w), kernel_logits(x[block_t:2 * block_t], w),
+                       kernel_logits(x[2 * block_t:], w)])
+    again = kernel_logits(x, w)
+    for other in (parts, again):
+        assert torch.equal(whole.view(torch.int32), other.view(torch.int32))
+
+
+def test_kernel_refuses_what_it_does_not_take():
+    x, w = random_router(4, 16, 3, torch.float32, seed=7)
+    with pytest.raises(TypeError, match="bf16 x and bf16 or fp32 weights"):
+        kernel_logits(x.float(), w)
+    with pytest.raises(TypeError, match="bf16 x and bf16 or fp32 weights"):
+        kernel_logits(x, w.double())
+    with pytest.raises(ValueError, match="one hidden size"):
+        kernel_logits(x, w[:, :8])
+
+
+# mok.router_logits: the methods and their gradients
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
+def test_kernel_method_has_the_torch_methods_gradients_bit_for_bit(weight_dtype):
+    x, w = random_router(40, 48, 6, weight_dtype, seed=8)
+    grad = torch.randn(40, 6, generator=torch.Generator().manual_seed(9)).to(x.device)
+    found = {}
+    for method in ("torch", "kernel"):
+        xl, wl = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        logits = mok.router_logits(xl, wl, method=method)
+        logits.backward(grad)
+        found[method] = (logits.detach(), xl.grad, wl.grad)
+        assert xl.grad.dtype == x.dtype and wl.grad.dtype == w.dtype
+    assert torch.allclose(found["kernel"][0], found["torch"][0], rtol=1e-5, atol=1e-5)
+    for got, want in zip(found["kernel"][1:], found["torch"][1:]):
+        assert torch.equal(got, want)
+
+
+def test_auto_is_the_torch_method_where_the_kernel_does_not_run(monkeypatch):
+    """On CPU tensors (and for activations that are not bf16) ``auto`` is ``F.linear(x.float(), w.float())``."""
+    monkeypatch.delenv("MOK_ROUTER", raising=False)
+    x, w = random_router(12, 16, 4, torch.float32, seed=10, device="cpu")
+    want = F.linear(x.float(), w.float())
+    assert torch.equal(mok.router_logits(x, w), want)
+    assert torch.equal(mok.router_logits(x.float(), w), F.linear(x.float(), w))
+    monkeypatch.setenv("MOK_ROUTER", "cublas")
+    with pytest.raises(ValueError, match="MOK_ROUTER"):
+        mok.router_logits(x, w)
+
+
+def test_layer_routes_through_router_logits():
+    layer = mok.MoELayer(32, 16, 8, 2, backend="reference")
+    x = torch.randn(10, 32, generator=torch.Generator().manual_seed(11))
+    weights, ids = layer.route(x)
+    want_weights, want_ids = mok.route(mok.router_logits(x, layer.router.weight), 2)
+    assert torch.equal(ids, want_ids) and torch.equal(weights, want_weights)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tokens,hidden,experts", [(4096, 7168, 6), (2048, 4096, 256), (999, 6144, 4),
+                                                   (3000, 1536, 128)])
+def test_gpu_kernel_matches_fp64_and_any_token_split(tokens, hidden, experts, weight_dtype, monkeypatch):
+    monkeypatch.delenv("MOK_ROUTER", raising=False)
+    x, w = random_router(tokens, hidden, experts, weight_dtype, seed=tokens + experts, device="cuda")
+    got = mok.router_logits(x, w)  # auto: the kernel on CUDA
+    assert torch.equal(got.view(torch.int32), kernel_logits(x, w).view(torch.int32))
+    assert_close_to_fp64(got.cpu(), x.cpu(), w.cpu())
+    split = torch.cat([kernel_logits(x[:tokens // 3], w), kernel_logits(x[tokens // 3:], w)])
+    assert torch.equal(got.view(torch.int32), split.view(torch.int32))
+
+
+@pytest.mark.gpu
+def test_gpu_three_bf16_terms_hold_an_fp32_weight_exactly():
+    hidden, experts = 256, 16
+    gen = torch.Generator().manual_seed(12)
+    w = torch.randn(experts, hidden, generator=gen) * torch.exp2(torch.randint(-20, 4, (experts, hidden),
+                                                                               generator=gen).float())
+    got = kernel_logits(torch.eye(hidden, dtype=torch.bfloat16, device="cuda"), w.cuda()).cpu()
+    assert torch.equal(got.view(torch.int32), w.T.contiguous().view(torch.int32))
+
+
+def test_router_logits_bench_says_it_needs_a_gpu():
+    """experiments/router_logits_bench.py imports on the CPU and stops with a clear message there."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the GPU test below runs the script")
+    bench = load_experiment("router_logits_bench.py")
+    assert set(bench.DEFAULT_SHAPES) <= set(load_experiment("cuda_breakdown.py").SHAPES)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        bench.main(["--shapes", "anchor-1"])
+
+
+@pytest.mark.gpu
+def test_gpu_router_logits_bench_runs(capsys, tmp_path):
+    load_experiment("router_logits_bench.py").main(["--shapes", "kimi-k2.7/ep64", "--iters", "3", "--json",
+                                                     str(tmp_path / "r.json")])
+    out = capsys.readouterr().out
+    assert "kimi-k2.7/ep64" in out and "nan" not in out
+    assert (tmp_path / "r.json").exists()
+
+
+@pytest.mark.gpu
+def test_gpu_layer_routes_bf16_activations_through_the_kernel_and_trains(monkeypatch):
+    """A bf16 layer on the GPU takes the kernel's logits (fp32 router weights), and its router weights get
+    PyTorch's gradient of ``F.linear(x.float(), w)`` through them."""
+    monkeypatch.delenv("MOK_ROUTER", raising=False)
+    torch.manual_seed(13)
+    layer = mok.MoELayer(256, 128, 16, 4, backend="triton", device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(300, 256, device="cuda").to(torch.bfloat16)
+    weights, ids = layer.route(x)
+    want_weights, want_ids = mok.route(kernel_logits(x, layer.router.weight), 4)
+    assert torch.equal(ids, want_ids) and torch.equal(weights.view(torch.int32), want_weights.view(torch.int32))
+    layer(x).float().square().mean().backward()
+    grad = layer.router.weight.grad
+    assert grad is not None and grad.dtype == torch.float32  # (the layer keeps its router in fp32)
+    assert bool(grad.isfinite().all()) and bool(grad.abs().max() > 0)
