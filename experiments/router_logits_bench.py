@@ -76,7 +76,11 @@ def main(argv: list[str] | None = None) -> None:
             for spec in args.tilings:
                 tiling = tuple(int(v) for v in spec.split(","))
                 for dtype, w in (("bf16", w16), ("fp32", w32)):
-                    got = router_logits(x, w, tiling)
+                    try:
+                        got = router_logits(x, w, tiling)
+                    except Exception as error:  # noqa: BLE001 (a tiling past the shared memory: say so, go on)
+                        print(f"    {name} {spec} {dtype}: {type(error).__name__}: {str(error)[:80]}")
+                        continue
                     if not torch.equal(got[:256].double(), router_logits(x[:256], w, tiling).double()):
                         raise SystemExit(f"{name} {spec} {dtype}: the bits changed with the token count")
                     us[f"kernel {dtype} {spec}"] = time_graph_ms(lambda w=w, t=tiling: router_logits(x, w, t),

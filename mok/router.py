@@ -7,45 +7,65 @@ import os
 import torch
 import torch.nn.functional as F
 
-METHODS = ("auto", "torch", "kernel")
+METHODS = ("auto", "torch", "kernel", "cublas")
+
+# Up to this many experts auto takes the kernel for bf16 router weights too; past it, cuBLAS's bf16 GEMM with fp32
+# output (round 25, H200: kernel 54.6 / 44.5 us against 86.5 / 44.7 at the kimi / qwen slices' 6 / 8 experts; at
+# 64-256 experts cuBLAS 26-105 us against the kernel's 29-132).
+KERNEL_MAX_EXPERTS_BF16 = 16
 
 
 def router_logits(x: torch.Tensor, weight: torch.Tensor, *, method: str | None = None) -> torch.Tensor:
     """``[T, E]`` fp32 router logits of activations ``x [T, H]`` and router weights ``weight [E, H]``.
 
     Args:
-        method: ``"torch"`` (``F.linear(x.float(), weight.float())``), ``"kernel"``
+        method: ``"torch"`` (``F.linear(x.float(), weight.float())``); ``"kernel"``
             (:func:`mok.triton_ref.router_logits.router_logits`: bf16 x, bf16 or fp32 weights, fp32 products
-            without an fp32 copy of x, one order of summation per row whatever T is), or ``"auto"``: the kernel for
-            CUDA tensors it takes, the PyTorch op otherwise. Default ``MOK_ROUTER``, else ``"auto"``. The two
-            agree to fp32 rounding (other orders of summation), not bit for bit.
+            without an fp32 copy of x, one order of summation per row whatever T is, so the same bits for any
+            split of the tokens); ``"cublas"`` (CUDA, bf16 x and weights: ``torch.mm(x, weight.T,
+            out_dtype=torch.float32)``, cuBLAS's bf16 GEMM with fp32 logits, which picks its kernel by the shape);
+            or ``"auto"``: for bf16 x on CUDA the kernel with fp32 weights, and with bf16 weights the kernel up to
+            :data:`KERNEL_MAX_EXPERTS_BF16` experts and cuBLAS past them (whichever measured faster); elsewhere
+            ``"torch"``. Default ``MOK_ROUTER``, else ``"auto"``. All agree to fp32 rounding (other orders of
+            summation), not bit for bit.
 
-    The gradients are those of ``F.linear(x.float(), weight.float())`` either way, by the same PyTorch ops (the
-    kernel's backward does not save an fp32 copy of x, it makes one).
+    The gradients are those of ``F.linear(x.float(), weight.float())`` whichever the method, by the same PyTorch
+    ops (the kernel's and cuBLAS's backward do not save an fp32 copy of x, they make one).
     """
     choice = os.environ.get("MOK_ROUTER", "auto") if method is None else method
     if choice not in METHODS:
         raise ValueError(f"the router method (method or MOK_ROUTER) must be one of {METHODS}, got {choice!r}")
     if choice == "auto":
-        choice = "kernel" if _kernel_takes(x, weight) else "torch"
+        choice = _auto_method(x, weight)
     if choice == "torch":
         return F.linear(x.float(), weight.float())
-    return _KernelRouterLogits.apply(x, weight)
+    if choice == "cublas" and not (x.is_cuda and x.dtype == weight.dtype == torch.bfloat16):
+        raise TypeError(f"the cublas router method takes bf16 x and weights on CUDA, got {x.dtype} and {weight.dtype} "
+                        f"on {x.device}")
+    return _RouterLogits.apply(x, weight, choice)
 
 
-def _kernel_takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (x.is_cuda and weight.is_cuda and x.dtype == torch.bfloat16
-            and weight.dtype in (torch.bfloat16, torch.float32) and x.dim() == 2)
+def _auto_method(x: torch.Tensor, weight: torch.Tensor) -> str:
+    if not (x.is_cuda and weight.is_cuda and x.dtype == torch.bfloat16 and x.dim() == 2):
+        return "torch"
+    if weight.dtype == torch.float32:
+        return "kernel"
+    if weight.dtype == torch.bfloat16:
+        return "kernel" if weight.shape[0] <= KERNEL_MAX_EXPERTS_BF16 else "cublas"
+    return "torch"
 
 
-class _KernelRouterLogits(torch.autograd.Function):
-    """Forward by the kernel; backward by the PyTorch ops of ``F.linear(x.float(), weight.float())``'s own."""
+class _RouterLogits(torch.autograd.Function):
+    """Forward by the kernel or cuBLAS; backward by the PyTorch ops of ``F.linear(x.float(), weight.float())``'s
+    own."""
 
     @staticmethod
-    def forward(ctx, x, weight):
+    def forward(ctx, x, weight, method):
+        ctx.save_for_backward(x, weight)
+        if method == "cublas":
+            return torch.mm(x.detach(), weight.detach().t(), out_dtype=torch.float32)
         from .triton_ref.router_logits import router_logits as kernel  # noqa: PLC0415 (Triton only when used)
 
-        ctx.save_for_backward(x, weight)
         return kernel(x.detach(), weight.detach())
 
     @staticmethod
@@ -56,4 +76,4 @@ class _KernelRouterLogits(torch.autograd.Function):
             grad_x = (grad_logits @ weight.float()).to(x.dtype)
         if ctx.needs_input_grad[1]:
             grad_weight = (grad_logits.t() @ x.float()).to(weight.dtype)
-        return grad_x, grad_weight
+        return grad_x, grad_weight, None

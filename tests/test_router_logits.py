@@ -100,7 +100,9 @@ def test_auto_is_the_torch_method_where_the_kernel_does_not_run(monkeypatch):
     want = F.linear(x.float(), w.float())
     assert torch.equal(mok.router_logits(x, w), want)
     assert torch.equal(mok.router_logits(x.float(), w), F.linear(x.float(), w))
-    monkeypatch.setenv("MOK_ROUTER", "cublas")
+    with pytest.raises(TypeError, match="cublas router method takes bf16 x and weights on CUDA"):
+        mok.router_logits(x, w.to(torch.bfloat16), method="cublas")
+    monkeypatch.setenv("MOK_ROUTER", "cutlass")
     with pytest.raises(ValueError, match="MOK_ROUTER"):
         mok.router_logits(x, w)
 
@@ -120,11 +122,33 @@ def test_layer_routes_through_router_logits():
 def test_gpu_kernel_matches_fp64_and_any_token_split(tokens, hidden, experts, weight_dtype, monkeypatch):
     monkeypatch.delenv("MOK_ROUTER", raising=False)
     x, w = random_router(tokens, hidden, experts, weight_dtype, seed=tokens + experts, device="cuda")
-    got = mok.router_logits(x, w)  # auto: the kernel on CUDA
-    assert torch.equal(got.view(torch.int32), kernel_logits(x, w).view(torch.int32))
+    got = kernel_logits(x, w)
     assert_close_to_fp64(got.cpu(), x.cpu(), w.cpu())
     split = torch.cat([kernel_logits(x[:tokens // 3], w), kernel_logits(x[tokens // 3:], w)])
     assert torch.equal(got.view(torch.int32), split.view(torch.int32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("experts,weight_dtype,want_method", [(6, torch.float32, "kernel"),
+                                                              (256, torch.float32, "kernel"),
+                                                              (16, torch.bfloat16, "kernel"),
+                                                              (17, torch.bfloat16, "cublas")])
+def test_gpu_auto_router_method_and_the_cublas_method(experts, weight_dtype, want_method, monkeypatch):
+    """auto's choice (bit for bit), cuBLAS's fp32 logits against the oracle, and every method's gradients equal
+    to the PyTorch op's."""
+    monkeypatch.delenv("MOK_ROUTER", raising=False)
+    x, w = random_router(1000, 512, experts, weight_dtype, seed=experts, device="cuda")
+    auto = mok.router_logits(x, w)
+    assert torch.equal(auto.view(torch.int32), mok.router_logits(x, w, method=want_method).view(torch.int32))
+    assert_close_to_fp64(auto.cpu(), x.cpu(), w.cpu())
+    grad = torch.randn(1000, experts, device="cuda")
+    grads = {}
+    for method in ("torch", "kernel", "cublas") if weight_dtype == torch.bfloat16 else ("torch", "kernel"):
+        xl, wl = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        mok.router_logits(xl, wl, method=method).backward(grad)
+        grads[method] = (xl.grad, wl.grad)
+    for method, (gx, gw) in grads.items():
+        assert torch.equal(gx, grads["torch"][0]) and torch.equal(gw, grads["torch"][1]), method
 
 
 @pytest.mark.gpu

@@ -67,7 +67,14 @@ def router_logits_tiling(num_experts: int) -> tuple[int, int, int, int, int]:
     tile is the count rounded up to a power of two (at least 16, the MMA's smallest N; at most 128, beyond which
     programs split the experts). Depends on the expert count only, never on T, so every row is summed alike."""
     block_e = min(128, max(16, triton.next_power_of_2(num_experts)))
-    return 64, block_e, 64, 4 if block_e <= 64 else 8, 3
+    # Round 25's sweep on the H200 (experiments/router_logits_bench.py --tilings), fp32 weights: at 16 columns,
+    # 128-wide steps of H (the kimi slice 71.5 us against 83.6 at 64 x 16 x 64); at 128, 128-row tiles and four
+    # stages (anchor-2 609 us against 1,491, anchor-1 124 against 218). Between, 64 x 64 x 64 held its own.
+    if block_e == 16:
+        return 64, 16, 128, 4, 4
+    if block_e == 128:
+        return 128, 128, 64, 8, 4
+    return 64, block_e, 64, 4, 3
 
 
 def router_logits(x: torch.Tensor, weight: torch.Tensor,
