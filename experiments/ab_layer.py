@@ -12,7 +12,8 @@ every call (``mok.cuda.backend``'s ``resolve_*`` and ``default_*`` functions), s
 Each shape prints one line: the median layer time of each side over ``rounds * calls`` calls that alternated in time
 (:func:`mok.bench.harness.time_rotated`: the machine's drift favours neither side), their ratio, and whether the two
 outputs of the same inputs are the same bits. ``--grad`` times a training forward (autograd on: the saved rows for
-the backward are written too); the default is ``torch.no_grad()``. Needs a CUDA GPU.
+the backward are written too); the default is ``torch.no_grad()``. ``--router`` times the bench's layer instead, its
+router and routing inside, a training forward (for ``MOK_ROUTER`` and ``MOK_ROUTE``). Needs a CUDA GPU.
 """
 from __future__ import annotations
 
@@ -66,6 +67,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--calls", type=int, default=4, help="calls per side and round")
     parser.add_argument("--grad", action="store_true", help="autograd on (a training forward)")
+    parser.add_argument("--router", action="store_true",
+                        help="the bench's layer with its router inside (mok.bench.problems.LayerProblem, a training "
+                             "forward): for switches of the router and the routing (MOK_ROUTER, MOK_ROUTE)")
     parser.add_argument("shapes", nargs="*", default=["anchor-2", "anchor-1"])
     args = parser.parse_args(argv)
     sides = {"A": parse_env(args.env_a), "B": parse_env(args.env_b)}
@@ -82,14 +86,22 @@ def main(argv: list[str] | None = None) -> None:
     from mok.cuda.backend import check_pending_errors  # noqa: PLC0415
     from mok.cuda.workspace import release_workspaces  # noqa: PLC0415
 
+    from mok.bench.problems import LayerProblem  # noqa: PLC0415
+
     for name in args.shapes:
         shape = SHAPES[name]
-        problem = Problem(shape, n_sets=2)
+        if args.router:
+            problem = LayerProblem(shape, "bf16", torch.device("cuda"), n_sets=2, router=True)
+        else:
+            problem = Problem(shape, n_sets=2)
 
         def side(label, problem=problem):
             def call(j):
-                with environment(sides[label], names), torch.set_grad_enabled(args.grad):
-                    return mok.moe(*problem.args(j), backend="cuda", check_inputs=False)
+                with environment(sides[label], names):
+                    if args.router:
+                        return problem.forward("cuda", j)
+                    with torch.set_grad_enabled(args.grad):
+                        return mok.moe(*problem.args(j), backend="cuda", check_inputs=False)
             return call
 
         fns = {label: side(label) for label in sides}
