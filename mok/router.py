@@ -11,7 +11,7 @@ METHODS = ("auto", "torch", "kernel", "cublas")
 
 # Up to this many experts auto takes the kernel for bf16 router weights too; past it, cuBLAS's bf16 GEMM with fp32
 # output (round 25, H200: kernel 54.6 / 44.5 us against 86.5 / 44.7 at the kimi / qwen slices' 6 / 8 experts; at
-# 64-256 experts cuBLAS 26-105 us against the kernel's 29-132).
+# 64-256 experts cuBLAS 26-105 us against the kernel's 29-132 at its best tiling for each shape).
 KERNEL_MAX_EXPERTS_BF16 = 16
 
 
