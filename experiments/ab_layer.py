@@ -13,7 +13,8 @@ Each shape prints one line: the median layer time of each side over ``rounds * c
 (:func:`mok.bench.harness.time_rotated`: the machine's drift favours neither side), their ratio, and whether the two
 outputs of the same inputs are the same bits. ``--grad`` times a training forward (autograd on: the saved rows for
 the backward are written too); the default is ``torch.no_grad()``. ``--router`` times the bench's layer instead, its
-router and routing inside, a training forward (for ``MOK_ROUTER`` and ``MOK_ROUTE``). Needs a CUDA GPU.
+router and routing inside, a training forward (for ``MOK_ROUTER`` and ``MOK_ROUTE``); ``--router-weights fp32``
+keeps the router weights in fp32 as :class:`mok.MoELayer` does, ``--backward`` adds the backward. Needs a CUDA GPU.
 """
 from __future__ import annotations
 
@@ -70,8 +71,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--router", action="store_true",
                         help="the bench's layer with its router inside (mok.bench.problems.LayerProblem, a training "
                              "forward): for switches of the router and the routing (MOK_ROUTER, MOK_ROUTE)")
+    parser.add_argument("--router-weights", choices=["bf16", "fp32"], default="bf16",
+                        help="with --router: the router weights' dtype (fp32: as mok.MoELayer keeps them)")
+    parser.add_argument("--backward", action="store_true",
+                        help="with --router: time the forward and the backward (the gradients of x, the router "
+                             "weights and the expert weights), a training step's layer")
     parser.add_argument("shapes", nargs="*", default=["anchor-2", "anchor-1"])
     args = parser.parse_args(argv)
+    if (args.backward or args.router_weights != "bf16") and not args.router:
+        parser.error("--backward and --router-weights go with --router")
     sides = {"A": parse_env(args.env_a), "B": parse_env(args.env_b)}
     if sides["A"] == sides["B"]:
         parser.error("give environment switches that differ between A and B")
@@ -91,7 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.shapes:
         shape = SHAPES[name]
         if args.router:
-            problem = LayerProblem(shape, "bf16", torch.device("cuda"), n_sets=2, router=True)
+            router_dtype = torch.float32 if args.router_weights == "fp32" else torch.bfloat16
+            problem = LayerProblem(shape, "bf16", torch.device("cuda"), n_sets=2, router=True,
+                                   router_dtype=router_dtype)
         else:
             problem = Problem(shape, n_sets=2)
 
@@ -99,6 +109,8 @@ def main(argv: list[str] | None = None) -> None:
             def call(j):
                 with environment(sides[label], names):
                     if args.router:
+                        if args.backward:
+                            return problem.forward_backward("cuda", j)[0]  # (x's gradient: compared below)
                         return problem.forward("cuda", j)
                     with torch.set_grad_enabled(args.grad):
                         return mok.moe(*problem.args(j), backend="cuda", check_inputs=False)
@@ -110,8 +122,9 @@ def main(argv: list[str] | None = None) -> None:
         timings = time_rotated(fns, device="cuda", n_sets=2, rounds=args.rounds, calls=args.calls)
         check_pending_errors()
         med = {label: t.median_ms for label, t in timings.items()}
-        print(f"{name}: A {med['A']:.3f} ms ({shape.forward_flops / med['A'] / 1e9:.0f} TFLOP/s), "
-              f"B {med['B']:.3f} ms ({shape.forward_flops / med['B'] / 1e9:.0f} TFLOP/s), "
+        flops = shape.forward_flops * (3 if args.backward else 1)  # the backward counts twice the forward
+        print(f"{name}: A {med['A']:.3f} ms ({flops / med['A'] / 1e9:.0f} TFLOP/s), "
+              f"B {med['B']:.3f} ms ({flops / med['B'] / 1e9:.0f} TFLOP/s), "
               f"B/A time {med['B'] / med['A']:.3f}; outputs bitwise equal: {same}", flush=True)
         del problem, outs, fns
         release_workspaces()

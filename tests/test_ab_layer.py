@@ -44,3 +44,10 @@ def test_sides_must_differ():
     script = load_script()
     with pytest.raises(SystemExit):
         script.main(["--env-a", "MOK_CUDA_DOWN_TMA=0", "--env-b", "MOK_CUDA_DOWN_TMA=0", "anchor-2"])
+
+
+def test_router_options_need_the_router():
+    script = load_script()
+    for extra in (["--backward"], ["--router-weights", "fp32"]):
+        with pytest.raises(SystemExit):
+            script.main(["--env-a", "MOK_ROUTER=torch", "--env-b", "MOK_ROUTER=kernel", *extra, "anchor-2"])

@@ -195,3 +195,16 @@ def test_gpu_layer_routes_bf16_activations_through_the_kernel_and_trains(monkeyp
     grad = layer.router.weight.grad
     assert grad is not None and grad.dtype == torch.float32  # (the layer keeps its router in fp32)
     assert bool(grad.isfinite().all()) and bool(grad.abs().max() > 0)
+
+
+def test_bench_problem_keeps_fp32_router_weights_when_asked():
+    """LayerProblem(router_dtype=torch.float32): the router weights as mok.MoELayer keeps them, trained through
+    mok.router_logits (on the CPU its torch method)."""
+    from mok.bench.problems import LayerProblem
+    from mok.config import MoEShape
+
+    shape = MoEShape("tiny", tokens=16, hidden=32, intermediate=16, num_experts=4, top_k=2)
+    problem = LayerProblem(shape, "bf16", torch.device("cpu"), n_sets=1, router_dtype=torch.float32)
+    assert problem.w_router.dtype == torch.float32 and problem.xs[0].dtype == torch.bfloat16
+    grads = problem.forward_backward("reference", 0)
+    assert grads[1].dtype == torch.float32 and bool(grads[1].abs().max() > 0)  # the router weights' gradient

@@ -43,13 +43,16 @@ class LayerProblem:
         device: where the tensors live.
         n_sets: input sets for rotation.
         router: time the router inside each call (see the module docstring).
+        router_dtype: the router weights' dtype (default: the activations'; ``torch.float32`` as
+            :class:`mok.MoELayer` keeps them).
         ep_size: emulated expert-parallel ranks passed to :func:`mok.moe` (does not change the result).
         config: :class:`mok.MoKConfig` for the MoK backends (``None``: defaults).
         seed: seeds every random input.
     """
 
     def __init__(self, shape: MoEShape, precision: str, device: torch.device, *, n_sets: int = 3,
-                 router: bool = True, ep_size: int = 1, config: MoKConfig | None = None, seed: int = 0) -> None:
+                 router: bool = True, ep_size: int = 1, config: MoKConfig | None = None, seed: int = 0,
+                 router_dtype: torch.dtype | None = None) -> None:
         if precision not in _DTYPES:
             raise ValueError(f"precision must be one of {sorted(_DTYPES)}, got {precision!r}")
         self.shape, self.precision, self.device = shape, precision, torch.device(device)
@@ -75,7 +78,7 @@ class LayerProblem:
                    for _ in range(n_sets)]
         self.grads = [torch.randn(t, h, device=self.device, generator=gen).to(dtype) for _ in range(n_sets)]
         if router:
-            self.w_router = (torch.randn(e, h, device=self.device, generator=gen) * 0.02).to(dtype)
+            self.w_router = (torch.randn(e, h, device=self.device, generator=gen) * 0.02).to(router_dtype or dtype)
             self.w_router.requires_grad_(True)
             self.routes = None
         else:
