@@ -11,7 +11,7 @@ GPU time of one call (16 calls per CUDA-graph replay, :func:`mok.bench.harness.t
 which that reads x, and each way's largest error against an fp64 oracle on 256 rows, relative to the sum of the
 products' magnitudes (fp32 rounding: about 1e-7 to 1e-6; bf16 logits: about 4e-3).
 
-    python3 experiments/router_logits_bench.py [--shapes kimi-k2.7/ep64 anchor-2] [--json out.json]
+    python3 experiments/router_logits_bench.py [--shapes kimi-k2.7/ep64 anchor-2] [--json out.json] [--backward]
 
 Needs a CUDA GPU.
 """
@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES)
     parser.add_argument("--iters", type=int, default=50, help="graph replays per measurement")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--backward", action="store_true",
+                        help="also time the backward: the PyTorch ops (F.linear(x.float(), w)'s) against the backward "
+                             "kernels, for bf16 and fp32 weights")
     parser.add_argument("--tilings", nargs="*", default=[],
                         help="also time the kernel at these tilings, each BLOCK_T,BLOCK_E,BLOCK_H,warps,stages")
     args = parser.parse_args(argv)
@@ -44,6 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     from cuda_breakdown import SHAPES  # noqa: PLC0415
     from mok.bench.harness import time_graph_ms  # noqa: PLC0415
     from mok.triton_ref.router_logits import router_logits  # noqa: PLC0415
+    from mok.triton_ref.router_logits_backward import router_logits_backward  # noqa: PLC0415
 
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
@@ -85,12 +89,28 @@ def main(argv: list[str] | None = None) -> None:
                         raise SystemExit(f"{name} {spec} {dtype}: the bits changed with the token count")
                     us[f"kernel {dtype} {spec}"] = time_graph_ms(lambda w=w, t=tiling: router_logits(x, w, t),
                                                                  args.iters) * 1e3
+            if args.backward:
+                grad = torch.randn(t, e, device="cuda", generator=gen)
+                for dtype, w in (("bf16", w16), ("fp32", w32)):
+                    def torch_ops(w=w):
+                        return (grad @ w.float()).to(x.dtype), (grad.t() @ x.float()).to(w.dtype)
+                    want_x, want_w = torch_ops()
+                    got_x, got_w = router_logits_backward(x, w, grad)
+                    for part, got, want in (("x", got_x, want_x), ("w", got_w, want_w)):
+                        err[f"bwd {dtype} grad_{part} vs torch"] = float(((got.double() - want.double()).abs().max()
+                                                                          / want.double().abs().max()))
+                    us[f"backward torch ops, {dtype} W"] = time_graph_ms(torch_ops, args.iters) * 1e3
+                    us[f"backward kernels, {dtype} W"] = time_graph_ms(
+                        lambda w=w: router_logits_backward(x, w, grad), args.iters) * 1e3
         rate = x.numel() * 2 / (us["kernel fp32"] * 1e-6) / 1e12
         print(f"{name:22s} {f'{t} x {h} x {e}':>20s} " + " ".join(f"{us[w]:14.1f}" for w in ways)
               + f"  {rate:10.2f}                  " + " / ".join(f"{err[w]:.1e}" for w in ways), flush=True)
         for way in us:
             if way not in ways:
                 print(f"    {way:36s} {us[way]:8.1f} us")
+        for what in err:
+            if what not in ways:
+                print(f"    {what:36s} {err[what]:8.1e} (largest difference over the largest value)")
         rows.append({"shape": name, "T": t, "H": h, "E": e, "us": us, "max_rel_err": err, "x_read_tb_s": rate})
         del x, w16, w32
         torch.cuda.empty_cache()

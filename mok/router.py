@@ -15,7 +15,11 @@ METHODS = ("auto", "torch", "kernel", "cublas")
 KERNEL_MAX_EXPERTS_BF16 = 16
 
 
-def router_logits(x: torch.Tensor, weight: torch.Tensor, *, method: str | None = None) -> torch.Tensor:
+BACKWARD_METHODS = ("torch", "kernel")
+
+
+def router_logits(x: torch.Tensor, weight: torch.Tensor, *, method: str | None = None,
+                  backward: str | None = None) -> torch.Tensor:
     """``[T, E]`` fp32 router logits of activations ``x [T, H]`` and router weights ``weight [E, H]``.
 
     Args:
@@ -29,12 +33,20 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor, *, method: str | None =
             ``"torch"``. Default ``MOK_ROUTER``, else ``"auto"``. All agree to fp32 rounding (other orders of
             summation), not bit for bit.
 
-    The gradients are those of ``F.linear(x.float(), weight.float())`` whichever the method, by the same PyTorch
-    ops (the kernel's and cuBLAS's backward do not save an fp32 copy of x, they make one).
+        backward: for the kernel and cuBLAS methods, ``"torch"`` (default, ``MOK_ROUTER_BACKWARD``): the PyTorch ops
+            of ``F.linear(x.float(), weight.float())``'s backward, so the gradients are theirs bit for bit (they do
+            not save an fp32 copy of x, they make one); or ``"kernel"``
+            (:func:`mok.triton_ref.router_logits_backward.router_logits_backward`: the same three-term trick, no
+            fp32 copy of x, no fp32 GEMM; fp32 rounding, not their bits; not yet timed on a GPU). A backward that
+            builds a graph (``create_graph=True``) takes the PyTorch ops either way.
     """
     choice = os.environ.get("MOK_ROUTER", "auto") if method is None else method
     if choice not in METHODS:
         raise ValueError(f"the router method (method or MOK_ROUTER) must be one of {METHODS}, got {choice!r}")
+    backward = os.environ.get("MOK_ROUTER_BACKWARD", "torch") if backward is None else backward
+    if backward not in BACKWARD_METHODS:
+        raise ValueError(f"the router's backward (backward or MOK_ROUTER_BACKWARD) must be one of "
+                         f"{BACKWARD_METHODS}, got {backward!r}")
     if choice == "auto":
         choice = _auto_method(x, weight)
     if choice == "torch":
@@ -42,7 +54,7 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor, *, method: str | None =
     if choice == "cublas" and not (x.is_cuda and x.dtype == weight.dtype == torch.bfloat16):
         raise TypeError(f"the cublas router method takes bf16 x and weights on CUDA, got {x.dtype} and {weight.dtype} "
                         f"on {x.device}")
-    return _RouterLogits.apply(x, weight, choice)
+    return _RouterLogits.apply(x, weight, choice, backward)
 
 
 def _auto_method(x: torch.Tensor, weight: torch.Tensor) -> str:
@@ -57,11 +69,12 @@ def _auto_method(x: torch.Tensor, weight: torch.Tensor) -> str:
 
 class _RouterLogits(torch.autograd.Function):
     """Forward by the kernel or cuBLAS; backward by the PyTorch ops of ``F.linear(x.float(), weight.float())``'s
-    own."""
+    own, or by the backward kernels."""
 
     @staticmethod
-    def forward(ctx, x, weight, method):
+    def forward(ctx, x, weight, method, backward):
         ctx.save_for_backward(x, weight)
+        ctx.backward_method = backward
         if method == "cublas":
             return torch.mm(x.detach(), weight.detach().t(), out_dtype=torch.float32)
         from .triton_ref.router_logits import router_logits as kernel  # noqa: PLC0415 (Triton only when used)
@@ -71,9 +84,16 @@ class _RouterLogits(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_logits):
         x, weight = ctx.saved_tensors
+        need_x, need_weight = ctx.needs_input_grad[:2]
+        if ctx.backward_method == "kernel" and not torch.is_grad_enabled():  # (a graph: the PyTorch ops below)
+            from .triton_ref.router_logits_backward import router_logits_backward  # noqa: PLC0415
+
+            grad_x, grad_weight = router_logits_backward(x.detach(), weight.detach(), grad_logits, need_x=need_x,
+                                                         need_weight=need_weight)
+            return grad_x, grad_weight, None, None
         grad_x = grad_weight = None
-        if ctx.needs_input_grad[0]:
+        if need_x:
             grad_x = (grad_logits @ weight.float()).to(x.dtype)
-        if ctx.needs_input_grad[1]:
+        if need_weight:
             grad_weight = (grad_logits.t() @ x.float()).to(weight.dtype)
-        return grad_x, grad_weight, None
+        return grad_x, grad_weight, None, None

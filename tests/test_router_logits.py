@@ -173,10 +173,10 @@ def test_router_logits_bench_says_it_needs_a_gpu():
 
 @pytest.mark.gpu
 def test_gpu_router_logits_bench_runs(capsys, tmp_path):
-    load_experiment("router_logits_bench.py").main(["--shapes", "kimi-k2.7/ep64", "--iters", "3", "--json",
-                                                     str(tmp_path / "r.json")])
+    load_experiment("router_logits_bench.py").main(["--shapes", "kimi-k2.7/ep64", "--iters", "3", "--backward",
+                                                     "--json", str(tmp_path / "r.json")])
     out = capsys.readouterr().out
-    assert "kimi-k2.7/ep64" in out and "nan" not in out
+    assert "kimi-k2.7/ep64" in out and "nan" not in out and "backward kernels, fp32 W" in out
     assert (tmp_path / "r.json").exists()
 
 
@@ -208,3 +208,101 @@ def test_bench_problem_keeps_fp32_router_weights_when_asked():
     assert problem.w_router.dtype == torch.float32 and problem.xs[0].dtype == torch.bfloat16
     grads = problem.forward_backward("reference", 0)
     assert grads[1].dtype == torch.float32 and bool(grads[1].abs().max() > 0)  # the router weights' gradient
+
+
+# The backward kernels (mok.triton_ref.router_logits_backward)
+def assert_backward_close_to_fp64(grad_x, grad_w, x, w, grad):
+    """grad_x rounded to bf16 once (half a bf16 ulp) after an fp32-accurate sum; grad_w summed in fp32, then cast to
+    the weights' dtype."""
+    g, xd, wd = grad.double(), x.double(), w.double()
+    want_x, scale_x = g @ wd, g.abs() @ wd.abs()
+    want_w, scale_w = g.T @ xd, g.abs().T @ xd.abs()
+    assert grad_x.dtype == x.dtype and grad_w.dtype == w.dtype
+    x_err = (grad_x.double() - want_x).abs()
+    assert bool((x_err <= 2.0 ** -8 * want_x.abs() + 1e-5 * scale_x + 1e-30).all())
+    w_rel = 2.0 ** -8 if w.dtype == torch.bfloat16 else 0.0
+    w_err = (grad_w.double() - want_w).abs()
+    assert bool((w_err <= w_rel * want_w.abs() + 2e-6 * scale_w + 1e-30).all()), float((w_err / scale_w).max())
+
+
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tokens,hidden,experts", CASES)
+def test_backward_kernels_match_an_fp64_oracle(tokens, hidden, experts, weight_dtype):
+    from mok.triton_ref.router_logits_backward import router_logits_backward
+
+    x, w = random_router(tokens, hidden, experts, weight_dtype, seed=2 * tokens + hidden)
+    grad = torch.randn(tokens, experts, generator=torch.Generator().manual_seed(experts)).to(x.device)
+    grad_x, grad_w = router_logits_backward(x, w, grad)
+    assert_backward_close_to_fp64(grad_x.cpu(), grad_w.cpu(), x.cpu(), w.cpu(), grad.cpu())
+    again_x, again_w = router_logits_backward(x, w, grad)
+    assert torch.equal(again_x.view(torch.int16), grad_x.view(torch.int16))
+    assert torch.equal(again_w.view(torch.int16 if weight_dtype == torch.bfloat16 else torch.int32),
+                       grad_w.view(torch.int16 if weight_dtype == torch.bfloat16 else torch.int32))
+    only_x, no_w = router_logits_backward(x, w, grad, need_weight=False)
+    assert no_w is None and torch.equal(only_x.view(torch.int16), grad_x.view(torch.int16))
+
+
+def test_backward_kernels_carry_every_bit_of_fp32_operands():
+    """Cancellations that leave only the low bits: grad_x of grad = (1, -1) against rows w and bf16(w) is w - bf16(w),
+    and of grad = (a, -bf16(a)) against two equal rows is (a - bf16(a)) w; with one bf16 term per fp32 operand both
+    would be 0. grad_w of one-hot x rows gives fp32 grad back bit for bit."""
+    from mok.triton_ref.router_logits_backward import router_logits_backward
+
+    hidden = 24
+    gen = torch.Generator().manual_seed(14)
+    w0 = torch.randn(hidden, generator=gen) * torch.exp2(torch.randint(-8, 4, (hidden,), generator=gen).float())
+    a = torch.tensor(0.7853981633974483)  # pi / 4: fp32 bits that bf16 rounds away
+    ones = torch.ones(hidden).to(torch.bfloat16).float()
+    w = torch.stack([w0, w0.to(torch.bfloat16).float()])
+    grad = torch.tensor([[1.0, -1.0]])
+    x = torch.zeros(1, hidden, dtype=torch.bfloat16)
+    got, _ = router_logits_backward(x.to(TRITON_DEVICE), w.to(TRITON_DEVICE), grad.to(TRITON_DEVICE))
+    residual = w0 - w0.to(torch.bfloat16).float()
+    assert bool(residual.abs().min() > 0)
+    assert torch.equal(got[0].cpu().view(torch.int16), residual.to(torch.bfloat16).view(torch.int16))
+    grad = torch.stack([a, -a.to(torch.bfloat16).float()]).view(1, 2)
+    got, _ = router_logits_backward(x.to(TRITON_DEVICE), torch.stack([ones, ones]).to(TRITON_DEVICE),
+                                    grad.to(TRITON_DEVICE))
+    want = (a - a.to(torch.bfloat16).float()) * ones
+    assert torch.equal(got[0].cpu().view(torch.int16), want.to(torch.bfloat16).view(torch.int16))
+    g = torch.randn(hidden, 5, generator=gen) * 1e-3
+    _, grad_w = router_logits_backward(torch.eye(hidden, dtype=torch.bfloat16).to(TRITON_DEVICE),
+                                       torch.randn(5, hidden).to(TRITON_DEVICE), g.to(TRITON_DEVICE))
+    assert torch.equal(grad_w.cpu().view(torch.int32), g.T.contiguous().view(torch.int32))
+
+
+def test_kernel_backward_through_autograd(monkeypatch):
+    """backward="kernel" (or MOK_ROUTER_BACKWARD=kernel) gives the oracle's gradients; a backward that builds a graph
+    takes the PyTorch ops, whose gradients are the torch method's bit for bit."""
+    x, w = random_router(40, 48, 6, torch.float32, seed=15)
+    grad = torch.randn(40, 6, generator=torch.Generator().manual_seed(16)).to(x.device)
+    found = {}
+    for name, kwargs in (("torch", {"method": "torch"}), ("kernel", {"method": "kernel", "backward": "kernel"})):
+        xl, wl = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        mok.router_logits(xl, wl, **kwargs).backward(grad)
+        found[name] = (xl.grad, wl.grad)
+    assert_backward_close_to_fp64(*found["kernel"], x.cpu(), w.cpu(), grad.cpu())
+    monkeypatch.setenv("MOK_ROUTER_BACKWARD", "kernel")
+    xl, wl = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    gx, gw = torch.autograd.grad(mok.router_logits(xl, wl, method="kernel"), (xl, wl), grad, create_graph=True)
+    assert torch.equal(gx, found["torch"][0]) and torch.equal(gw, found["torch"][1])
+    monkeypatch.setenv("MOK_ROUTER_BACKWARD", "cutlass")
+    with pytest.raises(ValueError, match="MOK_ROUTER_BACKWARD"):
+        mok.router_logits(x, w, method="kernel")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tokens,hidden,experts", [(4096, 7168, 6), (2048, 4096, 256), (999, 6144, 4)])
+def test_gpu_backward_kernels_match_fp64_and_any_token_split(tokens, hidden, experts, weight_dtype):
+    from mok.triton_ref.router_logits_backward import router_logits_backward
+
+    x, w = random_router(tokens, hidden, experts, weight_dtype, seed=tokens + hidden, device="cuda")
+    grad = torch.randn(tokens, experts, device="cuda")
+    grad_x, grad_w = router_logits_backward(x, w, grad)
+    assert_backward_close_to_fp64(grad_x.cpu(), grad_w.cpu(), x.cpu(), w.cpu(), grad.cpu())
+    cut = tokens // 3
+    parts = torch.cat([router_logits_backward(x[:cut], w, grad[:cut], need_weight=False)[0],
+                       router_logits_backward(x[cut:], w, grad[cut:], need_weight=False)[0]])
+    assert torch.equal(parts.view(torch.int16), grad_x.view(torch.int16))
+    assert torch.equal(router_logits_backward(x, w, grad)[1], grad_w)

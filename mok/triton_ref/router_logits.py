@@ -32,6 +32,18 @@ from ._common import check_device, mma
 
 
 @triton.jit
+def bf16_terms(v):
+    """fp32 ``v`` as three bf16 terms whose sum is ``v`` exactly (finite ``v`` of bf16's range): each term is the bf16
+    rounding of what the terms before it left over, and 3 x 8 significand bits hold fp32's 24. A bf16 value times
+    each term is then exact in an fp32 accumulator."""
+    hi = v.to(tl.bfloat16)
+    rest = v - hi.to(tl.float32)
+    mid = rest.to(tl.bfloat16)
+    lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
+    return hi, mid, lo
+
+
+@triton.jit
 def router_logits_kernel(x_ptr, w_ptr, out_ptr, num_tokens, hidden, num_experts, stride_x, stride_w, stride_out,
                          W_FP32: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr,
                          BLOCK_H: tl.constexpr):
@@ -48,11 +60,7 @@ def router_logits_kernel(x_ptr, w_ptr, out_ptr, num_tokens, hidden, num_experts,
         x = tl.load(x_rows + h0 + cols[None, :], mask=row_ok[:, None] & col_ok[None, :], other=0.0)
         w = tl.trans(tl.load(w_rows + h0 + cols[None, :], mask=expert_ok[:, None] & col_ok[None, :], other=0.0))
         if W_FP32:
-            # w = hi + mid + lo exactly: each term is the bf16 rounding of what the ones before left over.
-            hi = w.to(tl.bfloat16)
-            rest = w - hi.to(tl.float32)
-            mid = rest.to(tl.bfloat16)
-            lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
+            hi, mid, lo = bf16_terms(w)
             acc = mma(x, hi, acc)
             acc = mma(x, mid, acc)
             acc = mma(x, lo, acc)

@@ -1,0 +1,138 @@
+"""The router's backward, ``logits = x @ W^T`` differentiated, without an fp32 copy of x and without fp32 GEMMs.
+
+Reads / writes
+    ``grad [T, E]`` fp32 (the logits' gradient), bf16 ``x [T, H]`` and ``weight [E, H]`` (bf16 or fp32) in;
+    ``grad_x = grad @ W`` (bf16, x's dtype) and ``grad_w = grad^T @ x`` (fp32; the caller casts it to the weights'
+    dtype) out.
+
+How
+    The forward's trick (:mod:`.router_logits`) again: an fp32 operand enters a bf16 tensor-core dot as three exact
+    bf16 terms (:func:`.router_logits.bf16_terms`).
+
+    * ``grad_w``: x is bf16, so ``grad``'s three terms times x are three exact dots. A program owns ``BLOCK_E``
+      experts x ``BLOCK_H`` columns and walks the tokens in ``BLOCK_T`` steps: one order of summation over T, fixed by
+      the tiling (which depends on E only).
+    * ``grad_x``: with fp32 weights both operands have three terms; the six products down to ``2**-24`` of
+      ``|grad| |w|`` (hi*hi, hi*mid, mid*hi, hi*lo, mid*mid, lo*hi) are summed and the three smaller ones left out,
+      below fp32's own rounding; the result is rounded to bf16 once, as ``(grad @ W).to(bf16)`` is. A program owns
+      ``BLOCK_T`` tokens x ``BLOCK_H`` columns and walks the experts; rows are independent, so a token's gradient
+      is the same bits whatever the tokens beside it.
+
+    The PyTorch ops (``F.linear(x.float(), W.float())``'s backward) make an fp32 copy of x and run two fp32 GEMMs on
+    the CUDA cores; these agree with them to fp32 rounding, not bit for bit (other orders of summation).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import check_device, mma, round_to
+from .router_logits import bf16_terms
+
+
+@triton.jit
+def router_weight_grad_kernel(g_ptr, x_ptr, out_ptr, num_tokens, hidden, num_experts, stride_g, stride_x, stride_out,
+                              BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+    experts = tl.program_id(0) * BLOCK_E + tl.arange(0, BLOCK_E)
+    cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    steps = tl.arange(0, BLOCK_T)
+    expert_ok = experts < num_experts
+    col_ok = cols < hidden
+    acc = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32)
+    for t0 in range(0, num_tokens, BLOCK_T):  # tokens in ascending blocks: one order of summation
+        rows = t0 + steps
+        row_ok = rows < num_tokens
+        # grad^T's tile [BLOCK_E, BLOCK_T], read straight from grad [T, E].
+        g = tl.load(g_ptr + rows[None, :].to(tl.int64) * stride_g + experts[:, None],
+                    mask=expert_ok[:, None] & row_ok[None, :], other=0.0)
+        x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_x + cols[None, :],
+                    mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+        hi, mid, lo = bf16_terms(g)
+        acc = mma(hi, x, acc)
+        acc = mma(mid, x, acc)
+        acc = mma(lo, x, acc)
+    out = out_ptr + experts[:, None].to(tl.int64) * stride_out + cols[None, :]
+    tl.store(out, acc, mask=expert_ok[:, None] & col_ok[None, :])
+
+
+@triton.jit
+def router_input_grad_kernel(g_ptr, w_ptr, out_ptr, num_tokens, hidden, num_experts, stride_g, stride_w, stride_out,
+                             W_FP32: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr,
+                             BLOCK_H: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    lanes = tl.arange(0, BLOCK_E)
+    row_ok = rows < num_tokens
+    col_ok = cols < hidden
+    acc = tl.zeros([BLOCK_T, BLOCK_H], dtype=tl.float32)
+    for e0 in range(0, num_experts, BLOCK_E):
+        experts = e0 + lanes
+        expert_ok = experts < num_experts
+        g = tl.load(g_ptr + rows[:, None].to(tl.int64) * stride_g + experts[None, :],
+                    mask=row_ok[:, None] & expert_ok[None, :], other=0.0)
+        w = tl.load(w_ptr + experts[:, None].to(tl.int64) * stride_w + cols[None, :],
+                    mask=expert_ok[:, None] & col_ok[None, :], other=0.0)
+        g_hi, g_mid, g_lo = bf16_terms(g)
+        if W_FP32:
+            w_hi, w_mid, w_lo = bf16_terms(w)
+            # Largest first; the products below 2**-24 of |g| |w| (mid*lo, lo*mid, lo*lo) are left out.
+            acc = mma(g_hi, w_hi, acc)
+            acc = mma(g_hi, w_mid, acc)
+            acc = mma(g_mid, w_hi, acc)
+            acc = mma(g_hi, w_lo, acc)
+            acc = mma(g_mid, w_mid, acc)
+            acc = mma(g_lo, w_hi, acc)
+        else:
+            acc = mma(g_hi, w, acc)
+            acc = mma(g_mid, w, acc)
+            acc = mma(g_lo, w, acc)
+    out = out_ptr + rows[:, None].to(tl.int64) * stride_out + cols[None, :]
+    tl.store(out, round_to(acc, tl.bfloat16), mask=row_ok[:, None] & col_ok[None, :])  # once, to nearest
+
+
+def router_backward_tiling(num_experts: int) -> dict[str, tuple[int, int, int, int]]:
+    """``{"weight": (BLOCK_E, BLOCK_T, BLOCK_H, num_warps), "input": (BLOCK_T, BLOCK_E, BLOCK_H, num_warps)}`` for a
+    router of ``num_experts`` columns: fixed by the expert count only (not yet tuned on a GPU)."""
+    block_e = max(16, triton.next_power_of_2(num_experts))
+    return {"weight": (min(block_e, 128), 64, 64, 8 if block_e >= 128 else 4),
+            "input": (64, min(block_e, 64), 64, 4)}
+
+
+def router_logits_backward(x: torch.Tensor, weight: torch.Tensor, grad_logits: torch.Tensor, *, need_x: bool = True,
+                           need_weight: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(grad_x, grad_weight)`` of ``logits = x @ weight^T`` (fp32 logits of bf16 ``x``; see the module docstring):
+    ``grad_x`` in x's dtype, ``grad_weight`` in the weights' dtype (summed in fp32, then cast); None where not
+    needed. No autograd here: :func:`mok.router_logits` wraps it."""
+    check_device(x, weight, grad_logits)
+    if x.dtype != torch.bfloat16 or weight.dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"the router backward takes bf16 x and bf16 or fp32 weights, got {x.dtype} and {weight.dtype}")
+    num_tokens, hidden = x.shape
+    num_experts = weight.shape[0]
+    if tuple(grad_logits.shape) != (num_tokens, num_experts):
+        raise ValueError(f"grad_logits must be [{num_tokens}, {num_experts}], got {tuple(grad_logits.shape)}")
+    x = x if x.stride(1) == 1 else x.contiguous()
+    weight = weight if weight.stride(1) == 1 else weight.contiguous()
+    grad = grad_logits.float()
+    grad = grad if grad.stride(1) == 1 else grad.contiguous()
+    tiling = router_backward_tiling(num_experts)
+    grad_x = grad_weight = None
+    if need_x:
+        grad_x = torch.empty_like(x)
+        block_t, block_e, block_h, num_warps = tiling["input"]
+        if num_tokens and hidden:
+            grid = (triton.cdiv(num_tokens, block_t), triton.cdiv(hidden, block_h))
+            router_input_grad_kernel[grid](grad, weight, grad_x, num_tokens, hidden, num_experts, grad.stride(0),
+                                           weight.stride(0), grad_x.stride(0), W_FP32=weight.dtype == torch.float32,
+                                           BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_H=block_h, num_warps=num_warps)
+    if need_weight:
+        summed = torch.empty(num_experts, hidden, dtype=torch.float32, device=x.device)
+        block_e, block_t, block_h, num_warps = tiling["weight"]
+        if num_experts and hidden:
+            grid = (triton.cdiv(num_experts, block_e), triton.cdiv(hidden, block_h))
+            router_weight_grad_kernel[grid](grad, x, summed, num_tokens, hidden, num_experts, grad.stride(0),
+                                            x.stride(0), summed.stride(0), BLOCK_E=block_e, BLOCK_T=block_t,
+                                            BLOCK_H=block_h, num_warps=num_warps)
+        grad_weight = summed.to(weight.dtype)
+    return grad_x, grad_weight
