@@ -1,4 +1,4 @@
-"""EXPERIMENT: the router's logits, ``x @ W^T``, four ways, at the bench's shapes (bf16 x of ``[T, H]``, E experts).
+"""EXPERIMENT: the router's logits, ``x @ W^T``, five ways, at the bench's shapes (bf16 x of ``[T, H]``, E experts).
 
 * ``cublas bf16``: ``x @ W.T`` with bf16 W, bf16 logits (the bench's stand-in router before round 25);
 * ``torch fp32``: ``F.linear(x.float(), W.float())`` with fp32 W (:class:`mok.MoELayer`'s router before round 25:

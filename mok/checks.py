@@ -92,6 +92,16 @@ def check_moe_inputs(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torc
         if t.device != x.device:
             raise ValueError(f"{name} is on {t.device} but x is on {x.device}; all inputs must share one device")
 
+    check_ep_split(tokens, num_experts, ep_size)
+    if top_k > num_experts:
+        raise ValueError(f"top_k={top_k} exceeds the number of experts E={num_experts}")
+
+    if check_values:
+        check_routing_values(topk_ids, num_experts)
+
+
+def check_ep_split(tokens: int, num_experts: int, ep_size: int) -> None:
+    """``ep_size`` ranks share the tokens and the experts evenly."""
     if not isinstance(ep_size, int) or ep_size < 1:
         raise ValueError(f"ep_size must be a positive int, got {ep_size!r}")
     if tokens % ep_size:
@@ -99,11 +109,6 @@ def check_moe_inputs(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torc
                          f"(each rank owns T/ep_size tokens)")
     if num_experts % ep_size:
         raise ValueError(f"the expert count E={num_experts} must be divisible by ep_size={ep_size}")
-    if top_k > num_experts:
-        raise ValueError(f"top_k={top_k} exceeds the number of experts E={num_experts}")
-
-    if check_values:
-        check_routing_values(topk_ids, num_experts)
 
 
 def check_routing_values(topk_ids: torch.Tensor, num_experts: int) -> None:

@@ -43,9 +43,10 @@ class MoELayer(nn.Module):
         ep_size: ranks to emulate in one process (``ep_group=None`` only); does not change the result.
         precision, config: passed to :func:`mok.moe`.
 
-    The router runs in fp32 whatever the activation dtype (:func:`mok.router_logits`: for bf16 activations on a GPU,
-    a kernel that takes the fp32 router weights as three exact bf16 terms, without an fp32 copy of x). Input
-    ``[..., H]``, output of the same shape.
+    The router runs in fp32 whatever the activation dtype, also under autocast (:func:`mok.router_logits`: for bf16
+    activations on a Hopper GPU, a forward kernel that takes the fp32 router weights as three exact bf16 terms,
+    without an fp32 copy of x; the same bits for a token whatever the tokens beside it, so whatever the EP degree).
+    Input ``[..., H]``, output of the same shape.
     """
 
     def __init__(self, hidden_size: int, intermediate_size: int, num_experts: int, top_k: int, *,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -10,8 +11,9 @@ import torch.nn.functional as F
 METHODS = ("auto", "torch", "kernel", "cublas")
 
 # Up to this many experts auto takes the kernel for bf16 router weights too; past it, cuBLAS's bf16 GEMM with fp32
-# output (round 25, H200: kernel 54.6 / 44.5 us against 86.5 / 44.7 at the kimi / qwen slices' 6 / 8 experts; at
-# 64-256 experts cuBLAS 26-105 us against the kernel's 29-132 at its best tiling for each shape).
+# output (round 25, H200: the kernel 43.0-55.8 us against cuBLAS's 71.2-87.1 at the kimi, glm and deepseek slices'
+# 4-6 experts, 44.5 against 44.7 at qwen's 8; at 64-256 experts cuBLAS 26-105 us against the kernel's 36-184 at its
+# default tilings). Nothing was timed between 8 and 64 experts.
 KERNEL_MAX_EXPERTS_BF16 = 16
 
 
@@ -20,7 +22,8 @@ BACKWARD_METHODS = ("torch", "kernel")
 
 def router_logits(x: torch.Tensor, weight: torch.Tensor, *, method: str | None = None,
                   backward: str | None = None) -> torch.Tensor:
-    """``[T, E]`` fp32 router logits of activations ``x [T, H]`` and router weights ``weight [E, H]``.
+    """``[..., E]`` fp32 router logits of activations ``x [..., H]`` and router weights ``weight [E, H]``, also under
+    autocast.
 
     Args:
         method: ``"torch"`` (``F.linear(x.float(), weight.float())``); ``"kernel"``
@@ -28,10 +31,11 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor, *, method: str | None =
             without an fp32 copy of x, one order of summation per row whatever T is, so the same bits for any
             split of the tokens); ``"cublas"`` (CUDA, bf16 x and weights: ``torch.mm(x, weight.T,
             out_dtype=torch.float32)``, cuBLAS's bf16 GEMM with fp32 logits, which picks its kernel by the shape);
-            or ``"auto"``: for bf16 x on CUDA the kernel with fp32 weights, and with bf16 weights the kernel up to
-            :data:`KERNEL_MAX_EXPERTS_BF16` experts and cuBLAS past them (whichever measured faster); elsewhere
-            ``"torch"``. Default ``MOK_ROUTER``, else ``"auto"``. All agree to fp32 rounding (other orders of
-            summation), not bit for bit.
+            or ``"auto"``: for bf16 x on a Hopper GPU (the kernel's tiles are sized for its shared memory) the
+            kernel with fp32 weights, and with bf16 weights the kernel up to :data:`KERNEL_MAX_EXPERTS_BF16` experts
+            and cuBLAS past them (whichever measured faster; cuBLAS's logits can depend on the token count);
+            elsewhere ``"torch"``. Default ``MOK_ROUTER``, else ``"auto"``. All agree to fp32 rounding (other
+            orders of summation), not bit for bit.
 
         backward: for the kernel and cuBLAS methods, ``"torch"`` (default, ``MOK_ROUTER_BACKWARD``): the PyTorch ops
             of ``F.linear(x.float(), weight.float())``'s backward, so the gradients are theirs bit for bit (they do
@@ -50,21 +54,35 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor, *, method: str | None =
     if choice == "auto":
         choice = _auto_method(x, weight)
     if choice == "torch":
-        return F.linear(x.float(), weight.float())
+        with torch.autocast(x.device.type, enabled=False):  # fp32 logits under autocast too
+            return F.linear(x.float(), weight.float())
     if choice == "cublas" and not (x.is_cuda and x.dtype == weight.dtype == torch.bfloat16):
         raise TypeError(f"the cublas router method takes bf16 x and weights on CUDA, got {x.dtype} and {weight.dtype} "
                         f"on {x.device}")
-    return _RouterLogits.apply(x, weight, choice, backward)
+    rows = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+    logits = _RouterLogits.apply(rows, weight, choice, backward)
+    return logits.view(*x.shape[:-1], weight.shape[0]) if x.dim() != 2 else logits
 
 
 def _auto_method(x: torch.Tensor, weight: torch.Tensor) -> str:
-    if not (x.is_cuda and weight.is_cuda and x.dtype == torch.bfloat16 and x.dim() == 2):
+    if not (x.is_cuda and weight.device == x.device and x.dtype == torch.bfloat16 and x.dim() >= 2
+            and _is_hopper(x.device)):
         return "torch"
     if weight.dtype == torch.float32:
         return "kernel"
     if weight.dtype == torch.bfloat16:
         return "kernel" if weight.shape[0] <= KERNEL_MAX_EXPERTS_BF16 else "cublas"
     return "torch"
+
+
+def _is_hopper(device: torch.device) -> bool:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _capability_major(index) == 9
+
+
+@functools.lru_cache(maxsize=None)
+def _capability_major(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
 
 
 class _RouterLogits(torch.autograd.Function):

@@ -36,6 +36,8 @@ from typing import Any
 
 import torch
 
+from .checks import check_ep_split
+
 
 class ScheduleCapacityError(RuntimeError):
     """A rank would receive more rows (padding included) than its schedule capacity; nothing is dropped."""
@@ -168,9 +170,7 @@ def build_schedule(topk_ids: torch.Tensor, num_experts: int, ep_size: int = 1, t
         ValueError: T or E not divisible by ``ep_size``.
     """
     tokens, top_k = topk_ids.shape
-    if tokens % ep_size or num_experts % ep_size:
-        raise ValueError(f"the token count T={tokens} and the expert count E={num_experts} must both be divisible "
-                         f"by ep_size={ep_size} (each rank owns T/ep_size tokens and E/ep_size experts)")
+    check_ep_split(tokens, num_experts, ep_size)
     device = topk_ids.device
     local_experts = num_experts // ep_size
     tokens_per_rank = tokens // ep_size

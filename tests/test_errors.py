@@ -127,10 +127,12 @@ def test_capacity_error_through_moe(problem):
 
 def test_build_schedule_refuses_an_uneven_split_across_ranks():
     ids = torch.arange(10 * 2).remainder(6).view(10, 2).to(torch.int32)  # rows (0,1), (2,3), (4,5), ...
-    with pytest.raises(ValueError, match=r"T=10 and the expert count E=6 must both be divisible by ep_size=3"):
+    with pytest.raises(ValueError, match=r"token count T=10 must be divisible by ep_size=3"):
         mok.build_schedule(ids, 6, 3)
-    with pytest.raises(ValueError, match=r"divisible by ep_size=4"):
+    with pytest.raises(ValueError, match=r"expert count E=6 must be divisible by ep_size=4"):
         mok.build_schedule(ids[:8], 6, 4)
+    with pytest.raises(ValueError, match=r"ep_size must be a positive int, got 0"):
+        mok.build_schedule(ids, 6, 0)
     assert mok.build_schedule(ids[:9], 6, 3).ep_size == 3  # (an even split builds)
 
 

@@ -6,8 +6,9 @@ set index: ``fwd`` (the layer, autograd enabled, as in training) and ``fwd+bwd``
 of x, the router (or router weights) and the three expert weights).
 
 Router: with ``router=True`` every call starts from ``x`` and runs the router (:func:`mok.router_logits`, fp32
-logits of x and bf16 router weights, then :func:`mok.route`), like SonicMoE, whose layer always routes; with
-``router=False`` the routing is drawn once per set and the call starts at :func:`mok.moe`.
+logits of x and router weights in x's dtype unless ``router_dtype`` says otherwise, then :func:`mok.route`), like
+SonicMoE, whose layer always routes; with ``router=False`` the routing is drawn once per set and the call starts at
+:func:`mok.moe`.
 """
 
 from __future__ import annotations

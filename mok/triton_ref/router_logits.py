@@ -8,8 +8,10 @@ Why a kernel of its own
       is). ``F.linear(x.float(), w)`` first writes an fp32 copy of x (3 bytes of traffic for every byte of x), then
       runs an fp32 GEMM on the CUDA cores. Here each fp32 weight is split into three bf16 terms,
       ``w = w_hi + w_mid + w_lo`` exactly (bf16 keeps 8 of fp32's 24 significand bits, so three terms hold them
-      all), and ``x @ w^T`` is three bf16 tensor-core dots into one fp32 accumulator. A bf16 value times a bf16
-      term is exact in fp32, so the only rounding left is the accumulator's, as in an fp32 GEMM.
+      all; :func:`bf16_terms`), and ``x @ w^T`` is three bf16 tensor-core dots into one fp32 accumulator. A bf16
+      value times a bf16 term is exact in fp32, so the only rounding left is the accumulator's: on the H200 1.1-1.7e-6
+      of the products' magnitudes against an fp64 oracle, where the fp32 GEMM's was 0.5-2.6e-7 (the tensor cores'
+      accumulation, three passes; round 25).
     * **Few experts.** At the EP-64 slices the router has 4-8 columns, where cuBLAS's tile reads x at about
       2 TB/s (round 25's profile of the kimi slice: 115.6 us for 16,384 x 7,168 x 6); this kernel is a stream
       over x with a 16-column tile.
@@ -32,15 +34,24 @@ from ._common import check_device, mma
 
 
 @triton.jit
+def truncate_to_bf16(v):
+    """fp32 ``v`` with its low 16 bits cleared: a bf16 value (exactly), never rounded up, so never past bf16's range."""
+    return (v.to(tl.int32, bitcast=True) & -65536).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def bf16_terms(v):
-    """fp32 ``v`` as three bf16 terms whose sum is ``v`` exactly (finite ``v`` of bf16's range): each term is the bf16
-    rounding of what the terms before it left over, and 3 x 8 significand bits hold fp32's 24. A bf16 value times
-    each term is then exact in an fp32 accumulator."""
-    hi = v.to(tl.bfloat16)
-    rest = v - hi.to(tl.float32)
-    mid = rest.to(tl.bfloat16)
-    lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
-    return hi, mid, lo
+    """fp32 ``v`` as three bf16 terms whose sum is ``v`` exactly, for every finite ``v`` of magnitude at least
+    ``2**-103`` (below it the last term can be a bf16 subnormal, which the MMA may flush): ``hi`` is v's leading 8
+    significand bits, ``mid`` the next 8 of what is left, ``lo`` the rest (at most 8 bits, so its conversion is
+    exact). Truncation, not rounding, so a value near fp32's largest cannot round up to bf16's infinity, and the
+    interpreter (whose conversion truncates) splits as the GPU does. A bf16 value times each term is exact in an fp32
+    accumulator."""
+    hi = truncate_to_bf16(v)
+    rest = v - hi
+    mid = truncate_to_bf16(rest)
+    lo = rest - mid
+    return hi.to(tl.bfloat16), mid.to(tl.bfloat16), lo.to(tl.bfloat16)
 
 
 @triton.jit
@@ -76,8 +87,11 @@ def router_logits_tiling(num_experts: int) -> tuple[int, int, int, int, int]:
     programs split the experts). Depends on the expert count only, never on T, so every row is summed alike."""
     block_e = min(128, max(16, triton.next_power_of_2(num_experts)))
     # Round 25's sweep on the H200 (experiments/router_logits_bench.py --tilings), fp32 weights: at 16 columns,
-    # 128-wide steps of H (the kimi slice 71.5 us against 83.6 at 64 x 16 x 64); at 128, 128-row tiles and four
-    # stages (anchor-2 609 us against 1,491, anchor-1 124 against 218). Between, 64 x 64 x 64 held its own.
+    # 128-wide steps of H (the kimi slice 71.5 us against 83.6 at 64 x 16 x 64; qwen 74.1, where 128 x 16 x 64 took
+    # 66.6); at 128, 128-row tiles and four stages (anchor-2 609 us against 1,491, anchor-1 124 against 218; 128 x 64
+    # x 64 took anchor-1 102). Between (64 experts) 64 x 64 x 64 stayed: anchor-5 130 us (128 x 64 x 64: 158),
+    # anchor-3 203 (128 x 64 x 64: 173). The shared memory is sized for Hopper (mok.router_logits takes the kernel
+    # there only).
     if block_e == 16:
         return 64, 16, 128, 4, 4
     if block_e == 128:
@@ -91,6 +105,8 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor,
     see the module docstring). ``tiling`` overrides :func:`router_logits_tiling` (experiments). No autograd here:
     :func:`mok.router_logits` wraps it."""
     check_device(x, weight)
+    if x.device != weight.device:
+        raise ValueError(f"x and weight must be on one device, got {x.device} and {weight.device}")
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
         raise ValueError(f"x must be [tokens, hidden] and weight [experts, hidden] with one hidden size; got "
                          f"{tuple(x.shape)} and {tuple(weight.shape)}")

@@ -106,6 +106,9 @@ def router_logits_backward(x: torch.Tensor, weight: torch.Tensor, grad_logits: t
     ``grad_x`` in x's dtype, ``grad_weight`` in the weights' dtype (summed in fp32, then cast); None where not
     needed. No autograd here: :func:`mok.router_logits` wraps it."""
     check_device(x, weight, grad_logits)
+    if not x.device == weight.device == grad_logits.device:
+        raise ValueError(f"x, weight and grad_logits must be on one device, got {x.device}, {weight.device} and "
+                         f"{grad_logits.device}")
     if x.dtype != torch.bfloat16 or weight.dtype not in (torch.bfloat16, torch.float32):
         raise TypeError(f"the router backward takes bf16 x and bf16 or fp32 weights, got {x.dtype} and {weight.dtype}")
     num_tokens, hidden = x.shape
