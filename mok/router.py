@@ -16,7 +16,6 @@ METHODS = ("auto", "torch", "kernel", "cublas")
 # default tilings). Nothing was timed between 8 and 64 experts.
 KERNEL_MAX_EXPERTS_BF16 = 16
 
-
 BACKWARD_METHODS = ("torch", "kernel")
 
 
@@ -36,7 +35,6 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor, *, method: str | None =
             and cuBLAS past them (whichever measured faster; cuBLAS's logits can depend on the token count);
             elsewhere ``"torch"``. Default ``MOK_ROUTER``, else ``"auto"``. All agree to fp32 rounding (other
             orders of summation), not bit for bit.
-
         backward: for the kernel and cuBLAS methods, ``"torch"`` (default, ``MOK_ROUTER_BACKWARD``): the PyTorch ops
             of ``F.linear(x.float(), weight.float())``'s backward, so the gradients are theirs bit for bit (they do
             not save an fp32 copy of x, they make one); or ``"kernel"``
