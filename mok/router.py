@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
 import os
 
 import torch
@@ -40,7 +42,8 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor, *, method: str | None =
             not save an fp32 copy of x, they make one); or ``"kernel"``
             (:func:`mok.triton_ref.router_logits_backward.router_logits_backward`: the same three-term trick, no
             fp32 copy of x, no fp32 GEMM; fp32 rounding, not their bits; not yet timed on a GPU). A backward that
-            builds a graph (``create_graph=True``) takes the PyTorch ops either way.
+            builds a graph (``create_graph=True``), or one on a GPU other than Hopper, takes the PyTorch ops either
+            way.
     """
     choice = os.environ.get("MOK_ROUTER", "auto") if method is None else method
     if choice not in METHODS:
@@ -52,12 +55,12 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor, *, method: str | None =
     if choice == "auto":
         choice = _auto_method(x, weight)
     if choice == "torch":
-        with torch.autocast(x.device.type, enabled=False):  # fp32 logits under autocast too
+        with _no_autocast(x.device.type):  # fp32 logits under autocast too
             return F.linear(x.float(), weight.float())
     if choice == "cublas" and not (x.is_cuda and x.dtype == weight.dtype == torch.bfloat16):
         raise TypeError(f"the cublas router method takes bf16 x and weights on CUDA, got {x.dtype} and {weight.dtype} "
                         f"on {x.device}")
-    rows = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+    rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]) if x.dim() != 2 else x
     logits = _RouterLogits.apply(rows, weight, choice, backward)
     return logits.view(*x.shape[:-1], weight.shape[0]) if x.dim() != 2 else logits
 
@@ -73,7 +76,17 @@ def _auto_method(x: torch.Tensor, weight: torch.Tensor) -> str:
     return "torch"
 
 
+def _no_autocast(device_type: str):
+    """Autocast off for this device type, where it exists (not for meta tensors, say)."""
+    if torch.amp.is_autocast_available(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
+
+
 def _is_hopper(device: torch.device) -> bool:
+    """An NVIDIA sm_90 GPU (ROCm reports its own gfx9 parts as capability 9 too)."""
+    if torch.version.hip is not None:
+        return False
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _capability_major(index) == 9
 
@@ -101,7 +114,8 @@ class _RouterLogits(torch.autograd.Function):
     def backward(ctx, grad_logits):
         x, weight = ctx.saved_tensors
         need_x, need_weight = ctx.needs_input_grad[:2]
-        if ctx.backward_method == "kernel" and not torch.is_grad_enabled():  # (a graph: the PyTorch ops below)
+        # A graph (create_graph), or a GPU the kernels' tiles were not sized for: the PyTorch ops below.
+        if ctx.backward_method == "kernel" and not torch.is_grad_enabled() and (not x.is_cuda or _is_hopper(x.device)):
             from .triton_ref.router_logits_backward import router_logits_backward  # noqa: PLC0415
 
             grad_x, grad_weight = router_logits_backward(x.detach(), weight.detach(), grad_logits, need_x=need_x,

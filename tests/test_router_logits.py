@@ -46,10 +46,12 @@ def weights_with_every_bit(experts, hidden, seed):
     largest fp32, values that round to bf16's infinity (but truncate to its largest), 2**-103 (1 + 2**-23): the
     smallest whose three terms are all normal bf16 numbers."""
     gen = torch.Generator().manual_seed(seed)
-    w = torch.randn(experts, hidden, generator=gen) * torch.exp2(torch.randint(-100, 100, (experts, hidden),
-                                                                               generator=gen).float())
-    edges = torch.tensor([0x7F7FFFFF, 0x7F7F8000, 0x7F7F8001, 0xFF7FFFFF, 0x0C000001, 0x3F800001, 0x00000000],
-                         dtype=torch.int64).to(torch.int32).view(torch.float32)  # FLT_MAX ... 2**-103 (1 + 2**-23)
+    sign = torch.randint(0, 2, (experts, hidden), generator=gen).float() * 2 - 1
+    w = sign * (1 + torch.rand(experts, hidden, generator=gen)) * torch.exp2(
+        torch.randint(-90, 90, (experts, hidden), generator=gen).float())  # 2**-90 <= |w| < 2**90
+    # FLT_MAX, round-to-inf, -FLT_MAX, 2**-103 (1 + 2**-23), one whose lo is 2**-126, a negative one, 1 + 2**-23, 0
+    edges = torch.tensor([0x7F7FFFFF, 0x7F7F8000, 0x7F7F8001, 0xFF7FFFFF, 0x0C000001, 0x0C008001, 0x8C008001,
+                          0x3F800001, 0x00000000], dtype=torch.int64).to(torch.int32).view(torch.float32)
     w.view(-1)[:edges.numel()] = edges
     return w
 
@@ -166,6 +168,10 @@ def test_gpu_kernel_matches_fp64_and_any_token_split(tokens, hidden, experts, we
 def test_gpu_auto_router_method_and_the_cublas_method(experts, weight_dtype, want_method, monkeypatch):
     """auto's choice (bit for bit), cuBLAS's fp32 logits against the oracle, and every method's gradients equal
     to the PyTorch op's."""
+    from mok.router import _is_hopper
+
+    if not _is_hopper(torch.device("cuda")):
+        pytest.skip("auto takes the kernel and cuBLAS on Hopper only")
     monkeypatch.delenv("MOK_ROUTER", raising=False)
     x, w = random_router(1000, 512, experts, weight_dtype, seed=experts, device="cuda")
     auto = mok.router_logits(x, w)
@@ -250,7 +256,7 @@ def assert_backward_close_to_fp64(grad_x, grad_w, x, w, grad):
     assert bool((x_err <= 2.0 ** -8 * want_x.abs() + 1e-5 * scale_x + 1e-30).all())
     w_rel = 2.0 ** -8 if w.dtype == torch.bfloat16 else 0.0
     w_err = (grad_w.double() - want_w).abs()
-    assert bool((w_err <= w_rel * want_w.abs() + 2e-6 * scale_w + 1e-30).all()), float((w_err / scale_w).max())
+    assert bool((w_err <= w_rel * want_w.abs() + 4e-6 * scale_w + 1e-30).all()), float((w_err / scale_w).max())
 
 
 @pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
@@ -272,8 +278,8 @@ def test_backward_kernels_match_an_fp64_oracle(tokens, hidden, experts, weight_d
 
 def test_backward_kernels_carry_every_bit_of_fp32_operands():
     """Cancellations that leave only the low bits: grad_x of grad = (1, -1) against rows w and bf16(w) is w - bf16(w),
-    and of grad = (a, -bf16(a)) against two equal rows is (a - bf16(a)) w; with one bf16 term per fp32 operand both
-    would be 0. grad_w of one-hot x rows gives fp32 grad back bit for bit."""
+    and of grad = (a, -bf16(a)) against two equal rows is (a - bf16(a)) w; one bf16 term per fp32 operand would
+    lose those residuals. grad_w of one-hot x rows gives fp32 grad back bit for bit."""
     from mok.triton_ref.router_logits_backward import router_logits_backward
 
     hidden = 24
@@ -299,6 +305,40 @@ def test_backward_kernels_carry_every_bit_of_fp32_operands():
     assert torch.equal(grad_w.cpu().view(torch.int32), g.T.contiguous().view(torch.int32))
 
 
+def test_backward_kernels_keep_each_product():
+    """Cases where one product decides the bf16 result, so dropping it shows: mid*mid (fp32 weights; grad (g, -g)
+    against rows w and trunc(w), with g's and w's middle terms nonzero) and, for bf16 weights, grad's lo and mid
+    terms (grad (g, -(g without its lo)) against equal rows; and (a, -bf16(a)))."""
+    from mok.triton_ref.router_logits_backward import router_logits_backward
+
+    def grad_x_of(grad_row, rows):
+        x = torch.zeros(1, rows.shape[1], dtype=torch.bfloat16)
+        out, _ = router_logits_backward(x.to(TRITON_DEVICE), rows.to(TRITON_DEVICE),
+                                        torch.tensor([grad_row]).to(TRITON_DEVICE), need_weight=False)
+        return out[0].cpu()
+
+    def bits(v):
+        return v.to(torch.bfloat16).view(torch.int16)
+
+    g = 1 + 3 * 2.0 ** -9  # hi 1, mid 3 * 2**-9, lo 0
+    m = torch.tensor([1.5, 1.25, 1.75, 1.125]) * 2.0 ** -8  # w = 1 + m: hi 1, mid m, lo 0
+    w = torch.stack([1 + m, torch.ones(4)])
+    want = (torch.tensor(g, dtype=torch.float64) * m.double()).float()  # g (w - trunc(w)) = g m, exact in fp32
+    assert torch.equal(grad_x_of([g, -g], w).view(torch.int16), bits(want))
+    assert not torch.equal(bits(want), bits(m))  # (without mid*mid the result would be m)
+    g_full = torch.tensor(0.7853981633974483)  # pi / 4: every term nonzero
+    g_bits = g_full.view(torch.int32)
+    hi = (g_bits & -65536).view(torch.float32)
+    g_no_lo = hi + ((g_full - hi).view(torch.int32) & -65536).view(torch.float32)  # hi + mid
+    rows16 = torch.tensor([[1.0, 0.5, -2.0], [1.0, 0.5, -2.0]]).to(torch.bfloat16)
+    want_lo = ((g_full - g_no_lo).double() * rows16[0].double()).float()
+    assert float(g_full - g_no_lo) != 0
+    assert torch.equal(grad_x_of([float(g_full), -float(g_no_lo)], rows16).view(torch.int16), bits(want_lo))
+    want_residual = ((g_full - g_full.to(torch.bfloat16).float()).double() * rows16[0].double()).float()
+    got = grad_x_of([float(g_full), -float(g_full.to(torch.bfloat16))], rows16)
+    assert torch.equal(got.view(torch.int16), bits(want_residual))
+
+
 def test_kernel_backward_through_autograd(monkeypatch):
     """backward="kernel" (or MOK_ROUTER_BACKWARD=kernel) gives the oracle's gradients; a backward that builds a graph
     takes the PyTorch ops, whose gradients are the torch method's bit for bit."""
@@ -317,6 +357,34 @@ def test_kernel_backward_through_autograd(monkeypatch):
     monkeypatch.setenv("MOK_ROUTER_BACKWARD", "cutlass")
     with pytest.raises(ValueError, match="MOK_ROUTER_BACKWARD"):
         mok.router_logits(x, w, method="kernel")
+
+
+def test_kernel_backward_runs_the_kernels_with_the_gradients_asked_for(monkeypatch):
+    """A spy on the backward kernels' entry: called once per backward, asked only for the gradients autograd needs,
+    for x of any leading shape; what it returns is what the leaves get."""
+    import mok.triton_ref.router_logits_backward as module
+
+    calls = []
+    real = module.router_logits_backward
+
+    def spy(x, weight, grad, *, need_x=True, need_weight=True):
+        calls.append((tuple(x.shape), need_x, need_weight))
+        return real(x, weight, grad, need_x=need_x, need_weight=need_weight)
+
+    monkeypatch.setattr(module, "router_logits_backward", spy)
+    x, w = random_router(12, 16, 3, torch.float32, seed=18)
+    grad = torch.randn(3, 4, 3, generator=torch.Generator().manual_seed(19)).to(x.device)
+    for x_grad, w_grad in ((True, True), (False, True), (True, False)):
+        xl, wl = x.view(3, 4, 16).clone().requires_grad_(x_grad), w.clone().requires_grad_(w_grad)
+        mok.router_logits(xl, wl, method="kernel", backward="kernel").backward(grad)
+        assert calls[-1] == ((12, 16), x_grad, w_grad)
+        want_x, want_w = real(x, w, grad.view(12, 3))
+        assert (xl.grad is None) != x_grad and (wl.grad is None) != w_grad
+        if x_grad:
+            assert torch.equal(xl.grad.view(12, 16), want_x)
+        if w_grad:
+            assert torch.equal(wl.grad, want_w)
+    assert len(calls) == 3
 
 
 @pytest.mark.gpu

@@ -12,14 +12,18 @@ How
     * ``grad_w``: x is bf16, so ``grad``'s three terms times x are three exact dots. A program owns ``BLOCK_E``
       experts x ``BLOCK_H`` columns and walks the tokens in ``BLOCK_T`` steps: one order of summation over T, fixed by
       the tiling (which depends on E only).
-    * ``grad_x``: with fp32 weights both operands have three terms; the six products down to ``2**-24`` of
-      ``|grad| |w|`` (hi*hi, hi*mid, mid*hi, hi*lo, mid*mid, lo*hi) are summed and the three smaller ones left out,
-      below fp32's own rounding; the result is rounded to bf16 once, as ``(grad @ W).to(bf16)`` is. A program owns
+    * ``grad_x``: with fp32 weights both operands have three terms (``|mid| < 2**-7 |v|``, ``|lo| < 2**-15 |v|``);
+      six products (hi*hi, hi*mid, mid*hi, hi*lo, mid*mid, lo*hi) are summed and the three smallest left out
+      (mid*lo, lo*mid, lo*lo: under ``2**-21`` of ``|grad| |w|`` together, a few times fp32's own rounding and far
+      under the bf16 rounding that follows); the result is rounded to bf16 once, as ``(grad @ W).to(bf16)`` is.
+      A program owns
       ``BLOCK_T`` tokens x ``BLOCK_H`` columns and walks the experts; rows are independent, so a token's gradient
       is the same bits whatever the tokens beside it.
 
     The PyTorch ops (``F.linear(x.float(), W.float())``'s backward) make an fp32 copy of x and run two fp32 GEMMs on
-    the CUDA cores; these agree with them to fp32 rounding, not bit for bit (other orders of summation).
+    the CUDA cores; these agree with them to fp32 rounding, not bit for bit (other orders of summation). The tiles
+    are sized for Hopper's shared memory. An infinite gradient or weight gives NaN here (``hi - inf``) where the
+    PyTorch ops give inf; a loss scaler's check for non-finite gradients catches either.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ def router_input_grad_kernel(g_ptr, w_ptr, out_ptr, num_tokens, hidden, num_expe
         g_hi, g_mid, g_lo = bf16_terms(g)
         if W_FP32:
             w_hi, w_mid, w_lo = bf16_terms(w)
-            # Largest first; the products below 2**-24 of |g| |w| (mid*lo, lo*mid, lo*lo) are left out.
+            # Largest first; mid*lo, lo*mid and lo*lo (under 2**-21 of |g| |w| together) are left out.
             acc = mma(g_hi, w_hi, acc)
             acc = mma(g_hi, w_mid, acc)
             acc = mma(g_mid, w_hi, acc)
