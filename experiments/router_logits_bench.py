@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from cuda_breakdown import SHAPES  # noqa: PLC0415
     from mok.bench.harness import time_graph_ms  # noqa: PLC0415
+    from mok.router import torch_backward  # noqa: PLC0415
     from mok.triton_ref.router_logits import router_logits  # noqa: PLC0415
     from mok.triton_ref.router_logits_backward import router_logits_backward  # noqa: PLC0415
 
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
                 grad = torch.randn(t, e, device="cuda", generator=gen)
                 for dtype, w in (("bf16", w16), ("fp32", w32)):
                     def torch_ops(w=w):
-                        return (grad @ w.float()).to(x.dtype), (grad.t() @ x.float()).to(w.dtype)
+                        return torch_backward(x, w, grad)
                     want_x, want_w = torch_ops()
                     got_x, got_w = router_logits_backward(x, w, grad)
                     for part, got, want in (("x", got_x, want_x), ("w", got_w, want_w)):

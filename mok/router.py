@@ -121,9 +121,13 @@ class _RouterLogits(torch.autograd.Function):
             grad_x, grad_weight = router_logits_backward(x.detach(), weight.detach(), grad_logits, need_x=need_x,
                                                          need_weight=need_weight)
             return grad_x, grad_weight, None, None
-        grad_x = grad_weight = None
-        if need_x:
-            grad_x = (grad_logits @ weight.float()).to(x.dtype)
-        if need_weight:
-            grad_weight = (grad_logits.t() @ x.float()).to(weight.dtype)
-        return grad_x, grad_weight, None, None
+        return (*torch_backward(x, weight, grad_logits, need_x=need_x, need_weight=need_weight), None, None)
+
+
+def torch_backward(x: torch.Tensor, weight: torch.Tensor, grad_logits: torch.Tensor, *, need_x: bool = True,
+                   need_weight: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(grad_x, grad_weight)`` of the logits by the PyTorch ops of ``F.linear(x.float(), weight.float())``'s own
+    backward (so the same bits), each in its leaf's dtype; None where not needed."""
+    grad_x = (grad_logits @ weight.float()).to(x.dtype) if need_x else None
+    grad_weight = (grad_logits.t() @ x.float()).to(weight.dtype) if need_weight else None
+    return grad_x, grad_weight

@@ -247,18 +247,18 @@ def test_gpu_fused_route_matches_the_torch_route(tokens, experts, top_k, scoring
 
 
 def test_route_bench_says_it_needs_a_gpu():
-    """experiments/route_bench.py (torch against fused routing, alone and in the layer) imports on the CPU and stops
+    """experiments/route_bench.py (torch against fused routing) imports on the CPU and stops
     with a clear message there."""
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the GPU test below runs the script")
     bench = load_experiment("route_bench.py")
     assert set(bench.DEFAULT_SHAPES) <= set(load_experiment("cuda_breakdown.py").SHAPES)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
-        bench.main(["--shapes", "anchor-1", "--no-layer"])
+        bench.main(["--shapes", "anchor-1"])
 
 
 @pytest.mark.gpu
 def test_gpu_route_bench_runs(capsys):
-    load_experiment("route_bench.py").main(["--shapes", "kimi-k2.7/ep64", "--iters", "3", "--no-layer"])
+    load_experiment("route_bench.py").main(["--shapes", "kimi-k2.7/ep64", "--iters", "3"])
     line = [row for row in capsys.readouterr().out.splitlines() if row.startswith("kimi")][0]
     assert " same " in line, line
