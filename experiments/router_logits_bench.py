@@ -12,6 +12,7 @@ which that reads x, and each way's largest error against an fp64 oracle on 256 r
 products' magnitudes (fp32 rounding: about 1e-7 to 1e-6; bf16 logits: about 4e-3).
 
     python3 experiments/router_logits_bench.py [--shapes kimi-k2.7/ep64 anchor-2] [--json out.json] [--backward]
+        [--splits 1 4 16]   # with --backward: grad_w's kernels alone at these token-chunk counts too
 
 Needs a CUDA GPU.
 """
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> None:
                              "kernels, for bf16 and fp32 weights")
     parser.add_argument("--tilings", nargs="*", default=[],
                         help="also time the kernel at these tilings, each BLOCK_T,BLOCK_E,BLOCK_H,warps,stages")
+    parser.add_argument("--splits", nargs="*", type=int, default=[],
+                        help="with --backward: also time grad_w alone cut into these numbers of token chunks")
     args = parser.parse_args(argv)
 
     import torch  # noqa: PLC0415 (the CPU tests import this file without a GPU)
@@ -48,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     from mok.bench.harness import time_graph_ms  # noqa: PLC0415
     from mok.router import torch_backward  # noqa: PLC0415
     from mok.triton_ref.router_logits import router_logits  # noqa: PLC0415
-    from mok.triton_ref.router_logits_backward import router_logits_backward  # noqa: PLC0415
+    from mok.triton_ref.router_logits_backward import (  # noqa: PLC0415
+        router_logits_backward, weight_grad_splits)
 
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
@@ -103,6 +107,15 @@ def main(argv: list[str] | None = None) -> None:
                     us[f"backward torch ops, {dtype} W"] = time_graph_ms(torch_ops, args.iters) * 1e3
                     us[f"backward kernels, {dtype} W"] = time_graph_ms(
                         lambda w=w: router_logits_backward(x, w, grad), args.iters) * 1e3
+                    us[f"  grad_x kernel alone, {dtype} W"] = time_graph_ms(
+                        lambda w=w: router_logits_backward(x, w, grad, need_weight=False), args.iters) * 1e3
+                # grad_w does not read the weights (only its final cast follows their dtype): timed once.
+                us[f"  grad_w kernels alone ({weight_grad_splits(t, e, h)} chunks)"] = time_graph_ms(
+                    lambda: router_logits_backward(x, w32, grad, need_x=False), args.iters) * 1e3
+                for splits in args.splits:
+                    us[f"  grad_w kernels alone, {splits} chunks"] = time_graph_ms(
+                        lambda n=splits: router_logits_backward(x, w32, grad, need_x=False, splits=n),
+                        args.iters) * 1e3
         rate = x.numel() * 2 / (us["kernel fp32"] * 1e-6) / 1e12
         print(f"{name:22s} {f'{t} x {h} x {e}':>20s} " + " ".join(f"{us[w]:14.1f}" for w in ways)
               + f"  {rate:10.2f}                  " + " / ".join(f"{err[w]:.1e}" for w in ways), flush=True)

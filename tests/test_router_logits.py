@@ -98,7 +98,7 @@ def test_kernel_method_has_the_torch_methods_gradients_bit_for_bit(weight_dtype)
     found = {}
     for method in ("torch", "kernel"):
         xl, wl = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
-        logits = mok.router_logits(xl, wl, method=method)
+        logits = mok.router_logits(xl, wl, method=method, backward="torch")
         logits.backward(grad)
         found[method] = (logits.detach(), xl.grad, wl.grad)
         assert xl.grad.dtype == x.dtype and wl.grad.dtype == w.dtype
@@ -181,10 +181,18 @@ def test_gpu_auto_router_method_and_the_cublas_method(experts, weight_dtype, wan
     grads = {}
     for method in ("torch", "kernel", "cublas") if weight_dtype == torch.bfloat16 else ("torch", "kernel"):
         xl, wl = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
-        mok.router_logits(xl, wl, method=method).backward(grad)
+        mok.router_logits(xl, wl, method=method, backward="torch").backward(grad)
         grads[method] = (xl.grad, wl.grad)
     for method, (gx, gw) in grads.items():
         assert torch.equal(gx, grads["torch"][0]) and torch.equal(gw, grads["torch"][1]), method
+    # The default backward on Hopper: the kernels, bit for bit.
+    monkeypatch.delenv("MOK_ROUTER_BACKWARD", raising=False)
+    from mok.triton_ref.router_logits_backward import router_logits_backward
+
+    xl, wl = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    mok.router_logits(xl, wl, method=want_method).backward(grad)
+    want_x, want_w = router_logits_backward(x, w, grad)
+    assert torch.equal(xl.grad.view(torch.int16), want_x.view(torch.int16)) and torch.equal(wl.grad, want_w)
 
 
 @pytest.mark.gpu
@@ -274,6 +282,42 @@ def test_backward_kernels_match_an_fp64_oracle(tokens, hidden, experts, weight_d
                        grad_w.view(torch.int16 if weight_dtype == torch.bfloat16 else torch.int32))
     only_x, no_w = router_logits_backward(x, w, grad, need_weight=False)
     assert no_w is None and torch.equal(only_x.view(torch.int16), grad_x.view(torch.int16))
+
+
+def test_weight_gradient_in_token_chunks():
+    """grad_w's sum cut into 1, 2, 3 or 5 chunks of tokens: each within fp32 rounding of the oracle, the same bits
+    on every call; grad_x does not depend on it."""
+    from mok.triton_ref.router_logits_backward import router_logits_backward
+
+    x, w = random_router(300, 40, 5, torch.float32, seed=20)
+    grad = torch.randn(300, 5, generator=torch.Generator().manual_seed(21)).to(x.device)
+    grad_x, default_w = router_logits_backward(x, w, grad)  # (300 tokens: one chunk by default)
+    for splits in (1, 2, 3, 5):
+        got_x, got_w = router_logits_backward(x, w, grad, splits=splits)
+        assert_backward_close_to_fp64(got_x.cpu(), got_w.cpu(), x.cpu(), w.cpu(), grad.cpu())
+        assert torch.equal(got_x.view(torch.int16), grad_x.view(torch.int16))
+        assert torch.equal(router_logits_backward(x, w, grad, splits=splits)[1].view(torch.int32),
+                           got_w.view(torch.int32))
+        if splits == 1:
+            assert torch.equal(got_w.view(torch.int32), default_w.view(torch.int32))
+    with pytest.raises(ValueError, match="splits must be at least 1"):
+        router_logits_backward(x, w, grad, splits=0)
+
+
+@pytest.mark.parametrize("tokens,experts,hidden", [(24576, 128, 1536), (16384, 6, 7168), (32768, 256, 4096),
+                                                   (1000, 6, 7168), (0, 4, 64), (5000, 300, 64)])
+def test_weight_gradient_chunks_follow_the_shape(tokens, experts, hidden):
+    """Token chunks of at least MIN_CHUNK_TOKENS, and enough of them to give about TARGET_PROGRAMS programs where
+    the tokens allow; the count depends on the shape alone."""
+    from mok.triton_ref import router_logits_backward as module
+
+    splits = module.weight_grad_splits(tokens, experts, hidden)
+    block_e, _, block_h, _ = module.router_backward_tiling(experts)["weight"]
+    tiles = -(-experts // block_e) * -(-hidden // block_h)
+    assert splits >= 1 and (splits == 1 or tokens // splits >= module.MIN_CHUNK_TOKENS)
+    assert (splits - 1) * tiles < module.TARGET_PROGRAMS  # no more chunks than the target needs
+    if tokens // module.MIN_CHUNK_TOKENS > splits:  # the tokens allowed more: the target is met
+        assert splits * tiles >= module.TARGET_PROGRAMS
 
 
 def test_backward_kernels_carry_every_bit_of_fp32_operands():
@@ -389,7 +433,8 @@ def test_kernel_backward_runs_the_kernels_with_the_gradients_asked_for(monkeypat
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("tokens,hidden,experts", [(4096, 7168, 6), (2048, 4096, 256), (999, 6144, 4)])
+@pytest.mark.parametrize("tokens,hidden,experts", [(4096, 7168, 6), (2048, 4096, 256), (999, 6144, 4),
+                                                   (24576, 1536, 128)])  # (grad_w's sum in 4, 2, 1 and 22 chunks)
 def test_gpu_backward_kernels_match_fp64_and_any_token_split(tokens, hidden, experts, weight_dtype):
     from mok.triton_ref.router_logits_backward import router_logits_backward
 

@@ -9,9 +9,12 @@ How
     The forward's trick (:mod:`.router_logits`) again: an fp32 operand enters a bf16 tensor-core dot as three exact
     bf16 terms (:func:`.router_logits.bf16_terms`).
 
-    * ``grad_w``: x is bf16, so ``grad``'s three terms times x are three exact dots. A program owns ``BLOCK_E``
-      experts x ``BLOCK_H`` columns and walks the tokens in ``BLOCK_T`` steps: one order of summation over T, fixed by
-      the tiling (which depends on E only).
+    * ``grad_w``: x is bf16, so ``grad``'s three terms times x are three exact dots. ``grad_w`` has few tiles (24 at
+      anchor-1's 128 experts x 1,536 columns, for a GPU of 132 SMs), so the tokens are cut into
+      ``splits`` chunks (:func:`weight_grad_splits`): a program owns ``BLOCK_E`` experts x ``BLOCK_H`` columns of one
+      chunk and walks its tokens in ``BLOCK_T`` steps, writing an fp32 partial sum; a second kernel adds the partials
+      in chunk order. Both orders are fixed by the shape (T, E, H) alone, so the same inputs give the same bits on
+      any GPU, with no atomics.
     * ``grad_x``: with fp32 weights both operands have three terms (``|mid| < 2**-7 |v|``, ``|lo| < 2**-15 |v|``);
       six products (hi*hi, hi*mid, mid*hi, hi*lo, mid*mid, lo*hi) are summed and the three smallest left out
       (mid*lo, lo*mid, lo*lo: under ``2**-21`` of ``|grad| |w|`` together, a few times fp32's own rounding and far
@@ -37,17 +40,21 @@ from .router_logits import bf16_terms
 
 
 @triton.jit
-def router_weight_grad_kernel(g_ptr, x_ptr, out_ptr, num_tokens, hidden, num_experts, stride_g, stride_x, stride_out,
-                              BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+def router_weight_grad_kernel(g_ptr, x_ptr, partial_ptr, num_tokens, hidden, num_experts, chunk_tokens, stride_g,
+                              stride_x, BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+    """``partial[s] = grad[chunk s]^T @ x[chunk s]`` for one ``BLOCK_E x BLOCK_H`` tile (``partial [splits, E, H]``)."""
     experts = tl.program_id(0) * BLOCK_E + tl.arange(0, BLOCK_E)
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    split = tl.program_id(2)
     steps = tl.arange(0, BLOCK_T)
     expert_ok = experts < num_experts
     col_ok = cols < hidden
+    first = split * chunk_tokens
+    last = tl.minimum(first + chunk_tokens, num_tokens)
     acc = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32)
-    for t0 in range(0, num_tokens, BLOCK_T):  # tokens in ascending blocks: one order of summation
+    for t0 in range(first, last, BLOCK_T):  # the chunk's tokens in ascending blocks: one order of summation
         rows = t0 + steps
-        row_ok = rows < num_tokens
+        row_ok = rows < last
         # grad^T's tile [BLOCK_E, BLOCK_T], read straight from grad [T, E].
         g = tl.load(g_ptr + rows[None, :].to(tl.int64) * stride_g + experts[:, None],
                     mask=expert_ok[:, None] & row_ok[None, :], other=0.0)
@@ -57,8 +64,19 @@ def router_weight_grad_kernel(g_ptr, x_ptr, out_ptr, num_tokens, hidden, num_exp
         acc = mma(hi, x, acc)
         acc = mma(mid, x, acc)
         acc = mma(lo, x, acc)
-    out = out_ptr + experts[:, None].to(tl.int64) * stride_out + cols[None, :]
+    out = partial_ptr + (split * num_experts + experts[:, None]).to(tl.int64) * hidden + cols[None, :]
     tl.store(out, acc, mask=expert_ok[:, None] & col_ok[None, :])
+
+
+@triton.jit
+def sum_partials_kernel(partial_ptr, out_ptr, size, splits, BLOCK: tl.constexpr):
+    """``out = partial[0] + partial[1] + ...`` in that order, elementwise over ``size`` fp32 values."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offsets < size
+    acc = tl.load(partial_ptr + offsets, mask=ok, other=0.0)
+    for s in range(1, splits):
+        acc += tl.load(partial_ptr + s * size + offsets.to(tl.int64), mask=ok, other=0.0)
+    tl.store(out_ptr + offsets, acc, mask=ok)
 
 
 @triton.jit
@@ -104,11 +122,26 @@ def router_backward_tiling(num_experts: int) -> dict[str, tuple[int, int, int, i
             "input": (64, min(block_e, 64), 64, 4)}
 
 
+# grad_w's token chunks: enough programs for a few per SM of a large GPU, and no chunk under MIN_CHUNK_TOKENS (each
+# chunk's partial costs an E x H fp32 write and read). Constants, not the device's SM count: the same bits anywhere.
+TARGET_PROGRAMS = 512
+MIN_CHUNK_TOKENS = 1024
+
+
+def weight_grad_splits(num_tokens: int, num_experts: int, hidden: int) -> int:
+    """How many token chunks ``grad_w``'s sum is cut into for this shape (see the module docstring)."""
+    block_e, _, block_h, _ = router_backward_tiling(num_experts)["weight"]
+    tiles = triton.cdiv(num_experts, block_e) * triton.cdiv(hidden, block_h)
+    return max(1, min(triton.cdiv(TARGET_PROGRAMS, max(tiles, 1)), num_tokens // MIN_CHUNK_TOKENS))
+
+
 def router_logits_backward(x: torch.Tensor, weight: torch.Tensor, grad_logits: torch.Tensor, *, need_x: bool = True,
-                           need_weight: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+                           need_weight: bool = True,
+                           splits: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_x, grad_weight)`` of ``logits = x @ weight^T`` (fp32 logits of bf16 ``x``; see the module docstring):
     ``grad_x`` in x's dtype, ``grad_weight`` in the weights' dtype (summed in fp32, then cast); None where not
-    needed. No autograd here: :func:`mok.router_logits` wraps it."""
+    needed. ``splits``: token chunks of ``grad_weight``'s sum (default :func:`weight_grad_splits`; another count
+    gives other bits, for experiments). No autograd here: :func:`mok.router_logits` wraps it."""
     check_device(x, weight, grad_logits)
     if not x.device == weight.device == grad_logits.device:
         raise ValueError(f"x, weight and grad_logits must be on one device, got {x.device}, {weight.device} and "
@@ -136,10 +169,22 @@ def router_logits_backward(x: torch.Tensor, weight: torch.Tensor, grad_logits: t
     if need_weight:
         summed = torch.empty(num_experts, hidden, dtype=torch.float32, device=x.device)
         block_e, block_t, block_h, num_warps = tiling["weight"]
+        splits = weight_grad_splits(num_tokens, num_experts, hidden) if splits is None else splits
+        if splits < 1:
+            raise ValueError(f"splits must be at least 1, got {splits}")
+        # Whole BLOCK_T steps per chunk, so a chunk's steps are those of the unsplit loop.
+        chunk = triton.cdiv(triton.cdiv(max(num_tokens, 1), splits), block_t) * block_t
+        splits = triton.cdiv(max(num_tokens, 1), chunk)
+        partial = summed if splits == 1 else torch.empty(splits, num_experts, hidden, dtype=torch.float32,
+                                                         device=x.device)
         if num_experts and hidden:
-            grid = (triton.cdiv(num_experts, block_e), triton.cdiv(hidden, block_h))
-            router_weight_grad_kernel[grid](grad, x, summed, num_tokens, hidden, num_experts, grad.stride(0),
-                                            x.stride(0), summed.stride(0), BLOCK_E=block_e, BLOCK_T=block_t,
-                                            BLOCK_H=block_h, num_warps=num_warps)
+            grid = (triton.cdiv(num_experts, block_e), triton.cdiv(hidden, block_h), splits)
+            router_weight_grad_kernel[grid](grad, x, partial, num_tokens, hidden, num_experts, chunk, grad.stride(0),
+                                            x.stride(0), BLOCK_E=block_e, BLOCK_T=block_t, BLOCK_H=block_h,
+                                            num_warps=num_warps)
+            if splits > 1:
+                block = 1024
+                sum_partials_kernel[(triton.cdiv(summed.numel(), block),)](partial, summed, summed.numel(), splits,
+                                                                           BLOCK=block)
         grad_weight = summed.to(weight.dtype)
     return grad_x, grad_weight
