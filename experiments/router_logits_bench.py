@@ -13,6 +13,7 @@ products' magnitudes (fp32 rounding: about 1e-7 to 1e-6; bf16 logits: about 4e-3
 
     python3 experiments/router_logits_bench.py [--shapes kimi-k2.7/ep64 anchor-2] [--json out.json] [--backward]
         [--splits 1 4 16]   # with --backward: grad_w's kernels alone at these token-chunk counts too
+        [--input-tilings 128,64,128,8,3]   # with --backward: grad_x's kernel alone at these tilings too
 
 Needs a CUDA GPU.
 """
@@ -42,6 +43,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="also time the kernel at these tilings, each BLOCK_T,BLOCK_E,BLOCK_H,warps,stages")
     parser.add_argument("--splits", nargs="*", type=int, default=[],
                         help="with --backward: also time grad_w alone cut into these numbers of token chunks")
+    parser.add_argument("--input-tilings", nargs="*", default=[],
+                        help="with --backward: also time grad_x alone at these tilings, each "
+                             "BLOCK_T,BLOCK_E,BLOCK_H,warps,stages")
     args = parser.parse_args(argv)
 
     import torch  # noqa: PLC0415 (the CPU tests import this file without a GPU)
@@ -109,6 +113,17 @@ def main(argv: list[str] | None = None) -> None:
                         lambda w=w: router_logits_backward(x, w, grad), args.iters) * 1e3
                     us[f"  grad_x kernel alone, {dtype} W"] = time_graph_ms(
                         lambda w=w: router_logits_backward(x, w, grad, need_weight=False), args.iters) * 1e3
+                    for spec in args.input_tilings:
+                        tiling = tuple(int(v) for v in spec.split(","))
+                        try:
+                            got = router_logits_backward(x, w, grad, need_weight=False, input_tiling=tiling)[0]
+                        except Exception as error:  # noqa: BLE001 (past the shared memory: say so, go on)
+                            print(f"    {name} grad_x {spec} {dtype}: {type(error).__name__}: {str(error)[:80]}")
+                            continue
+                        same = "same bits" if torch.equal(got, got_x) else "other bits"
+                        us[f"  grad_x {spec}, {dtype} W ({same})"] = time_graph_ms(
+                            lambda w=w, t=tiling: router_logits_backward(x, w, grad, need_weight=False,
+                                                                        input_tiling=t), args.iters) * 1e3
                 # grad_w does not read the weights (only its final cast follows their dtype): timed once.
                 us[f"  grad_w kernels alone ({weight_grad_splits(t, e, h)} chunks)"] = time_graph_ms(
                     lambda: router_logits_backward(x, w32, grad, need_x=False), args.iters) * 1e3

@@ -114,12 +114,12 @@ def router_input_grad_kernel(g_ptr, w_ptr, out_ptr, num_tokens, hidden, num_expe
     tl.store(out, round_to(acc, tl.bfloat16), mask=row_ok[:, None] & col_ok[None, :])  # once, to nearest
 
 
-def router_backward_tiling(num_experts: int) -> dict[str, tuple[int, int, int, int]]:
-    """``{"weight": (BLOCK_E, BLOCK_T, BLOCK_H, num_warps), "input": (BLOCK_T, BLOCK_E, BLOCK_H, num_warps)}`` for a
-    router of ``num_experts`` columns: fixed by the expert count only (not yet tuned on a GPU)."""
+def router_backward_tiling(num_experts: int) -> dict[str, tuple[int, ...]]:
+    """``{"weight": (BLOCK_E, BLOCK_T, BLOCK_H, num_warps), "input": (BLOCK_T, BLOCK_E, BLOCK_H, num_warps,
+    num_stages)}`` for a router of ``num_experts`` columns: fixed by the expert count only (not yet tuned)."""
     block_e = max(16, triton.next_power_of_2(num_experts))
     return {"weight": (min(block_e, 128), 64, 64, 8 if block_e >= 128 else 4),
-            "input": (64, min(block_e, 64), 64, 4)}
+            "input": (64, min(block_e, 64), 64, 4, 3)}
 
 
 # grad_w's token chunks: enough programs for a few per SM of a large GPU, and no chunk under MIN_CHUNK_TOKENS (each
@@ -136,12 +136,15 @@ def weight_grad_splits(num_tokens: int, num_experts: int, hidden: int) -> int:
 
 
 def router_logits_backward(x: torch.Tensor, weight: torch.Tensor, grad_logits: torch.Tensor, *, need_x: bool = True,
-                           need_weight: bool = True,
-                           splits: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+                           need_weight: bool = True, splits: int | None = None,
+                           input_tiling: tuple[int, ...] | None = None,
+                           ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_x, grad_weight)`` of ``logits = x @ weight^T`` (fp32 logits of bf16 ``x``; see the module docstring):
     ``grad_x`` in x's dtype, ``grad_weight`` in the weights' dtype (summed in fp32, then cast); None where not
     needed. ``splits``: token chunks of ``grad_weight``'s sum (default :func:`weight_grad_splits`; another count
-    gives other bits, for experiments). No autograd here: :func:`mok.router_logits` wraps it."""
+    gives other bits, for experiments); ``input_tiling`` overrides :func:`router_backward_tiling`'s ``"input"``
+    (grad_x's; for experiments: another tiling may give other bits). No autograd here: :func:`mok.router_logits`
+    wraps it."""
     check_device(x, weight, grad_logits)
     if not x.device == weight.device == grad_logits.device:
         raise ValueError(f"x, weight and grad_logits must be on one device, got {x.device}, {weight.device} and "
@@ -160,12 +163,13 @@ def router_logits_backward(x: torch.Tensor, weight: torch.Tensor, grad_logits: t
     grad_x = grad_weight = None
     if need_x:
         grad_x = torch.empty_like(x)
-        block_t, block_e, block_h, num_warps = tiling["input"]
+        block_t, block_e, block_h, num_warps, num_stages = input_tiling or tiling["input"]
         if num_tokens and hidden:
             grid = (triton.cdiv(num_tokens, block_t), triton.cdiv(hidden, block_h))
             router_input_grad_kernel[grid](grad, weight, grad_x, num_tokens, hidden, num_experts, grad.stride(0),
                                            weight.stride(0), grad_x.stride(0), W_FP32=weight.dtype == torch.float32,
-                                           BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_H=block_h, num_warps=num_warps)
+                                           BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_H=block_h, num_warps=num_warps,
+                                           num_stages=num_stages)
     if need_weight:
         summed = torch.empty(num_experts, hidden, dtype=torch.float32, device=x.device)
         block_e, block_t, block_h, num_warps = tiling["weight"]
