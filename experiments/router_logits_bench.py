@@ -14,6 +14,7 @@ products' magnitudes (fp32 rounding: about 1e-7 to 1e-6; bf16 logits: about 4e-3
     python3 experiments/router_logits_bench.py [--shapes kimi-k2.7/ep64 anchor-2] [--json out.json] [--backward]
         [--splits 1 4 16]   # with --backward: grad_w's kernels alone at these token-chunk counts too
         [--input-tilings 128,64,128,8,3]   # with --backward: grad_x's kernel alone at these tilings too
+        [--weight-tilings 16,128,64,4,3]   # with --backward: grad_w's kernels alone at these tilings too
 
 Needs a CUDA GPU.
 """
@@ -46,6 +47,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--input-tilings", nargs="*", default=[],
                         help="with --backward: also time grad_x alone at these tilings, each "
                              "BLOCK_T,BLOCK_E,BLOCK_H,warps,stages")
+    parser.add_argument("--weight-tilings", nargs="*", default=[],
+                        help="with --backward: also time grad_w alone at these tilings (each with its default chunk "
+                             "count), each BLOCK_E,BLOCK_T,BLOCK_H,warps,stages")
     args = parser.parse_args(argv)
 
     import torch  # noqa: PLC0415 (the CPU tests import this file without a GPU)
@@ -127,6 +131,16 @@ def main(argv: list[str] | None = None) -> None:
                 # grad_w does not read the weights (only its final cast follows their dtype): timed once.
                 us[f"  grad_w kernels alone ({weight_grad_splits(t, e, h)} chunks)"] = time_graph_ms(
                     lambda: router_logits_backward(x, w32, grad, need_x=False), args.iters) * 1e3
+                for spec in args.weight_tilings:
+                    tiling = tuple(int(v) for v in spec.split(","))
+                    try:
+                        router_logits_backward(x, w32, grad, need_x=False, weight_tiling=tiling)
+                    except Exception as error:  # noqa: BLE001 (past the shared memory: say so, go on)
+                        print(f"    {name} grad_w {spec}: {type(error).__name__}: {str(error)[:80]}")
+                        continue
+                    us[f"  grad_w {spec} ({weight_grad_splits(t, e, h, tiling)} chunks)"] = time_graph_ms(
+                        lambda t=tiling: router_logits_backward(x, w32, grad, need_x=False, weight_tiling=t),
+                        args.iters) * 1e3
                 for splits in args.splits:
                     us[f"  grad_w kernels alone, {splits} chunks"] = time_graph_ms(
                         lambda n=splits: router_logits_backward(x, w32, grad, need_x=False, splits=n),

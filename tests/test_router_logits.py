@@ -286,7 +286,7 @@ def test_backward_kernels_match_an_fp64_oracle(tokens, hidden, experts, weight_d
 
 def test_weight_gradient_in_token_chunks():
     """grad_w's sum cut into 1, 2, 3 or 5 chunks of tokens: each within fp32 rounding of the oracle, the same bits
-    on every call; grad_x does not depend on it. And grad_x at another tiling."""
+    on every call; grad_x does not depend on it. And both at other tilings."""
     from mok.triton_ref.router_logits_backward import router_logits_backward
 
     x, w = random_router(300, 40, 5, torch.float32, seed=20)
@@ -302,9 +302,10 @@ def test_weight_gradient_in_token_chunks():
             assert torch.equal(got_w.view(torch.int32), default_w.view(torch.int32))
     with pytest.raises(ValueError, match="splits must be at least 1"):
         router_logits_backward(x, w, grad, splits=0)
-    # Another tiling of grad_x's kernel (what router_logits_bench.py --input-tilings times): the oracle's gradient.
+    # Other tilings (what router_logits_bench.py --input-tilings and --weight-tilings time): the oracle's gradients.
     other_x, _ = router_logits_backward(x, w, grad, need_weight=False, input_tiling=(32, 16, 32, 4, 2))
-    assert_backward_close_to_fp64(other_x.cpu(), default_w.cpu(), x.cpu(), w.cpu(), grad.cpu())
+    _, other_w = router_logits_backward(x, w, grad, need_x=False, weight_tiling=(16, 32, 32, 4, 2))
+    assert_backward_close_to_fp64(other_x.cpu(), other_w.cpu(), x.cpu(), w.cpu(), grad.cpu())
 
 
 @pytest.mark.parametrize("tokens,experts,hidden", [(24576, 128, 1536), (16384, 6, 7168), (32768, 256, 4096),
@@ -315,7 +316,7 @@ def test_weight_gradient_chunks_follow_the_shape(tokens, experts, hidden):
     from mok.triton_ref import router_logits_backward as module
 
     splits = module.weight_grad_splits(tokens, experts, hidden)
-    block_e, _, block_h, _ = module.router_backward_tiling(experts)["weight"]
+    block_e, _, block_h, _, _ = module.weight_grad_tiling(experts)
     tiles = -(-experts // block_e) * -(-hidden // block_h)
     assert splits >= 1 and (splits == 1 or tokens // splits >= module.MIN_CHUNK_TOKENS)
     assert (splits - 1) * tiles < module.TARGET_PROGRAMS  # no more chunks than the target needs

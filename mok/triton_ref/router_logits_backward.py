@@ -114,12 +114,20 @@ def router_input_grad_kernel(g_ptr, w_ptr, out_ptr, num_tokens, hidden, num_expe
     tl.store(out, round_to(acc, tl.bfloat16), mask=row_ok[:, None] & col_ok[None, :])  # once, to nearest
 
 
-def router_backward_tiling(num_experts: int) -> dict[str, tuple[int, ...]]:
-    """``{"weight": (BLOCK_E, BLOCK_T, BLOCK_H, num_warps), "input": (BLOCK_T, BLOCK_E, BLOCK_H, num_warps,
-    num_stages)}`` for a router of ``num_experts`` columns: fixed by the expert count only (not yet tuned)."""
+def input_grad_tiling(weight_dtype: torch.dtype) -> tuple[int, int, int, int, int]:
+    """grad_x's ``(BLOCK_T, BLOCK_E, BLOCK_H, num_warps, num_stages)`` for bf16 or fp32 router weights.
+
+    Round 26's sweep on the H200 (``experiments/router_logits_bench.py --input-tilings``, eleven tilings at 6 to 256
+    experts): 16 experts per step was fastest at every expert count, 64 x 128 tiles for bf16 weights (three products)
+    and 128 x 128 for fp32 (six). Against the first tiling (64 experts per step, 64 x 64), bf16 / fp32: kimi slice
+    74 / 118 us from 92 / 130, anchor-1 67 / 126 from 99 / 204, anchor-2 478 / 869 from 673 / 1,320."""
+    return (64, 16, 128, 4, 3) if weight_dtype == torch.bfloat16 else (128, 16, 128, 4, 3)
+
+
+def weight_grad_tiling(num_experts: int) -> tuple[int, int, int, int, int]:
+    """grad_w's ``(BLOCK_E, BLOCK_T, BLOCK_H, num_warps, num_stages)`` for a router of ``num_experts`` columns."""
     block_e = max(16, triton.next_power_of_2(num_experts))
-    return {"weight": (min(block_e, 128), 64, 64, 8 if block_e >= 128 else 4),
-            "input": (64, min(block_e, 64), 64, 4, 3)}
+    return (min(block_e, 128), 64, 64, 8 if block_e >= 128 else 4, 3)
 
 
 # grad_w's token chunks: enough programs for a few per SM of a large GPU, and no chunk under MIN_CHUNK_TOKENS (each
@@ -128,23 +136,25 @@ TARGET_PROGRAMS = 512
 MIN_CHUNK_TOKENS = 1024
 
 
-def weight_grad_splits(num_tokens: int, num_experts: int, hidden: int) -> int:
-    """How many token chunks ``grad_w``'s sum is cut into for this shape (see the module docstring)."""
-    block_e, _, block_h, _ = router_backward_tiling(num_experts)["weight"]
+def weight_grad_splits(num_tokens: int, num_experts: int, hidden: int,
+                       tiling: tuple[int, ...] | None = None) -> int:
+    """How many token chunks ``grad_w``'s sum is cut into for this shape (see the module docstring), at ``tiling``
+    (default :func:`weight_grad_tiling`)."""
+    block_e, _, block_h, _, _ = tiling or weight_grad_tiling(num_experts)
     tiles = triton.cdiv(num_experts, block_e) * triton.cdiv(hidden, block_h)
     return max(1, min(triton.cdiv(TARGET_PROGRAMS, max(tiles, 1)), num_tokens // MIN_CHUNK_TOKENS))
 
 
 def router_logits_backward(x: torch.Tensor, weight: torch.Tensor, grad_logits: torch.Tensor, *, need_x: bool = True,
                            need_weight: bool = True, splits: int | None = None,
-                           input_tiling: tuple[int, ...] | None = None,
+                           input_tiling: tuple[int, ...] | None = None, weight_tiling: tuple[int, ...] | None = None,
                            ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_x, grad_weight)`` of ``logits = x @ weight^T`` (fp32 logits of bf16 ``x``; see the module docstring):
     ``grad_x`` in x's dtype, ``grad_weight`` in the weights' dtype (summed in fp32, then cast); None where not
     needed. ``splits``: token chunks of ``grad_weight``'s sum (default :func:`weight_grad_splits`; another count
-    gives other bits, for experiments); ``input_tiling`` overrides :func:`router_backward_tiling`'s ``"input"``
-    (grad_x's; for experiments: another tiling may give other bits). No autograd here: :func:`mok.router_logits`
-    wraps it."""
+    gives other bits, for experiments); ``input_tiling`` and ``weight_tiling`` override :func:`input_grad_tiling`
+    and :func:`weight_grad_tiling` (for experiments: another tiling may give other bits). No autograd here:
+    :func:`mok.router_logits` wraps it."""
     check_device(x, weight, grad_logits)
     if not x.device == weight.device == grad_logits.device:
         raise ValueError(f"x, weight and grad_logits must be on one device, got {x.device}, {weight.device} and "
@@ -159,11 +169,10 @@ def router_logits_backward(x: torch.Tensor, weight: torch.Tensor, grad_logits: t
     weight = weight if weight.stride(1) == 1 else weight.contiguous()
     grad = grad_logits.float()
     grad = grad if grad.stride(1) == 1 else grad.contiguous()
-    tiling = router_backward_tiling(num_experts)
     grad_x = grad_weight = None
     if need_x:
         grad_x = torch.empty_like(x)
-        block_t, block_e, block_h, num_warps, num_stages = input_tiling or tiling["input"]
+        block_t, block_e, block_h, num_warps, num_stages = input_tiling or input_grad_tiling(weight.dtype)
         if num_tokens and hidden:
             grid = (triton.cdiv(num_tokens, block_t), triton.cdiv(hidden, block_h))
             router_input_grad_kernel[grid](grad, weight, grad_x, num_tokens, hidden, num_experts, grad.stride(0),
@@ -172,8 +181,9 @@ def router_logits_backward(x: torch.Tensor, weight: torch.Tensor, grad_logits: t
                                            num_stages=num_stages)
     if need_weight:
         summed = torch.empty(num_experts, hidden, dtype=torch.float32, device=x.device)
-        block_e, block_t, block_h, num_warps = tiling["weight"]
-        splits = weight_grad_splits(num_tokens, num_experts, hidden) if splits is None else splits
+        weight_tiling = weight_tiling or weight_grad_tiling(num_experts)
+        block_e, block_t, block_h, num_warps, num_stages = weight_tiling
+        splits = weight_grad_splits(num_tokens, num_experts, hidden, weight_tiling) if splits is None else splits
         if splits < 1:
             raise ValueError(f"splits must be at least 1, got {splits}")
         # Whole BLOCK_T steps per chunk, so a chunk's steps are those of the unsplit loop.
@@ -185,7 +195,7 @@ def router_logits_backward(x: torch.Tensor, weight: torch.Tensor, grad_logits: t
             grid = (triton.cdiv(num_experts, block_e), triton.cdiv(hidden, block_h), splits)
             router_weight_grad_kernel[grid](grad, x, partial, num_tokens, hidden, num_experts, chunk, grad.stride(0),
                                             x.stride(0), BLOCK_E=block_e, BLOCK_T=block_t, BLOCK_H=block_h,
-                                            num_warps=num_warps)
+                                            num_warps=num_warps, num_stages=num_stages)
             if splits > 1:
                 block = 1024
                 sum_partials_kernel[(triton.cdiv(summed.numel(), block),)](partial, summed, summed.numel(), splits,
