@@ -125,9 +125,14 @@ def input_grad_tiling(weight_dtype: torch.dtype) -> tuple[int, int, int, int, in
 
 
 def weight_grad_tiling(num_experts: int) -> tuple[int, int, int, int, int]:
-    """grad_w's ``(BLOCK_E, BLOCK_T, BLOCK_H, num_warps, num_stages)`` for a router of ``num_experts`` columns."""
-    block_e = max(16, triton.next_power_of_2(num_experts))
-    return (min(block_e, 128), 64, 64, 8 if block_e >= 128 else 4, 3)
+    """grad_w's ``(BLOCK_E, BLOCK_T, BLOCK_H, num_warps, num_stages)`` for a router of ``num_experts`` columns.
+
+    Round 26's sweep on the H200 (``experiments/router_logits_bench.py --weight-tilings``, ten tilings, each at its
+    own chunk count): 128 columns per tile everywhere; 16 experts x 32 tokens per step up to 16 experts (kimi slice
+    67 us from 108, qwen's 48 from 69), 64 x 64 from 64 experts on (anchor-5 64 us from 80, anchor-1 75 from 89,
+    anchor-2 459 from 554). 32 experts (32 x 64) was not timed."""
+    block_e = min(64, max(16, triton.next_power_of_2(num_experts)))
+    return (block_e, 32 if block_e == 16 else 64, 128, 4, 3)
 
 
 # grad_w's token chunks: enough programs for a few per SM of a large GPU, and no chunk under MIN_CHUNK_TOKENS (each
