@@ -8,6 +8,8 @@ with the mok lines that caused it; ``--python``: cProfile of one more backward. 
 repository root:
 
     python3 experiments/profile_backward.py qwen3.5-397b/ep64 [--backends cuda,triton] [--sync-debug] [--python]
+        [--router]   # the bench's layer instead (mok.bench.problems.LayerProblem): router and routing inside, the
+                     # gradients of x, the router weights and the expert weights, as the bench's fwd+bwd asks them
 """
 from __future__ import annotations
 
@@ -33,10 +35,31 @@ def forward(backend, inputs):
     return out
 
 
-def backward(out, grad):
+class BenchStep:
+    """``--router``: the bench's layer on input set 0; ``forward`` / ``backward`` split its ``forward_backward``."""
+
+    def __init__(self, shape):
+        from mok.bench.problems import LayerProblem
+
+        self.problem = LayerProblem(shape, "bf16", torch.device("cuda"), n_sets=1, router=True)
+
+    def forward(self, backend, inputs=None):
+        out = self.problem.forward(backend, 0)
+        torch.cuda.synchronize()
+        return out
+
+
+def run_backward(out, grad, step=None):
+    if step is None:
+        out.backward(grad)
+    else:  # the bench's gradients (torch.autograd.grad of every leaf, as LayerProblem.forward_backward asks them)
+        torch.autograd.grad(out, step.problem._leaves(0), step.problem.grads[0], allow_unused=True)
+
+
+def backward(out, grad, step=None):
     """(seconds until backward() returned to the host, seconds until the GPU finished)"""
     start = time.perf_counter()
-    out.backward(grad)
+    run_backward(out, grad, step)
     host = time.perf_counter() - start
     torch.cuda.synchronize()
     return host, time.perf_counter() - start
@@ -85,17 +108,22 @@ def main() -> None:
     parser.add_argument("--python", action="store_true", help="also cProfile one backward (host time by function)")
     parser.add_argument("--sync-debug", action="store_true",
                         help="also list the host synchronisations of one backward, with where they came from")
+    parser.add_argument("--router", action="store_true",
+                        help="the bench's layer (router and routing inside) and its gradients instead")
     args = parser.parse_args()
     shape = get_shape(args.shape)
-    inputs = make_inputs(shape.tokens, shape.hidden, shape.intermediate, shape.num_experts, shape.top_k)
-    grad = torch.randn_like(inputs[0], dtype=torch.float32).to(torch.bfloat16)
+    step = BenchStep(shape) if args.router else None
+    run_forward = step.forward if step else forward
+    inputs = None if step else make_inputs(shape.tokens, shape.hidden, shape.intermediate, shape.num_experts,
+                                           shape.top_k)
+    grad = None if step else torch.randn_like(inputs[0], dtype=torch.float32).to(torch.bfloat16)
     for backend in args.backends.split(","):
         for _ in range(3):
-            backward(forward(backend, inputs), grad)
-        unprofiled = backward(forward(backend, inputs), grad)
-        out = forward(backend, inputs)
+            backward(run_forward(backend, inputs), grad, step)
+        unprofiled = backward(run_forward(backend, inputs), grad, step)
+        out = run_forward(backend, inputs)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            backward(out, grad)
+            backward(out, grad, step)
         events = prof.key_averages()
         gpu_us = kernel_time_us(events)
         print(f"{shape.name} {backend}: backward wall {unprofiled[1] * 1e3:.3f} ms (backward() returned to the host "
@@ -104,15 +132,15 @@ def main() -> None:
         print(events.table(sort_by="self_device_time_total", row_limit=10, max_name_column_width=60))
         print(events.table(sort_by="self_cpu_time_total", row_limit=10, max_name_column_width=60))
         if args.sync_debug:
-            out = forward(backend, inputs)
-            report_syncs(f"{backend}: one backward", lambda: out.backward(grad))
+            out = run_forward(backend, inputs)
+            report_syncs(f"{backend}: one backward", lambda: run_backward(out, grad, step))
         if args.python:
             import cProfile
             import pstats
-            out = forward(backend, inputs)
+            out = run_forward(backend, inputs)
             host = cProfile.Profile()
             host.enable()
-            backward(out, grad)
+            backward(out, grad, step)
             host.disable()
             pstats.Stats(host).sort_stats("cumulative").print_stats(25)
 
