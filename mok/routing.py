@@ -10,7 +10,8 @@ from .checks import check_route_inputs
 
 
 def route(logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", renormalize: bool = True,
-          check_inputs: bool = True, method: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+          check_inputs: bool = True, method: str | None = None,
+          backward: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick ``top_k`` experts per token.
 
     Args:
@@ -28,6 +29,11 @@ def route(logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", renorma
             Default ``MOK_ROUTE``, else ``"auto"`` (``MOK_ROUTE=fused`` falls back to ``"torch"`` where the kernel
             cannot run). The ids are the same either way; the weights agree to a few units in the last place (same
             mathematics, other rounding), and each method's are the same bits on every call.
+        backward: the fused method's backward: ``"torch"`` (default, ``MOK_ROUTE_BACKWARD``: the PyTorch ops
+            recomputed and differentiated, so their gradients bit for bit) or ``"kernel"``
+            (:func:`mok.triton_ref.router_topk_backward.router_topk_backward`: one launch instead of a dozen and a
+            nested autograd graph; fp32 rounding, not their bits; CPU-tested, not yet run on a GPU). A backward that
+            builds a graph (``create_graph=True``) takes the PyTorch ops either way.
 
     Returns:
         ``(topk_weights [T, top_k] fp32, topk_ids [T, top_k] int32)``, ids ordered by descending logit (softmax
@@ -40,6 +46,10 @@ def route(logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", renorma
     if choice not in ("auto", "torch", "fused"):
         raise ValueError(f"the routing method (method or MOK_ROUTE) must be 'auto', 'torch' or 'fused', got "
                          f"{choice!r}")
+    backward = os.environ.get("MOK_ROUTE_BACKWARD", "torch") if backward is None else backward
+    if backward not in ("torch", "kernel"):
+        raise ValueError(f"the routing's backward (backward or MOK_ROUTE_BACKWARD) must be 'torch' or 'kernel', got "
+                         f"{backward!r}")
     if scoring not in ("softmax", "sigmoid"):  # (also without check_inputs: both methods refuse alike)
         raise ValueError(f"scoring must be 'softmax' or 'sigmoid', got {scoring!r}")
     if check_inputs:
@@ -50,7 +60,7 @@ def route(logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", renorma
     else:
         use_fused = choice == "fused" and (method is not None or _fused_route_applies(logits))
     if use_fused:
-        return _FusedRoute.apply(logits, int(top_k), scoring, renormalize)
+        return _FusedRoute.apply(logits, int(top_k), scoring, renormalize, backward)
     logits = logits.float()
     ids = _topk_ids(logits.detach(), top_k)
     return _weights_of(logits, ids, scoring, renormalize), ids
@@ -81,29 +91,36 @@ def _weights_of(logits: torch.Tensor, ids: torch.Tensor, scoring: str, renormali
 
 class _FusedRoute(torch.autograd.Function):
     """``route(method="fused")``: the kernel's weights and ids forward; the backward differentiates the PyTorch ops
-    of :func:`_weights_of` at the saved logits and ids (recomputed: the backward of a routing is small beside the
-    layer's, and this keeps one definition of the gradient). The logits themselves are saved, so changing them in
-    place after routing makes the backward raise (autograd's version check)."""
+    of :func:`_weights_of` at the saved logits and ids (recomputed: one definition of the gradient), or with
+    ``backward="kernel"`` runs :func:`mok.triton_ref.router_topk_backward.router_topk_backward`. The logits
+    themselves are saved, so changing them in place after routing makes the backward raise (autograd's version
+    check)."""
 
     @staticmethod
-    def forward(ctx, logits, top_k, scoring, renormalize):
+    def forward(ctx, logits, top_k, scoring, renormalize, backward):
         from .triton_ref.router_topk import router_topk_weights  # noqa: PLC0415 (Triton only when used)
 
         weights, ids = router_topk_weights(logits.detach(), top_k, scoring=scoring, renormalize=renormalize)
         ctx.save_for_backward(logits, ids)
-        ctx.scoring, ctx.renormalize = scoring, renormalize
+        ctx.scoring, ctx.renormalize, ctx.backward_method = scoring, renormalize, backward
         ctx.mark_non_differentiable(ids)
         return weights, ids
 
     @staticmethod
     def backward(ctx, grad_weights, _grad_ids):
         logits, ids = ctx.saved_tensors
+        if ctx.backward_method == "kernel" and not torch.is_grad_enabled():  # (a graph: the PyTorch ops below)
+            from .triton_ref.router_topk_backward import router_topk_backward  # noqa: PLC0415
+
+            grad = router_topk_backward(logits.detach(), ids, grad_weights, scoring=ctx.scoring,
+                                        renormalize=ctx.renormalize)
+            return grad, None, None, None, None
         with torch.enable_grad():
             weights = _weights_of(logits.float(), ids, ctx.scoring, ctx.renormalize)
         # At the saved logits themselves, with a graph when one is asked for (create_graph): second derivatives,
         # through .backward() or autograd.grad alike, are the PyTorch ops' own.
         (grad,) = torch.autograd.grad(weights, logits, grad_weights, create_graph=torch.is_grad_enabled())
-        return grad, None, None, None
+        return grad, None, None, None, None
 
 
 def _topk_ids(logits: torch.Tensor, top_k: int) -> torch.Tensor:
