@@ -49,8 +49,10 @@
 #   MOK_CUDA_BENCH        shapes the cuda stage times the megakernel on (default "kimi-k2.7/ep64 anchor-4")
 #   MOK_TUNE_ARGS         extra arguments for experiments/tune_triton.py
 #   MOK_SONIC_SHAPES      opt-in SonicMoE for these bench shapes. Its GEMMs compile and autotune on first use
-#                         (round 7, H200: the five anchors, forward only, took 403 s in all; its backward has not
-#                         run yet): use a call of its own, e.g. MOK_STAGES=bench MOK_BENCH_SHAPES=anchors
+#                         (round 7, H200: the five anchors, forward only, took 403 s in all; its backward gave
+#                         nothing within 460 s at anchor-2 in round 26, so the bench times SonicMoE forward only
+#                         unless MOK_BENCH_ARGS has --sonic-backward): use a call of its own, e.g. MOK_STAGES=bench
+#                         MOK_BENCH_SHAPES=anchors
 #                         MOK_SONIC_SHAPES=anchor-1,...,anchor-5 MOK_BENCH_ARGS="--backends torch,cuda --passes fwd".
 #                         Needs the bundle in .carry/sonic (carry it): see ../shared/tools/sonic_bundle.sh
 #   MOK_PIP_INSTALL=1     pip install -e . (default: PYTHONPATH=. , which needs no install)

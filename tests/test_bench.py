@@ -290,3 +290,42 @@ def test_source_digest_covers_the_cuda_sources(tmp_path):
     (tmp_path / "mok" / "notes.txt").write_text("not source")
     header.write_text("int a;\n")
     assert harness.source_digest(tmp_path) == before  # other files do not count
+
+
+class _FakeSonic:
+    """Stands in for SonicLayer on the CPU: its fwd+bwd must not run unless --sonic-backward asks for it."""
+
+    backward_calls = 0
+
+    def __init__(self, shape, device, n_sets=1, seed=0):
+        pass
+
+    def calls(self):
+        def both(i):
+            _FakeSonic.backward_calls += 1
+            return torch.zeros(1)
+        return {"fwd": lambda i: torch.zeros(1), "fwd+bwd": both}
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_sonic_is_timed_forward_only_unless_its_backward_is_asked_for(monkeypatch, interleave):
+    """Round 26: SonicMoE's fwd+bwd gave nothing in 460 s at anchor-2, so --passes fwd,bwd times its forward only;
+    --sonic-backward adds its backward. The mok backends keep both passes either way."""
+    from mok.bench import cli
+
+    monkeypatch.setattr(cli, "SonicLayer", _FakeSonic)
+    shape = MoEShape("tiny-sonic", 16, 32, 16, 4, 2)
+    for extra, want_sonic_passes in (([], ["fwd"]), (["--sonic-backward"], ["fwd", "bwd"])):
+        args = cli.build_parser().parse_args(["--quick", "--max-seconds", "1", *extra])
+        args.warmup, args.iters = 1, 3
+        _FakeSonic.backward_calls = 0
+        if interleave:
+            records = cli.run_rotated(shape, ["torch", cli.SONIC_NAME], "bf16", ["fwd", "bwd"], torch.device("cpu"),
+                                      args)
+        else:
+            records = [r for name in ("torch", cli.SONIC_NAME)
+                       for r in cli.run_cell(shape, name, "bf16", ["fwd", "bwd"], torch.device("cpu"), args)]
+        passes = {name: [r["pass"] for r in records if r["backend"] == name] for name in ("torch", cli.SONIC_NAME)}
+        assert not any(r["error"] for r in records), [r["error"] for r in records]
+        assert passes["torch"] == ["fwd", "bwd"] and passes[cli.SONIC_NAME] == want_sonic_passes, passes
+        assert (_FakeSonic.backward_calls > 0) == ("bwd" in want_sonic_passes)

@@ -14,7 +14,9 @@
 :class:`SonicLayer` follows SonicMoE's ``MoE(num_experts, num_experts_per_tok, hidden_size, intermediate_size,
 activation_function, add_bias, std)`` constructor and its ``forward(hidden_states, kernel_backend_moe=...) ->
 (out, aux_loss)`` (sonic-moe 0.1.2.post1; in training mode the forward also computes the switch auxiliary loss,
-part of what is timed). Only its forward has run on a GPU so far (round 7); ``fwd+bwd`` has not.
+part of what is timed). Its forward has run on the H200 since round 7. Its ``fwd+bwd`` was first tried in round 26
+(call 5) and gave no result at anchor-2 within 460 s, so the bench times SonicMoE forward only unless
+``--sonic-backward`` is given.
 
 The GPU machine cannot reach a package registry: ``../shared/tools/sonic_bundle.sh`` packs SonicMoE into
 ``.carry/sonic`` and ``experiments/gpu_run.sh`` unpacks it onto ``PYTHONPATH``.
@@ -45,7 +47,7 @@ def sonic_available() -> tuple[bool, str]:
 
 class SonicLayer:
     """A SonicMoE layer of one shape, with its inputs and the two calls the harness times (its forward ran on
-    the H200 in round 7; ``fwd+bwd`` has not run yet: see the module docstring).
+    the H200 in round 7; ``fwd+bwd`` gave no result in round 26: see the module docstring).
 
     Args:
         shape: T, H, I, E, K of the problem.

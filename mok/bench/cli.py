@@ -81,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sonic-shapes", default=os.environ.get("MOK_SONIC_SHAPES"),
                    help="only these shapes get SonicMoE (its JIT costs minutes per shape); default: "
                         "$MOK_SONIC_SHAPES, else every shape")
+    p.add_argument("--sonic-backward", action="store_true",
+                   help="also time SonicMoE's fwd+bwd; by default SonicMoE is timed forward only (round 26's first "
+                        "try gave nothing within 460 s at anchor-2, likely its backward GEMMs' compile and "
+                        "autotune on first use)")
     p.add_argument("--tokens-scale", type=float, default=1.0, help="multiply every shape's token count")
     p.add_argument("--router", choices=("include", "exclude"), default="include",
                    help="time the router inside the layer (as SonicMoE does) or start from given routing")
@@ -206,6 +210,13 @@ def _error_text(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0][:200] if text else ''}"
 
 
+def passes_of(name: str, passes: list[str], args) -> list[str]:
+    """The passes timed for backend ``name``: SonicMoE's backward only with ``--sonic-backward``."""
+    if name == SONIC_NAME and not getattr(args, "sonic_backward", False):
+        return [p for p in passes if p != "bwd"]
+    return passes
+
+
 def time_calls(calls: dict[str, Any], shape: MoEShape, name: str, precision: str, passes: list[str],
                device: torch.device, args, note: str | None) -> list[dict[str, Any]]:
     """Time ``fwd`` (and ``fwd+bwd`` when the backward is asked for); one record per pass."""
@@ -261,25 +272,25 @@ def run_rotated(shape: MoEShape, names: list[str], precision: str, passes: list[
                         problem = LayerProblem(shape, precision, device, n_sets=args.sets,
                                                router=args.router == "include", ep_size=args.ep_size, seed=args.seed)
                     calls[name], notes[name] = problem.calls(name), None
-                for pass_ in ("fwd", "fwd+bwd") if "bwd" in passes else ("fwd",):
+                for pass_ in ("fwd", "fwd+bwd") if "bwd" in passes_of(name, passes, args) else ("fwd",):
                     calls[name][pass_](0)  # compile and fail here, not in the middle of a rotation
             except Exception as err:  # noqa: BLE001 (a failing backend must not end the sweep)
                 calls.pop(name, None)
                 records += [harness.make_record(shape, name, precision, p, None, error=_error_text(err))
-                            for p in passes]
+                            for p in passes_of(name, passes, args)]
         if not calls:
             return records
         try:
             fwd = rotated_series({n: c["fwd"] for n, c in calls.items()}, device, args)
-            both = (rotated_series({n: c["fwd+bwd"] for n, c in calls.items()}, device, args)
-                    if "bwd" in passes else {})
+            with_bwd = {n: c["fwd+bwd"] for n, c in calls.items() if "bwd" in passes_of(n, passes, args)}
+            both = rotated_series(with_bwd, device, args) if with_bwd else {}
         except Exception as err:  # noqa: BLE001
             return records + [harness.make_record(shape, n, precision, p, None, error=_error_text(err))
-                              for n in calls for p in passes]
+                              for n in calls for p in passes_of(n, passes, args)]
         for name in calls:
             if "fwd" in passes:
                 records.append(harness.make_record(shape, name, precision, "fwd", fwd[name], note=notes[name]))
-            if "bwd" in passes:
+            if "bwd" in passes_of(name, passes, args):
                 records.append(backward_record(shape, name, precision, fwd[name], both[name], notes[name]))
         return records
     finally:
@@ -308,7 +319,8 @@ def run_cell(shape: MoEShape, name: str, precision: str, passes: list[str], devi
     try:
         if name == SONIC_NAME:
             problem = SonicLayer(shape, device, n_sets=args.sets, seed=args.seed)
-            return time_calls(problem.calls(), shape, name, precision, passes, device, args, SONIC_NOTE)
+            return time_calls(problem.calls(), shape, name, precision, passes_of(name, passes, args), device, args,
+                              SONIC_NOTE)
         problem = LayerProblem(shape, precision, device, n_sets=args.sets, router=args.router == "include",
                                ep_size=args.ep_size, seed=args.seed)
         return time_calls(problem.calls(name), shape, name, precision, passes, device, args, None)
