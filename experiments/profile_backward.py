@@ -52,8 +52,8 @@ class BenchStep:
 def run_backward(out, grad, step=None):
     if step is None:
         out.backward(grad)
-    else:  # the bench's gradients (torch.autograd.grad of every leaf, as LayerProblem.forward_backward asks them)
-        torch.autograd.grad(out, step.problem._leaves(0), step.problem.grads[0], allow_unused=True)
+    else:  # the bench's gradients (every leaf's, as LayerProblem.forward_backward asks them)
+        step.problem.backward(out, 0)
 
 
 def backward(out, grad, step=None):

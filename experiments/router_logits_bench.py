@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     from mok.router import torch_backward  # noqa: PLC0415
     from mok.triton_ref.router_logits import router_logits  # noqa: PLC0415
     from mok.triton_ref.router_logits_backward import (  # noqa: PLC0415
-        router_logits_backward, weight_grad_splits)
+        router_logits_backward, token_chunks, weight_grad_splits, weight_grad_tiling)
 
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
@@ -131,18 +131,24 @@ def main(argv: list[str] | None = None) -> None:
                 # grad_w does not read the weights (only its final cast follows their dtype): timed once.
                 us[f"  grad_w kernels alone ({weight_grad_splits(t, e, h)} chunks)"] = time_graph_ms(
                     lambda: router_logits_backward(x, w32, grad, need_x=False), args.iters) * 1e3
+                default_w = router_logits_backward(x, w32, grad, need_x=False)[1]
                 for spec in args.weight_tilings:
                     tiling = tuple(int(v) for v in spec.split(","))
                     try:
-                        router_logits_backward(x, w32, grad, need_x=False, weight_tiling=tiling)
+                        got_w = router_logits_backward(x, w32, grad, need_x=False, weight_tiling=tiling)[1]
                     except Exception as error:  # noqa: BLE001 (past the shared memory: say so, go on)
                         print(f"    {name} grad_w {spec}: {type(error).__name__}: {str(error)[:80]}")
                         continue
+                    # Other chunks sum in another order: fp32 rounding apart, never more.
+                    off = float((got_w - default_w).abs().max() / default_w.abs().max())
+                    if off > 1e-5:
+                        raise SystemExit(f"{name} grad_w {spec}: {off:.1e} away from the default tiling's")
                     us[f"  grad_w {spec} ({weight_grad_splits(t, e, h, tiling)} chunks)"] = time_graph_ms(
                         lambda t=tiling: router_logits_backward(x, w32, grad, need_x=False, weight_tiling=t),
                         args.iters) * 1e3
                 for splits in args.splits:
-                    us[f"  grad_w kernels alone, {splits} chunks"] = time_graph_ms(
+                    ran = token_chunks(t, splits, weight_grad_tiling(e)[1])[1]  # (a short T runs fewer)
+                    us[f"  grad_w kernels alone, {ran} chunks"] = time_graph_ms(
                         lambda n=splits: router_logits_backward(x, w32, grad, need_x=False, splits=n),
                         args.iters) * 1e3
         rate = x.numel() * 2 / (us["kernel fp32"] * 1e-6) / 1e12

@@ -22,9 +22,9 @@ def route(logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", renorma
         renormalize: rescale each token's chosen scores to sum to 1.
         method: ``"torch"`` (PyTorch ops around the top-k selection), ``"fused"`` (one Triton kernel selects and
             weighs, :func:`mok.triton_ref.router_topk.router_topk_weights`; CUDA tensors, or CPU tensors under
-            ``TRITON_INTERPRET=1``, up to its expert limit; its backward recomputes the PyTorch ops, so the
-            gradients are theirs) or ``"auto"``: ``"fused"`` for CUDA logits of bf16, fp16 or fp32 within the
-            kernel's expert limit, ``"torch"`` otherwise (round 25's call 1 on the H200: 3.0-4.4 us instead of
+            ``TRITON_INTERPRET=1``, up to its expert limit; its backward: see ``backward``) or ``"auto"``:
+            ``"fused"`` for CUDA logits of bf16, fp16 or fp32 within the kernel's expert limit, ``"torch"``
+            otherwise (round 25's call 1 on the H200: 3.0-4.4 us instead of
             19.5-22.7 at the EP-64 slices, the layer with its router 0.91-1.00x the time).
             Default ``MOK_ROUTE``, else ``"auto"`` (``MOK_ROUTE=fused`` falls back to ``"torch"`` where the kernel
             cannot run). The ids are the same either way; the weights agree to a few units in the last place (same

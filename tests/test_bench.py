@@ -329,3 +329,22 @@ def test_sonic_is_timed_forward_only_unless_its_backward_is_asked_for(monkeypatc
         assert not any(r["error"] for r in records), [r["error"] for r in records]
         assert passes["torch"] == ["fwd", "bwd"] and passes[cli.SONIC_NAME] == want_sonic_passes, passes
         assert (_FakeSonic.backward_calls > 0) == ("bwd" in want_sonic_passes)
+
+
+def test_a_failing_sonic_leaves_records_of_the_passes_it_would_have_run(monkeypatch):
+    """SonicMoE that fails to build: an error record per pass it would have been timed on (forward only, unless
+    --sonic-backward), in both timing paths alike."""
+    from mok.bench import cli
+
+    class Broken:
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("no sm_90 here")
+
+    monkeypatch.setattr(cli, "SonicLayer", Broken)
+    shape = MoEShape("tiny-sonic", 16, 32, 16, 4, 2)
+    for extra, want in (([], ["fwd"]), (["--sonic-backward"], ["fwd", "bwd"])):
+        args = cli.build_parser().parse_args(["--quick", *extra])
+        args.warmup, args.iters = 1, 3
+        for records in (cli.run_cell(shape, cli.SONIC_NAME, "bf16", ["fwd", "bwd"], torch.device("cpu"), args),
+                        cli.run_rotated(shape, [cli.SONIC_NAME], "bf16", ["fwd", "bwd"], torch.device("cpu"), args)):
+            assert [r["pass"] for r in records] == want and all("no sm_90 here" in r["error"] for r in records)

@@ -4,6 +4,11 @@ and mok.route's ``backward="kernel"`` (its switch, its fallback for second deriv
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -127,3 +132,61 @@ def test_gpu_kernel_matches_the_oracle_and_any_token_split(tokens, experts, top_
     assert_close_to_oracle(got, oracle(logits, ids, upstream, scoring, renormalize), upstream, torch.bfloat16)
     shifted = router_topk_backward(logits[1:], ids[1:], upstream[1:], scoring=scoring, renormalize=renormalize)
     assert torch.equal(shifted.view(torch.int16), got[1:].view(torch.int16))
+
+
+# Compiled (not interpreted) for sm_90 in a fresh process, so CI on a CPU machine catches a kernel that would not
+# build on the GPU: the routing's backward and forward (which share chosen_weights) for every scoring, and the
+# router backward's two kernels at their default tilings. Prints each one's shared memory.
+_SM90_SCRIPT = r"""
+import itertools, json
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from mok.triton_ref import router_logits_backward as rlb, router_topk as fwd, router_topk_backward as bwd
+
+
+def compile_sm90(kernel, signature, const, num_warps=4, num_stages=3):
+    sig = {**signature, **{k: "constexpr" for k in const}}
+    names = list(sig)
+    src = ASTSource(fn=kernel, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": num_warps, "num_stages": num_stages}).metadata.shared
+
+
+done = {}
+for sigmoid, renorm in itertools.product((False, True), (False, True)):
+    const = dict(TOP_K=8, BLOCK_T=4, BLOCK_E=256, BLOCK_K=8, SIGMOID=sigmoid, RENORMALIZE=renorm)
+    done[f"routing backward {sigmoid} {renorm}"] = compile_sm90(bwd.router_topk_backward_kernel, {
+        "logits_ptr": "*bf16", "ids_ptr": "*i32", "grad_ptr": "*fp32", "out_ptr": "*bf16", "num_tokens": "i32",
+        "num_experts": "i32", "stride_logits": "i32", "stride_out": "i32"}, const, num_warps=1)
+    done[f"routing forward {sigmoid} {renorm}"] = compile_sm90(fwd.router_topk_kernel, {
+        "logits_ptr": "*bf16", "ids_ptr": "*i32", "weights_ptr": "*fp32", "num_tokens": "i32", "num_experts": "i32",
+        "stride_token": "i32"}, {**const, "WEIGHTS": True}, num_warps=1)
+for experts in (6, 256):
+    block_e, block_t, block_h, warps, stages = rlb.weight_grad_tiling(experts)
+    done[f"grad_w {experts}"] = compile_sm90(rlb.router_weight_grad_kernel, {
+        "g_ptr": "*fp32", "x_ptr": "*bf16", "partial_ptr": "*fp32", "num_tokens": "i32", "hidden": "i32",
+        "num_experts": "i32", "chunk_tokens": "i32", "stride_g": "i32", "stride_x": "i32"},
+        dict(BLOCK_E=block_e, BLOCK_T=block_t, BLOCK_H=block_h), num_warps=warps, num_stages=stages)
+for weights, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+    block_t, block_e, block_h, warps, stages = rlb.input_grad_tiling(dtype)
+    done[f"grad_x {weights}"] = compile_sm90(rlb.router_input_grad_kernel, {
+        "g_ptr": "*fp32", "w_ptr": f"*{weights}", "out_ptr": "*bf16", "num_tokens": "i32", "hidden": "i32",
+        "num_experts": "i32", "stride_g": "i32", "stride_w": "i32", "stride_out": "i32"},
+        dict(W_FP32=weights == "fp32", BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_H=block_h), num_warps=warps,
+        num_stages=stages)
+print(json.dumps(done))
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="compiles without a GPU; the GPU tests run the kernels")
+def test_kernels_compile_for_sm90():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", _SM90_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode != 0 and "ptxas" in proc.stderr:
+        pytest.skip(f"no ptxas for sm_90 here: {proc.stderr.strip().splitlines()[-1]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shared = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(shared) == 12
+    assert max(shared.values()) <= 227 * 1024, shared  # Hopper's shared memory per block

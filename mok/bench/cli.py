@@ -325,7 +325,8 @@ def run_cell(shape: MoEShape, name: str, precision: str, passes: list[str], devi
                                ep_size=args.ep_size, seed=args.seed)
         return time_calls(problem.calls(name), shape, name, precision, passes, device, args, None)
     except Exception as err:  # record and go on: one failing backend must not end a long sweep
-        return [harness.make_record(shape, name, precision, p, None, error=_error_text(err)) for p in passes]
+        return [harness.make_record(shape, name, precision, p, None, error=_error_text(err))
+                for p in passes_of(name, passes, args)]
     finally:
         del problem
         harness.free_memory(device)
@@ -408,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
         if not ok and args.sonic == "on":
             print(f"SonicMoE requested but unavailable: {why}", file=sys.stderr)
     sonic_shapes = set(_split(args.sonic_shapes)) if args.sonic_shapes else None
+    if use_sonic and not passes_of(SONIC_NAME, passes, args):
+        print("SonicMoE skipped: it is timed forward only unless --sonic-backward is given, and --passes has no fwd")
 
     plan: list[tuple[MoEShape, str, str]] = []
     skipped_all: dict[str, dict[str, str]] = {}
@@ -418,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skip backend {reason_name} ({precision}): {reason}")
         for shape in shapes:
             row = list(names)
-            if use_sonic and precision == "bf16" and (sonic_shapes is None or shape.name in sonic_shapes):
+            if use_sonic and precision == "bf16" and (sonic_shapes is None or shape.name in sonic_shapes) \
+                    and passes_of(SONIC_NAME, passes, args):
                 row.insert(1 if BASELINE_BACKEND in row else 0, SONIC_NAME)
             plan += [(shape, name, precision) for name in row]
     if not plan:
@@ -431,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         "shapes": [s.name for s in shapes], "precisions": precisions, "passes": passes,
         "warmup": args.warmup, "iters": args.iters, "sets": args.sets, "max_seconds": args.max_seconds,
         "tokens_scale": args.tokens_scale, "ep_size": args.ep_size, "router": args.router,
-        "sonic": use_sonic, "skipped_backends": skipped_all,
+        "sonic": use_sonic, "sonic_backward": args.sonic_backward, "skipped_backends": skipped_all,
         "timing": ("CUDA events" if device.type == "cuda" else "host clock") + f", median of up to {args.iters} "
                   f"calls after {args.warmup} warm-up calls, rotating {args.sets} input sets; autograd enabled; "
                   "bwd = median(fwd+bwd) - median(fwd)" +

@@ -110,9 +110,12 @@ class LayerProblem:
 
     def forward_backward(self, backend: str, i: int):
         """The layer and the gradients of x, the router (weights) and the expert weights, on set ``i``."""
-        out = self.forward(backend, i)
-        leaves = self._leaves(i)
-        return torch.autograd.grad(out, leaves, self.grads[i], allow_unused=True)
+        return self.backward(self.forward(backend, i), i)
+
+    def backward(self, out: torch.Tensor, i: int):
+        """The gradients of x, the router (weights) and the expert weights from ``out``, :meth:`forward`'s output
+        on set ``i``."""
+        return torch.autograd.grad(out, self._leaves(i), self.grads[i], allow_unused=True)
 
     def calls(self, backend: str) -> dict[str, Callable[[int], object]]:
         """``{"fwd": f, "fwd+bwd": g}``: functions of the input-set index, as the harness times them."""

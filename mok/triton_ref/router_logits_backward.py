@@ -2,8 +2,8 @@
 
 Reads / writes
     ``grad [T, E]`` fp32 (the logits' gradient), bf16 ``x [T, H]`` and ``weight [E, H]`` (bf16 or fp32) in;
-    ``grad_x = grad @ W`` (bf16, x's dtype) and ``grad_w = grad^T @ x`` (fp32; the caller casts it to the weights'
-    dtype) out.
+    ``grad_x = grad @ W`` (bf16, x's dtype) and ``grad_w = grad^T @ x`` (summed in fp32, rounded once to the
+    weights' dtype) out.
 
 How
     The forward's trick (:mod:`.router_logits`) again: an fp32 operand enters a bf16 tensor-core dot as three exact
@@ -12,9 +12,10 @@ How
     * ``grad_w``: x is bf16, so ``grad``'s three terms times x are three exact dots. ``grad_w`` has few tiles (24 at
       anchor-1's 128 experts x 1,536 columns, for a GPU of 132 SMs), so the tokens are cut into
       ``splits`` chunks (:func:`weight_grad_splits`): a program owns ``BLOCK_E`` experts x ``BLOCK_H`` columns of one
-      chunk and walks its tokens in ``BLOCK_T`` steps, writing an fp32 partial sum; a second kernel adds the partials
-      in chunk order. Both orders are fixed by the shape (T, E, H) alone, so the same inputs give the same bits on
-      any GPU, with no atomics.
+      chunk and walks its tokens in ``BLOCK_T`` steps, writing an fp32 partial sum; :func:`.push_combine.sum_over_k`
+      adds each weight's partials in chunk order. Both orders are fixed by the shape (T, E, H) alone, not by the SM
+      count or the programs' timing, and there are no atomics: the same inputs give the same bits on every run (for
+      one GPU architecture and Triton version, which fix how a dot is lowered).
     * ``grad_x``: with fp32 weights both operands have three terms (``|mid| < 2**-7 |v|``, ``|lo| < 2**-15 |v|``);
       six products (hi*hi, hi*mid, mid*hi, hi*lo, mid*mid, lo*hi) are summed and the three smallest left out
       (mid*lo, lo*mid, lo*lo: under ``2**-21`` of ``|grad| |w|`` together, a few times fp32's own rounding and far
@@ -36,13 +37,15 @@ import triton
 import triton.language as tl
 
 from ._common import check_device, mma, round_to
+from .push_combine import sum_over_k
 from .router_logits import bf16_terms
 
 
 @triton.jit
 def router_weight_grad_kernel(g_ptr, x_ptr, partial_ptr, num_tokens, hidden, num_experts, chunk_tokens, stride_g,
                               stride_x, BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
-    """``partial[s] = grad[chunk s]^T @ x[chunk s]`` for one ``BLOCK_E x BLOCK_H`` tile (``partial [splits, E, H]``)."""
+    """``partial[:, s] = grad[chunk s]^T @ x[chunk s]`` for one ``BLOCK_E x BLOCK_H`` tile (``partial [E, splits,
+    H]``)."""
     experts = tl.program_id(0) * BLOCK_E + tl.arange(0, BLOCK_E)
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     split = tl.program_id(2)
@@ -64,19 +67,9 @@ def router_weight_grad_kernel(g_ptr, x_ptr, partial_ptr, num_tokens, hidden, num
         acc = mma(hi, x, acc)
         acc = mma(mid, x, acc)
         acc = mma(lo, x, acc)
-    out = partial_ptr + (split * num_experts + experts[:, None]).to(tl.int64) * hidden + cols[None, :]
+    # partial [E, splits, H]: an expert's chunks side by side, as sum_over_k reads them.
+    out = partial_ptr + (experts[:, None] * tl.num_programs(2) + split).to(tl.int64) * hidden + cols[None, :]
     tl.store(out, acc, mask=expert_ok[:, None] & col_ok[None, :])
-
-
-@triton.jit
-def sum_partials_kernel(partial_ptr, out_ptr, size, splits, BLOCK: tl.constexpr):
-    """``out = partial[0] + partial[1] + ...`` in that order, elementwise over ``size`` fp32 values."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    ok = offsets < size
-    acc = tl.load(partial_ptr + offsets, mask=ok, other=0.0)
-    for s in range(1, splits):
-        acc += tl.load(partial_ptr + s * size + offsets.to(tl.int64), mask=ok, other=0.0)
-    tl.store(out_ptr + offsets, acc, mask=ok)
 
 
 @triton.jit
@@ -141,6 +134,15 @@ TARGET_PROGRAMS = 512
 MIN_CHUNK_TOKENS = 1024
 
 
+def token_chunks(num_tokens: int, splits: int, block_t: int) -> tuple[int, int]:
+    """``(chunk_tokens, chunks)`` for ``splits`` asked: whole ``BLOCK_T`` steps per chunk (a chunk's steps are those
+    of the unsplit loop), so the chunks that run can be fewer than asked (a short T)."""
+    if splits < 1:
+        raise ValueError(f"splits must be at least 1, got {splits}")
+    chunk = triton.cdiv(triton.cdiv(max(num_tokens, 1), splits), block_t) * block_t
+    return chunk, triton.cdiv(max(num_tokens, 1), chunk)
+
+
 def weight_grad_splits(num_tokens: int, num_experts: int, hidden: int,
                        tiling: tuple[int, ...] | None = None) -> int:
     """How many token chunks ``grad_w``'s sum is cut into for this shape (see the module docstring), at ``tiling``
@@ -185,25 +187,20 @@ def router_logits_backward(x: torch.Tensor, weight: torch.Tensor, grad_logits: t
                                            BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_H=block_h, num_warps=num_warps,
                                            num_stages=num_stages)
     if need_weight:
-        summed = torch.empty(num_experts, hidden, dtype=torch.float32, device=x.device)
+        grad_weight = torch.empty(num_experts, hidden, dtype=weight.dtype, device=x.device)
         weight_tiling = weight_tiling or weight_grad_tiling(num_experts)
         block_e, block_t, block_h, num_warps, num_stages = weight_tiling
         splits = weight_grad_splits(num_tokens, num_experts, hidden, weight_tiling) if splits is None else splits
-        if splits < 1:
-            raise ValueError(f"splits must be at least 1, got {splits}")
-        # Whole BLOCK_T steps per chunk, so a chunk's steps are those of the unsplit loop.
-        chunk = triton.cdiv(triton.cdiv(max(num_tokens, 1), splits), block_t) * block_t
-        splits = triton.cdiv(max(num_tokens, 1), chunk)
-        partial = summed if splits == 1 else torch.empty(splits, num_experts, hidden, dtype=torch.float32,
+        chunk, splits = token_chunks(num_tokens, splits, block_t)
+        # One chunk straight into fp32 weights' gradient; otherwise partials, summed (and cast) in chunk order.
+        direct = splits == 1 and weight.dtype == torch.float32
+        partial = grad_weight if direct else torch.empty(num_experts, splits, hidden, dtype=torch.float32,
                                                          device=x.device)
         if num_experts and hidden:
             grid = (triton.cdiv(num_experts, block_e), triton.cdiv(hidden, block_h), splits)
             router_weight_grad_kernel[grid](grad, x, partial, num_tokens, hidden, num_experts, chunk, grad.stride(0),
                                             x.stride(0), BLOCK_E=block_e, BLOCK_T=block_t, BLOCK_H=block_h,
                                             num_warps=num_warps, num_stages=num_stages)
-            if splits > 1:
-                block = 1024
-                sum_partials_kernel[(triton.cdiv(summed.numel(), block),)](partial, summed, summed.numel(), splits,
-                                                                           BLOCK=block)
-        grad_weight = summed.to(weight.dtype)
+            if not direct:
+                sum_over_k(partial.view(num_experts * splits, hidden), splits, grad_weight)
     return grad_x, grad_weight

@@ -58,6 +58,7 @@ def router_topk_kernel(logits_ptr, ids_ptr, weights_ptr, num_tokens, num_experts
         # The chosen logits, round j in column j (a register tile: Triton has no indexable arrays).
         slot = tl.arange(0, BLOCK_K)
         chosen = tl.zeros([BLOCK_T, BLOCK_K], dtype=tl.float32)
+        denominator = tl.full([BLOCK_T], 1.0, dtype=tl.float32)  # (read only below, by a softmax over all experts)
         if not SIGMOID and not RENORMALIZE:
             # The full softmax's denominator, over every expert, before the rounds retire columns. (Rows past the
             # last token are all -inf: they get a maximum of 0 and a denominator of 1, so nothing is NaN there.)
@@ -75,18 +76,27 @@ def router_topk_kernel(logits_ptr, ids_ptr, weights_ptr, num_tokens, num_experts
             chosen = tl.where(slot[None, :] == j, best[:, None], chosen)
     if WEIGHTS:
         kept = slot[None, :] < TOP_K
-        if SIGMOID:
-            score = tl.where(kept, 1.0 / (1.0 + tl.exp(-chosen)), 0.0)
-        else:
-            # Round 0's logit is the row's maximum (0 past the last token, as above).
-            top = tl.where(row_ok, tl.max(tl.where(kept, chosen, float("-inf")), axis=1), 0.0)
-            score = tl.where(kept, tl.exp(chosen - top[:, None]), 0.0)
-        if RENORMALIZE:
-            score = score / tl.where(row_ok, tl.sum(score, axis=1), 1.0)[:, None]
-        elif not SIGMOID:
-            score = score / denominator[:, None]
+        score = chosen_weights(chosen, kept, row_ok, denominator, SIGMOID, RENORMALIZE)
         tl.store(weights_ptr + rows[:, None].to(tl.int64) * TOP_K + slot[None, :], score,
                  mask=row_ok[:, None] & kept)
+
+
+@triton.jit
+def chosen_weights(chosen, kept, row_ok, denominator, SIGMOID: tl.constexpr, RENORMALIZE: tl.constexpr):
+    """The chosen experts' weights ``[BLOCK_T, BLOCK_K]`` from their logits ``chosen`` (``kept``: the real slots;
+    ``denominator``: the full row's softmax denominator, read only for a softmax without renormalisation). Shared by
+    the forward and :mod:`.router_topk_backward`, which differentiates exactly these weights."""
+    if SIGMOID:
+        score = tl.where(kept, 1.0 / (1.0 + tl.exp(-chosen)), 0.0)
+    else:
+        # The first chosen logit is the row's maximum (0 past the last token, where no slot is kept: nothing NaN).
+        top = tl.where(row_ok, tl.max(tl.where(kept, chosen, float("-inf")), axis=1), 0.0)
+        score = tl.where(kept, tl.exp(chosen - top[:, None]), 0.0)
+    if RENORMALIZE:
+        score = score / tl.where(row_ok, tl.sum(score, axis=1), 1.0)[:, None]
+    elif not SIGMOID:
+        score = score / denominator[:, None]
+    return score
 
 
 def router_topk_ids(logits: torch.Tensor, top_k: int, *, block_t: int | None = None,

@@ -20,11 +20,12 @@ Why a kernel of its own
     Here it is one launch.
 
 Tiling
-    As the forward's: a program owns ``BLOCK_T`` whole rows (``BLOCK_E`` = E rounded up to a power of two). The K
-    chosen gradients are added into the row's tile one expert at a time, in k order, so each token's gradient
-    depends on its own logits, ids and gradient alone: the same bits for any batch split. The PyTorch ops compute
-    the same mathematics in another order (and a chosen softmax's non-chosen gradient, exactly 0 here, comes out
-    there as rounding residue), so the two agree to fp32 rounding, not bit for bit.
+    As the forward's, and the weights are the forward's own (:func:`.router_topk.chosen_weights`): a program owns
+    ``BLOCK_T`` whole rows (``BLOCK_E`` = E rounded up to a power of two). The K chosen gradients are added into
+    the row's tile one expert at a time, in k order, so each token's gradient depends on its own logits, ids and
+    gradient alone: the same bits for any batch split. The PyTorch ops compute the same mathematics in another
+    order (and a chosen softmax's non-chosen gradient, exactly 0 here, comes out there as rounding residue), so the
+    two agree to fp32 rounding, not bit for bit.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import triton
 import triton.language as tl
 
 from ._common import check_device, round_to
-from .router_topk import MAX_EXPERTS, default_tiling
+from .router_topk import MAX_EXPERTS, chosen_weights, default_tiling
 
 
 @triton.jit
@@ -53,27 +54,23 @@ def router_topk_backward_kernel(logits_ptr, ids_ptr, grad_ptr, out_ptr, num_toke
     # The row's own tile: every expert's gradient starts at 0 (at -p_e <g, w> for a softmax over all experts).
     out = tl.zeros([BLOCK_T, BLOCK_E], dtype=tl.float32)
     if SIGMOID:
-        s = tl.where(kept, 1.0 / (1.0 + tl.exp(-chosen)), 0.0)
+        s = chosen_weights(chosen, kept, row_ok, 1.0, True, False)
         if RENORMALIZE:
             total = tl.where(row_ok, tl.sum(s, axis=1), 1.0)
-            w = s / total[:, None]
-            g = (g - tl.sum(g * w, axis=1)[:, None]) / total[:, None]
+            g = (g - tl.sum(g * (s / total[:, None]), axis=1)[:, None]) / total[:, None]
         dc = g * s * (1.0 - s)
     elif RENORMALIZE:
-        top = tl.where(row_ok, tl.max(chosen, axis=1), 0.0)  # (0 past the last token: nothing is NaN there)
-        e = tl.where(kept, tl.exp(chosen - top[:, None]), 0.0)
-        w = e / tl.where(row_ok, tl.sum(e, axis=1), 1.0)[:, None]
+        w = chosen_weights(chosen, kept, row_ok, 1.0, False, True)
         dc = w * (g - tl.sum(g * w, axis=1)[:, None])
     else:
         row = row_ok[:, None] & (cols[None, :] < num_experts)
         values = tl.load(logits_ptr + rows[:, None].to(tl.int64) * stride_logits + cols[None, :], mask=row,
                          other=float("-inf")).to(tl.float32)
-        row_max = tl.where(row_ok, tl.max(values, axis=1), 0.0)
+        row_max = tl.where(row_ok, tl.max(values, axis=1), 0.0)  # (0 past the last token: nothing is NaN there)
         p = tl.where(row, tl.exp(values - row_max[:, None]), 0.0)
         denominator = tl.where(row_ok, tl.sum(p, axis=1), 1.0)
-        p = p / denominator[:, None]
-        w = tl.where(kept, tl.exp(chosen - row_max[:, None]), 0.0) / denominator[:, None]
-        out = -p * tl.sum(g * w, axis=1)[:, None]
+        w = chosen_weights(chosen, kept, row_ok, denominator, False, False)
+        out = -(p / denominator[:, None]) * tl.sum(g * w, axis=1)[:, None]
         dc = w * g
     for k in tl.static_range(TOP_K):
         # Column k of the [BLOCK_T, BLOCK_K] tiles (Triton has no indexable arrays), added where its expert sits.
@@ -99,6 +96,8 @@ def router_topk_backward(logits: torch.Tensor, ids: torch.Tensor, grad_weights: 
         raise ValueError(f"grad_weights must be shaped like ids {tuple(ids.shape)}, got {tuple(grad_weights.shape)}")
     num_tokens, num_experts = logits.shape
     top_k = ids.shape[1]
+    if top_k < 1:
+        raise ValueError("ids must name at least one expert per token")
     if num_experts > MAX_EXPERTS:
         raise ValueError(f"the routing's backward keeps a row in registers: at most {MAX_EXPERTS} experts, got "
                          f"{num_experts}")
@@ -108,11 +107,9 @@ def router_topk_backward(logits: torch.Tensor, ids: torch.Tensor, grad_weights: 
     out = torch.empty_like(logits, memory_format=torch.contiguous_format)
     block_e = triton.next_power_of_2(num_experts)
     block_t, num_warps = default_tiling(block_e)
-    if num_tokens and top_k:
+    if num_tokens:
         router_topk_backward_kernel[(triton.cdiv(num_tokens, block_t),)](
             logits, ids, grad, out, num_tokens, num_experts, logits.stride(0), out.stride(0), TOP_K=top_k,
             BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_K=triton.next_power_of_2(top_k), SIGMOID=scoring == "sigmoid",
             RENORMALIZE=renormalize, num_warps=num_warps)
-    elif num_tokens:
-        out.zero_()
     return out
