@@ -32,6 +32,15 @@ DEFAULT_SHAPES = ["kimi-k2.7/ep64", "glm-5.2/ep64", "qwen3.5-397b/ep64", "deepse
                   "anchor-2", "anchor-3", "anchor-5"]
 
 
+def attempt(label: str, call):
+    """``call()``, or None after printing why it failed (a tiling past the shared memory): the sweep goes on."""
+    try:
+        return call()
+    except Exception as error:  # noqa: BLE001
+        print(f"    {label}: {type(error).__name__}: {str(error)[:80]}")
+        return None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES)
@@ -93,10 +102,8 @@ def main(argv: list[str] | None = None) -> None:
             for spec in args.tilings:
                 tiling = tuple(int(v) for v in spec.split(","))
                 for dtype, w in (("bf16", w16), ("fp32", w32)):
-                    try:
-                        got = router_logits(x, w, tiling)
-                    except Exception as error:  # noqa: BLE001 (a tiling past the shared memory: say so, go on)
-                        print(f"    {name} {spec} {dtype}: {type(error).__name__}: {str(error)[:80]}")
+                    got = attempt(f"{name} {spec} {dtype}", lambda w=w, t=tiling: router_logits(x, w, t))
+                    if got is None:
                         continue
                     if not torch.equal(got[:256].double(), router_logits(x[:256], w, tiling).double()):
                         raise SystemExit(f"{name} {spec} {dtype}: the bits changed with the token count")
@@ -119,10 +126,9 @@ def main(argv: list[str] | None = None) -> None:
                         lambda w=w: router_logits_backward(x, w, grad, need_weight=False), args.iters) * 1e3
                     for spec in args.input_tilings:
                         tiling = tuple(int(v) for v in spec.split(","))
-                        try:
-                            got = router_logits_backward(x, w, grad, need_weight=False, input_tiling=tiling)[0]
-                        except Exception as error:  # noqa: BLE001 (past the shared memory: say so, go on)
-                            print(f"    {name} grad_x {spec} {dtype}: {type(error).__name__}: {str(error)[:80]}")
+                        got = attempt(f"{name} grad_x {spec} {dtype}", lambda w=w, t=tiling: router_logits_backward(
+                            x, w, grad, need_weight=False, input_tiling=t)[0])
+                        if got is None:
                             continue
                         same = "same bits" if torch.equal(got, got_x) else "other bits"
                         us[f"  grad_x {spec}, {dtype} W ({same})"] = time_graph_ms(
@@ -134,10 +140,9 @@ def main(argv: list[str] | None = None) -> None:
                 default_w = router_logits_backward(x, w32, grad, need_x=False)[1]
                 for spec in args.weight_tilings:
                     tiling = tuple(int(v) for v in spec.split(","))
-                    try:
-                        got_w = router_logits_backward(x, w32, grad, need_x=False, weight_tiling=tiling)[1]
-                    except Exception as error:  # noqa: BLE001 (past the shared memory: say so, go on)
-                        print(f"    {name} grad_w {spec}: {type(error).__name__}: {str(error)[:80]}")
+                    got_w = attempt(f"{name} grad_w {spec}", lambda t=tiling: router_logits_backward(
+                        x, w32, grad, need_x=False, weight_tiling=t)[1])
+                    if got_w is None:
                         continue
                     # Other chunks sum in another order: fp32 rounding apart, never more.
                     off = float((got_w - default_w).abs().max() / default_w.abs().max())

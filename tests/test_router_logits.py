@@ -213,6 +213,17 @@ def test_router_logits_bench_says_it_needs_a_gpu():
         bench.main(["--shapes", "anchor-1"])
 
 
+def test_router_logits_bench_goes_on_past_a_failing_tiling(capsys):
+    """A tiling that fails (past the shared memory, say) is reported and skipped, not the end of the sweep."""
+    attempt = load_experiment("router_logits_bench.py").attempt
+    assert attempt("fine", lambda: 7) == 7
+
+    def fails():
+        raise RuntimeError("out of resource: shared memory")
+    assert attempt("anchor-2 grad_x 256,64,128,8,3 fp32", fails) is None
+    assert "anchor-2 grad_x 256,64,128,8,3 fp32: RuntimeError: out of resource" in capsys.readouterr().out
+
+
 @pytest.mark.gpu
 def test_gpu_router_logits_bench_runs(capsys, tmp_path):
     load_experiment("router_logits_bench.py").main(["--shapes", "kimi-k2.7/ep64", "--iters", "3", "--backward",
