@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -210,8 +211,19 @@ class TileConfig:
     tma: bool = False
 
 
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` of host integers. Plain Python: ``triton.cdiv`` is a constexpr function (Triton 3.9), and
+    each host call of it cost about 3 us on the CPU machine, a few dozen of them per layer backward (round 26)."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two at least ``n`` (0 for 0), as ``triton.next_power_of_2`` gives it, in plain Python."""
+    return 1 << (int(n) - 1).bit_length() if n > 0 else 0
+
+
 def _pow2_at_least(n: int, floor: int = 16) -> int:
-    return max(floor, triton.next_power_of_2(max(int(n), 1)))
+    return max(floor, next_power_of_2(max(int(n), 1)))
 
 
 # Hopper, bf16 operands. 128-row tiles match the schedule's default expert padding (one expert per tile);
@@ -278,11 +290,13 @@ def override_configs(overrides: Mapping[str, object]) -> Iterator[None]:
     parsed = {str(kernel): _override_fields(kernel, value) for kernel, value in overrides.items()}
     previous = dict(_OVERRIDES)
     _OVERRIDES.update(parsed)
+    _CONFIGS.clear()
     try:
         yield
     finally:
         _OVERRIDES.clear()
         _OVERRIDES.update(previous)
+        _CONFIGS.clear()
 
 
 def active_overrides() -> dict[str, dict]:
@@ -309,6 +323,24 @@ def default_config(kernel: str, dtype: torch.dtype) -> TileConfig:
     return table[kernel]
 
 
+# The configurations looked up so far (a lookup is a pure function of its arguments and the overrides, and a layer
+# backward asks for the same few a dozen times: round 26's CPU profile put ~100 us of host time per call there).
+# Emptied whenever the overrides change.
+_CONFIGS: dict[tuple, TileConfig] = {}
+
+
+def _remembered(lookup):
+    @functools.wraps(lookup)
+    def remembered(*args, **kwargs):
+        key = (lookup.__name__, args, tuple(sorted(kwargs.items())))
+        config = _CONFIGS.get(key)
+        if config is None:
+            config = _CONFIGS[key] = lookup(*args, **kwargs)
+        return config
+    return remembered
+
+
+@_remembered
 def gemm_config(kernel: str, dtype: torch.dtype, tile_rows: int, n: int, k: int) -> TileConfig:
     """The fixed configuration of ``kernel`` for an ``n``-wide output with a ``k``-deep reduction.
 
@@ -325,6 +357,7 @@ def gemm_config(kernel: str, dtype: torch.dtype, tile_rows: int, n: int, k: int)
                                block_n=min(cfg.block_n, _pow2_at_least(n)), block_k=min(cfg.block_k, _pow2_at_least(k)))
 
 
+@_remembered
 def wgrad_config(dtype: torch.dtype, tile_rows: int, p: int, q: int) -> TileConfig:
     """The weight-gradient kernel's configuration: a ``block_m`` x ``block_n`` block of a ``[P, Q]`` dW per
     program, ``block_k`` rows per MMA step (never more than a schedule tile, so a step stays in one tile)."""

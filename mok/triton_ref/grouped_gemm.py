@@ -55,7 +55,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (TileConfig, check_device, gemm_config, grouped_program_order, mma, round_to, tl_dtype,
+from ._common import (TileConfig, cdiv, check_device, gemm_config, grouped_program_order, mma, round_to, tl_dtype,
                       tma_capable, tma_descriptor, tma_weight_block, wgrad_config)
 from .push_combine import SlotPush, push_tile_in_halves
 
@@ -149,7 +149,7 @@ def _gemm_descriptors(cfg: TileConfig, a: torch.Tensor, w1: torch.Tensor, w2: to
 def _launch(kernel_name: str, a, w1, w2, strides, n_rows: int, n: int, k1: int, k2: int, tile_expert,
             tile_rows: int, out, push: SlotPush | None, out_dtype: torch.dtype, w_k_major: bool) -> None:
     cfg = gemm_config(kernel_name, a.dtype, tile_rows, n, k1 + k2)
-    grid = (triton.cdiv(n_rows, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+    grid = (cdiv(n_rows, cfg.block_m) * cdiv(n, cfg.block_n),)
     if push is not None:
         check_device(push.slots.ptr_table)
         push_args = (push.src_rank, push.src_slot, push.slots.ptr_table, push.row_stride)
@@ -337,7 +337,7 @@ def grouped_wgrad(g: torch.Tensor, a: torch.Tensor, segment_offsets: torch.Tenso
     if local_experts == 0:
         return
     cfg = wgrad_config(a.dtype, tile_rows, p, q)
-    grid = (triton.cdiv(p, cfg.block_m) * triton.cdiv(q, cfg.block_n), local_experts)
+    grid = (cdiv(p, cfg.block_m) * cdiv(q, cfg.block_n), local_experts)
     use_tma = cfg.tma and n_rows > 0 and tma_capable(g, a)
     descriptors = ((tma_descriptor(g, (n_rows, p), (cfg.block_k, cfg.block_m)),
                     tma_descriptor(a, (n_rows, q), (cfg.block_k, cfg.block_n))) if use_tma else (g, a))

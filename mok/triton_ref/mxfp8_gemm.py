@@ -54,7 +54,7 @@ import triton
 import triton.language as tl
 
 from ..mxfp8 import MX_BLOCK, MXFP8Tensor
-from ._common import INTERPRETING, mma, round_to
+from ._common import INTERPRETING, cdiv, mma, round_to
 from .mxfp8_quant import decode_e4m3, e8m0_to_fp32
 from .push_combine import SlotPush, push_tile_in_halves
 
@@ -265,7 +265,7 @@ def mxfp8_grouped_gemm(a: MXFP8Tensor, w: MXFP8Tensor, tile_expert: torch.Tensor
         hw_decode = not INTERPRETING
     a_codes, a_scales = _raw(a.data), a.scales
     w_codes, w_scales = _raw(w.data), w.scales
-    grid = (rows // block_m, triton.cdiv(n, config.block_n))
+    grid = (rows // block_m, cdiv(n, config.block_n))
     if push is not None:
         out_args = (a_scales, 0, 0)  # unused
         push_args = (push.src_rank, push.src_slot, push.slots.ptr_table, push.row_stride)

@@ -71,7 +71,7 @@ import triton
 import triton.language as tl
 
 from ..mxfp8 import MX_BLOCK
-from ._common import round_to
+from ._common import cdiv, round_to
 
 # Fixed launch configuration (no autotuning: every run launches the same programs).
 _BLOCK_R = 16
@@ -235,7 +235,7 @@ def _dequantize_kernel(codes_ptr, scales_ptr, out_ptr, R, K,
 # Launch wrappers (check, allocate, launch)
 # ======================================================================================================
 def _grid(batches: int, rows: int, k: int):
-    return (triton.cdiv(rows, _BLOCK_R), triton.cdiv(k // MX_BLOCK, _BLOCK_G), batches)
+    return (cdiv(rows, _BLOCK_R), cdiv(k // MX_BLOCK, _BLOCK_G), batches)
 
 
 def _check_view(name: str, t: torch.Tensor) -> None:

@@ -34,7 +34,7 @@ import triton.language as tl
 
 from ..comm import PeerBuffer
 from ..schedule import RankTables
-from ._common import INTERPRETING, check_device, peer_aligned, peer_base, tl_dtype
+from ._common import INTERPRETING, cdiv, check_device, next_power_of_2, peer_aligned, peer_base, tl_dtype
 
 
 def _row_dtype(dtype: torch.dtype):
@@ -99,9 +99,9 @@ def _launch_pull(table: RankTables, start: int, n_rows: int, src: PeerBuffer, ou
         raise ValueError(f"pull: source rows {src.shape} and destination {tuple(out.shape)} disagree "
                          f"(need [{n_rows}+, {width}] with unit column stride)")
     check_device(out, src.ptr_table)
-    block_cols = min(triton.next_power_of_2(width), 4096 if INTERPRETING else 1024)
+    block_cols = min(next_power_of_2(width), 4096 if INTERPRETING else 1024)
     block_rows = 64 if INTERPRETING else 16
-    grid = (triton.cdiv(n_rows, block_rows), triton.cdiv(width, block_cols))
+    grid = (cdiv(n_rows, block_rows), cdiv(width, block_cols))
     pull_weight = weights is not None
     _pull_rows_kernel[grid](
         src.ptr_table, width, table.src_rank[start:], table.src_slot[start:], table.segment_offsets[-1:], start,

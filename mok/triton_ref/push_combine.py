@@ -28,7 +28,8 @@ import triton.language as tl
 
 from ..comm import PeerBuffer
 from ..schedule import RankTables
-from ._common import INTERPRETING, check_device, column_halves, peer_aligned, peer_base, round_to, tl_dtype
+from ._common import (INTERPRETING, cdiv, check_device, column_halves, next_power_of_2, peer_aligned, peer_base,
+                      round_to, tl_dtype)
 
 
 # ========================================================================================================
@@ -127,9 +128,9 @@ def push_rows(table: RankTables, start: int, n_rows: int, values: torch.Tensor, 
         raise ValueError(f"push_rows: values {tuple(values.shape)} do not match slots {slots.shape}")
     check_device(values, slots.ptr_table)
     target = SlotPush.window(table, start, slots)
-    block_cols = min(triton.next_power_of_2(width), 4096 if INTERPRETING else 1024)
+    block_cols = min(next_power_of_2(width), 4096 if INTERPRETING else 1024)
     block_rows = 64 if INTERPRETING else 16
-    grid = (triton.cdiv(n_rows, block_rows), triton.cdiv(width, block_cols))
+    grid = (cdiv(n_rows, block_rows), cdiv(width, block_cols))
     _push_rows_kernel[grid](values, values.stride(0), target.src_rank, target.src_slot, slots.ptr_table,
                             target.row_stride, n_rows, width, SLOT_DTYPE=target.tl_dtype, SLOT_ALIGNED=target.aligned,
                             BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=4)
@@ -167,7 +168,7 @@ def push_router_grad(table: RankTables, start: int, n_rows: int, partials: torch
         raise TypeError("push_router_grad: fp32 contiguous partials and fp32 dw slots expected")
     check_device(partials, dw_slots.ptr_table)
     block_rows = 256 if INTERPRETING else 128
-    _push_router_grad_kernel[(triton.cdiv(n_rows, block_rows),)](
+    _push_router_grad_kernel[(cdiv(n_rows, block_rows),)](
         partials, partials.shape[1], table.src_rank[start:], table.src_slot[start:], dw_slots.ptr_table, n_rows,
         BLOCK_ROWS=block_rows, num_warps=4)
 
@@ -205,8 +206,8 @@ def _launch_sum(slots: torch.Tensor, weights: torch.Tensor | None, out: torch.Te
     if tokens == 0:
         return out
     block_t = 64 if INTERPRETING else 16
-    block_h = min(triton.next_power_of_2(width), 4096 if INTERPRETING else 256)
-    grid = (triton.cdiv(tokens, block_t), triton.cdiv(width, block_h))
+    block_h = min(next_power_of_2(width), 4096 if INTERPRETING else 256)
+    grid = (cdiv(tokens, block_t), cdiv(width, block_h))
     _sum_over_k_kernel[grid](slots, weights if weights is not None else slots, out, tokens, width, top_k,
                              WEIGHTED=weights is not None, BLOCK_T=block_t, BLOCK_H=block_h, num_warps=4)
     return out

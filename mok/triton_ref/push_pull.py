@@ -87,7 +87,7 @@ import triton.language as tl
 
 from ..comm import EmulatedPeers, PeerBuffer, PeerGroup
 from ..schedule import Schedule
-from ._common import INTERPRETING
+from ._common import INTERPRETING, cdiv
 
 DIRECTIONS = ("pull", "push")
 SCOPES = ("gpu", "sys")
@@ -412,7 +412,7 @@ def transfer_rows(own: PeerBuffer, peer: PeerBuffer, peer_rank: torch.Tensor, pe
         max_spins = 1 << 15 if INTERPRETING else 1 << 22
     base = own.views[ranks[0]]  # a launched rank's buffer: local memory on every kind of peer group
     dummy = own.ptr_table  # stands in for signalling pointers the data-only variant never touches
-    blocks = len(ranks) * triton.cdiv(n_rows, block_rows)
+    blocks = len(ranks) * cdiv(n_rows, block_rows)
     grid = (blocks + (len(ranks) if signal is not None else 0),)
     _transfer_rows_kernel[grid](
         own.ptr_table, peer.ptr_table, base, base.data_ptr(), _rank_list(ranks, str(peer_rank.device)),

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device, mma
+from ._common import cdiv, check_device, mma, next_power_of_2
 
 
 @triton.jit
@@ -85,7 +85,7 @@ def router_logits_tiling(num_experts: int) -> tuple[int, int, int, int, int]:
     """``(BLOCK_T, BLOCK_E, BLOCK_H, num_warps, num_stages)`` for a router of ``num_experts`` columns: the expert
     tile is the count rounded up to a power of two (at least 16, the MMA's smallest N; at most 128, beyond which
     programs split the experts). Depends on the expert count only, never on T, so every row is summed alike."""
-    block_e = min(128, max(16, triton.next_power_of_2(num_experts)))
+    block_e = min(128, max(16, next_power_of_2(num_experts)))
     # Round 25's sweep on the H200 (experiments/router_logits_bench.py --tilings), fp32 weights: at 16 columns,
     # 128-wide steps of H (the kimi slice 71.5 us against 83.6 at 64 x 16 x 64; qwen 74.1, where 128 x 16 x 64 took
     # 66.6); at 128, 128-row tiles and four stages (anchor-2 609 us against 1,491, anchor-1 124 against 218; 128 x 64
@@ -121,7 +121,7 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor,
     logits = torch.empty(num_tokens, num_experts, dtype=torch.float32, device=x.device)
     block_t, block_e, block_h, num_warps, num_stages = tiling or router_logits_tiling(num_experts)
     if num_tokens and num_experts:
-        grid = (triton.cdiv(num_tokens, block_t), triton.cdiv(num_experts, block_e))
+        grid = (cdiv(num_tokens, block_t), cdiv(num_experts, block_e))
         router_logits_kernel[grid](x, weight, logits, num_tokens, hidden, num_experts, x.stride(0), weight.stride(0),
                                    logits.stride(0), W_FP32=weight.dtype == torch.float32, BLOCK_T=block_t,
                                    BLOCK_E=block_e, BLOCK_H=block_h, num_warps=num_warps, num_stages=num_stages)

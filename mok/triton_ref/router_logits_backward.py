@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device, mma, round_to
+from ._common import cdiv, check_device, mma, next_power_of_2, round_to
 from .push_combine import sum_over_k
 from .router_logits import bf16_terms
 
@@ -124,7 +124,7 @@ def weight_grad_tiling(num_experts: int) -> tuple[int, int, int, int, int]:
     own chunk count): 128 columns per tile everywhere; 16 experts x 32 tokens per step up to 16 experts (kimi slice
     67 us from 108, qwen's 48 from 69), 64 x 64 from 64 experts on (anchor-5 64 us from 80, anchor-1 75 from 89,
     anchor-2 459 from 554). 32 experts (32 x 64) was not timed."""
-    block_e = min(64, max(16, triton.next_power_of_2(num_experts)))
+    block_e = min(64, max(16, next_power_of_2(num_experts)))
     return (block_e, 32 if block_e == 16 else 64, 128, 4, 3)
 
 
@@ -139,8 +139,8 @@ def token_chunks(num_tokens: int, splits: int, block_t: int) -> tuple[int, int]:
     of the unsplit loop), so the chunks that run can be fewer than asked (a short T)."""
     if splits < 1:
         raise ValueError(f"splits must be at least 1, got {splits}")
-    chunk = triton.cdiv(triton.cdiv(max(num_tokens, 1), splits), block_t) * block_t
-    return chunk, triton.cdiv(max(num_tokens, 1), chunk)
+    chunk = cdiv(cdiv(max(num_tokens, 1), splits), block_t) * block_t
+    return chunk, cdiv(max(num_tokens, 1), chunk)
 
 
 def weight_grad_splits(num_tokens: int, num_experts: int, hidden: int,
@@ -148,8 +148,8 @@ def weight_grad_splits(num_tokens: int, num_experts: int, hidden: int,
     """How many token chunks ``grad_w``'s sum is cut into for this shape (see the module docstring), at ``tiling``
     (default :func:`weight_grad_tiling`)."""
     block_e, _, block_h, _, _ = tiling or weight_grad_tiling(num_experts)
-    tiles = triton.cdiv(num_experts, block_e) * triton.cdiv(hidden, block_h)
-    return max(1, min(triton.cdiv(TARGET_PROGRAMS, max(tiles, 1)), num_tokens // MIN_CHUNK_TOKENS))
+    tiles = cdiv(num_experts, block_e) * cdiv(hidden, block_h)
+    return max(1, min(cdiv(TARGET_PROGRAMS, max(tiles, 1)), num_tokens // MIN_CHUNK_TOKENS))
 
 
 def router_logits_backward(x: torch.Tensor, weight: torch.Tensor, grad_logits: torch.Tensor, *, need_x: bool = True,
@@ -181,7 +181,7 @@ def router_logits_backward(x: torch.Tensor, weight: torch.Tensor, grad_logits: t
         grad_x = torch.empty_like(x)
         block_t, block_e, block_h, num_warps, num_stages = input_tiling or input_grad_tiling(weight.dtype)
         if num_tokens and hidden:
-            grid = (triton.cdiv(num_tokens, block_t), triton.cdiv(hidden, block_h))
+            grid = (cdiv(num_tokens, block_t), cdiv(hidden, block_h))
             router_input_grad_kernel[grid](grad, weight, grad_x, num_tokens, hidden, num_experts, grad.stride(0),
                                            weight.stride(0), grad_x.stride(0), W_FP32=weight.dtype == torch.float32,
                                            BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_H=block_h, num_warps=num_warps,
@@ -197,7 +197,7 @@ def router_logits_backward(x: torch.Tensor, weight: torch.Tensor, grad_logits: t
         partial = grad_weight if direct else torch.empty(num_experts, splits, hidden, dtype=torch.float32,
                                                          device=x.device)
         if num_experts and hidden:
-            grid = (triton.cdiv(num_experts, block_e), triton.cdiv(hidden, block_h), splits)
+            grid = (cdiv(num_experts, block_e), cdiv(hidden, block_h), splits)
             router_weight_grad_kernel[grid](grad, x, partial, num_tokens, hidden, num_experts, chunk, grad.stride(0),
                                             x.stride(0), BLOCK_E=block_e, BLOCK_T=block_t, BLOCK_H=block_h,
                                             num_warps=num_warps, num_stages=num_stages)

@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device
+from ._common import cdiv, check_device, next_power_of_2
 
 # Rows of up to this many experts stay in registers (a larger router falls back to a sort in mok.route).
 MAX_EXPERTS = 4096
@@ -137,14 +137,14 @@ def _select(logits: torch.Tensor, top_k: int, weighting: tuple[bool, bool] | Non
     weights = None if weighting is None else torch.empty(num_tokens, top_k, dtype=torch.float32,
                                                          device=logits.device)
     sigmoid, renormalize = weighting or (False, False)
-    block_e = triton.next_power_of_2(num_experts)
+    block_e = next_power_of_2(num_experts)
     default_t, default_warps = default_tiling(block_e)
     block_t = block_t or default_t
     if num_tokens:
-        router_topk_kernel[(triton.cdiv(num_tokens, block_t),)](
+        router_topk_kernel[(cdiv(num_tokens, block_t),)](
             logits, ids, ids if weights is None else weights, num_tokens, num_experts, logits.stride(0),
             TOP_K=top_k, BLOCK_T=block_t, BLOCK_E=block_e, WEIGHTS=weights is not None, SIGMOID=sigmoid,
-            RENORMALIZE=renormalize, BLOCK_K=triton.next_power_of_2(top_k), num_warps=num_warps or default_warps)
+            RENORMALIZE=renormalize, BLOCK_K=next_power_of_2(top_k), num_warps=num_warps or default_warps)
     return weights, ids
 
 

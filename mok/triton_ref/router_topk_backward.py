@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_device, round_to
+from ._common import cdiv, check_device, next_power_of_2, round_to
 from .router_topk import MAX_EXPERTS, chosen_weights, default_tiling
 
 
@@ -105,11 +105,11 @@ def router_topk_backward(logits: torch.Tensor, ids: torch.Tensor, grad_weights: 
     ids = ids.to(torch.int32).contiguous()
     grad = grad_weights.float().contiguous()
     out = torch.empty_like(logits, memory_format=torch.contiguous_format)
-    block_e = triton.next_power_of_2(num_experts)
+    block_e = next_power_of_2(num_experts)
     block_t, num_warps = default_tiling(block_e)
     if num_tokens:
-        router_topk_backward_kernel[(triton.cdiv(num_tokens, block_t),)](
+        router_topk_backward_kernel[(cdiv(num_tokens, block_t),)](
             logits, ids, grad, out, num_tokens, num_experts, logits.stride(0), out.stride(0), TOP_K=top_k,
-            BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_K=triton.next_power_of_2(top_k), SIGMOID=scoring == "sigmoid",
+            BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_K=next_power_of_2(top_k), SIGMOID=scoring == "sigmoid",
             RENORMALIZE=renormalize, num_warps=num_warps)
     return out

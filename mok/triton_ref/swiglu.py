@@ -37,8 +37,8 @@ import triton
 import triton.language as tl
 
 from ..mxfp8 import MXFP8Tensor
-from ._common import (INTERPRETING, TileConfig, check_device, column_halves, gemm_config, grouped_program_order, mma,
-                      round_to, tl_dtype)
+from ._common import (INTERPRETING, TileConfig, cdiv, check_device, column_halves, gemm_config, grouped_program_order,
+                      mma, next_power_of_2, round_to, tl_dtype)
 from .mxfp8_gemm import mx_operand, mx_operand_kn
 from .mxfp8_quant import quantize_groups
 
@@ -169,7 +169,7 @@ def gate_up_swiglu(x_rows: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tenso
 
 def _launch_gate_up(cfg, x, wg, wu, stride_we, stride_wi, tile_expert, tile_rows, gate_up_out, h, store_h, n_rows,
                     hidden, inter, act_dtype, *, mx: bool, mx_args) -> None:
-    grid = (triton.cdiv(n_rows, cfg.block_m) * triton.cdiv(inter, cfg.block_n),)
+    grid = (cdiv(n_rows, cfg.block_m) * cdiv(inter, cfg.block_n),)
     _gate_up_swiglu_kernel[grid](
         x, x.stride(0), wg, wu, stride_we, stride_wi, tile_expert,
         gate_up_out, gate_up_out.stride(0), h, h.stride(0), *mx_args, n_rows, hidden, inter,
@@ -343,7 +343,7 @@ def router_grad_partials(intermediate: int, hidden: int, dtype: torch.dtype, til
         cfg = mx_gemm_config("down_dgrad_swiglu", tile_rows, intermediate, hidden)
     else:
         cfg = gemm_config("down_dgrad_swiglu", dtype, tile_rows, intermediate, hidden)
-    return triton.cdiv(intermediate, cfg.block_n)
+    return cdiv(intermediate, cfg.block_n)
 
 
 def _check_backward_buffers(n_rows, tile_rows, inter, dtype, weight_rows, gate_up, d_gate_up_out, hw_out,
@@ -363,7 +363,7 @@ def _check_backward_buffers(n_rows, tile_rows, inter, dtype, weight_rows, gate_u
 
 def _launch_down_dgrad(cfg, dout, wd, stride_we, stride_wh, mx_args, weight_rows, gate_up, tile_expert,
                        d_gate_up_out, hw_out, dw_partial_out, n_rows, hidden, inter, tile_rows, act_dtype, mx):
-    grid = (triton.cdiv(n_rows, cfg.block_m) * triton.cdiv(inter, cfg.block_n),)
+    grid = (cdiv(n_rows, cfg.block_m) * cdiv(inter, cfg.block_n),)
     _down_dgrad_swiglu_backward_kernel[grid](
         dout, dout.stride(0), wd, stride_we, stride_wh, *mx_args, weight_rows,
         gate_up, gate_up.stride(0), tile_expert, d_gate_up_out, d_gate_up_out.stride(0), hw_out, hw_out.stride(0),
@@ -451,8 +451,8 @@ def mx_gemm_config(kernel: str, tile_rows: int, n: int, k: int) -> TileConfig:
         cfg = gemm_config(kernel, torch.bfloat16, tile_rows, n, k)
     else:
         cfg = _MX_GPU[kernel]
-        cfg = TileConfig(min(cfg.block_m, tile_rows), min(cfg.block_n, triton.next_power_of_2(n)),
-                         min(cfg.block_k, triton.next_power_of_2(k)), cfg.group_m, cfg.num_warps, cfg.num_stages)
+        cfg = TileConfig(min(cfg.block_m, tile_rows), min(cfg.block_n, next_power_of_2(n)),
+                         min(cfg.block_k, next_power_of_2(k)), cfg.group_m, cfg.num_warps, cfg.num_stages)
     return TileConfig(cfg.block_m, max(cfg.block_n, 32), max(cfg.block_k, 32), cfg.group_m, cfg.num_warps,
                       cfg.num_stages)
 
