@@ -7,15 +7,15 @@ megakernel's saved gate/up rows. At the qwen slice it is host-bound on the H200 
 ``InterpretedFunction.run`` replaced by a counter, so what remains is the host work: Python, tile configurations,
 checks, views, allocations, pointer tables. It takes the GPU's host branches where it can: the GPU tile-configuration
 table, and a pointer-table cache hit, as on the GPU after the first call (``--gpu-like``, the default). It
-prints the launches per call, the 10th percentile and the minimum of the host time per call, and with ``--ops`` the
+prints the launches per call, the 10th percentile and the median of the host time per call, and with ``--ops`` the
 aten operations one call dispatches; ``--profile`` adds cProfile's top functions.
 
     python3 experiments/host_profile_backward.py [--shape 512,256,128,8,1] [--calls 600] [--ops] [--profile]
 
 A CPU tensor op is not a CUDA one (no launch, no caching allocator), and Triton's own launch path
 (``JITFunction.run``: binding, specialisation, descriptor encoding) is not here, so these are proxies for the share
-of host work, not GPU host times. Round 26 (2-vCPU machine, 512 x 256 x 128, 8 experts, top-1): p10 617-631 us per
-call before plain-Python ``cdiv`` and remembered tile configurations, 434-459 after.
+of host work, not GPU host times. Round 26 (2-vCPU machine, 512 x 256 x 128, 8 experts, top-1): p10 604-653 us per
+call before plain-Python ``cdiv`` and remembered tile configurations, 431-470 after.
 """
 from __future__ import annotations
 
@@ -27,10 +27,8 @@ import argparse  # noqa: E402
 import collections  # noqa: E402
 import cProfile  # noqa: E402
 import dataclasses  # noqa: E402
-import gc  # noqa: E402
 import io  # noqa: E402
 import pstats  # noqa: E402
-import time  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -48,6 +46,7 @@ def main(argv: list[str] | None = None) -> dict:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     import mok
+    from mok.bench.harness import time_fn
     from mok.config import MoKConfig
     from mok.cuda import backend
     from mok.cuda.schedule_tables import build_kernel_schedule
@@ -82,20 +81,10 @@ def main(argv: list[str] | None = None) -> dict:
     launches.clear()
     call()
     per_call = dict(launches)
-    for _ in range(20):
-        call()
-    gc.collect()
-    gc.disable()
-    times = []
-    for _ in range(args.calls):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    gc.enable()
-    times.sort()
-    result = {"launches": sum(per_call.values()), "p10_us": times[len(times) // 10] * 1e6, "min_us": times[0] * 1e6}
+    timing = time_fn(lambda _: call(), device="cpu", warmup=20, iters=args.calls)  # (host clock on the CPU)
+    result = {"launches": sum(per_call.values()), "p10_us": timing.p10_ms * 1e3, "median_us": timing.median_ms * 1e3}
     print(f"T={t} H={h} I={i} E={e} K={k}: {result['launches']} launches per call ({per_call}); host time per "
-          f"call p10 {result['p10_us']:.1f} us, min {result['min_us']:.1f} us")
+          f"call p10 {result['p10_us']:.1f} us, median {result['median_us']:.1f} us")
 
     if args.ops:
         class CountOps(TorchDispatchMode):
