@@ -10,15 +10,16 @@ host; its time is the GPU's. For each shape and backend this script
 2. captures one step in a ``torch.cuda.CUDAGraph`` (or prints why the capture failed: a host synchronisation, or
    a buffer made inside the capture, is a finding too),
 3. replays it and compares the gradients with the eager step's bit for bit (the same inputs, the same routing),
+   then writes input set 1 (other x, so other routing, and other output gradients and weights where the problem
+   rotates them) into the captured step's tensors, replays again and compares with the eager step on set 1,
 4. times eager steps and replays in rotation (:func:`mok.bench.harness.time_rotated`) and prints both medians,
    their ratio, and TFLOP/s.
 
     python3 experiments/graph_step.py qwen3.5-397b/ep64 kimi-k2.7/ep64 [--backends cuda,torch] [--rounds 4]
     python3 experiments/graph_step.py 2048:1024:512:16:4    # a custom T:H:I:E:K shape
 
-A replay reuses the captured step's routing: the inputs do not change between replays here. In training they
-would (new x, so new routing). That is fine for a graph as long as the tensors keep their addresses and shapes and
-nothing on the host depends on the routing. Needs a CUDA GPU.
+The timed replays reuse one input set. In training the inputs change every step (new x, so new routing); the
+second comparison shows that a replay follows them: nothing on the host depends on the routing. Needs a CUDA GPU.
 """
 from __future__ import annotations
 
@@ -48,6 +49,19 @@ def capture_step(problem, backend: str, warmup: int = 3):
     return graph, eager, captured
 
 
+def load_set(problem, source: int, target: int = 0) -> None:
+    """Copy input set ``source`` into set ``target``'s tensors (x, the output gradient, the weights where they
+    rotate), in place: the addresses a captured step reads."""
+    import torch  # noqa: PLC0415
+
+    with torch.no_grad():
+        problem.xs[target].copy_(problem.xs[source])
+        problem.grads[target].copy_(problem.grads[source])
+        if len(problem.weights) > 1:
+            for dst, src in zip(problem.weights[target], problem.weights[source]):
+                dst.copy_(src)
+
+
 def same_bits(a, b) -> bool:
     """:func:`mok.validate.bitwise_equal`, for gradients that may be None (a leaf autograd left out)."""
     from mok.validate import bitwise_equal  # noqa: PLC0415
@@ -74,12 +88,12 @@ def main(argv: list[str] | None = None) -> None:
     from mok.bench.problems import LayerProblem  # noqa: PLC0415
 
     print(f"{'shape':22s} {'backend':8s} {'eager ms':>9s} {'graph ms':>9s} {'graph/eager':>11s} "
-          f"{'eager TF/s':>10s} {'graph TF/s':>10s}  grads bitwise", flush=True)
+          f"{'eager TF/s':>10s} {'graph TF/s':>10s}  grads bitwise (same inputs, new inputs)", flush=True)
     for shape in parse_shapes(",".join(args.shapes), 1.0, 1):
         name = shape.name
         flops = shape.forward_flops * 3  # the backward counts twice the forward
         for backend in args.backends.split(","):
-            problem = LayerProblem(shape, "bf16", torch.device("cuda"), n_sets=1, router=True)
+            problem = LayerProblem(shape, "bf16", torch.device("cuda"), n_sets=2, router=True)
             try:
                 graph, eager, captured = capture_step(problem, backend)
             except Exception as error:  # noqa: BLE001 (a step that cannot be captured: say why, go on)
@@ -91,13 +105,18 @@ def main(argv: list[str] | None = None) -> None:
             graph.replay()
             torch.cuda.synchronize()
             bitwise = all(same_bits(a, b) for a, b in zip(eager, captured))
+            eager_new = [g.detach().clone() if g is not None else None for g in problem.forward_backward(backend, 1)]
+            load_set(problem, 1)
+            graph.replay()
+            torch.cuda.synchronize()
+            bitwise_new = all(same_bits(a, b) for a, b in zip(eager_new, captured))
             timings = time_rotated({"eager": lambda i, p=problem, b=backend: p.forward_backward(b, 0),
                                     "graph": lambda i, g=graph: g.replay()},
                                    device="cuda", rounds=args.rounds, calls=args.calls)
             eager_ms, graph_ms = timings["eager"].median_ms, timings["graph"].median_ms
             print(f"{name:22s} {backend:8s} {eager_ms:9.3f} {graph_ms:9.3f} {graph_ms / eager_ms:11.3f} "
-                  f"{flops / eager_ms / 1e9:10.0f} {flops / graph_ms / 1e9:10.0f}  {bitwise}", flush=True)
-            del graph, eager, captured, problem
+                  f"{flops / eager_ms / 1e9:10.0f} {flops / graph_ms / 1e9:10.0f}  {bitwise}, {bitwise_new}", flush=True)
+            del graph, eager, eager_new, captured, problem
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
 

@@ -1,7 +1,10 @@
 """Input checks with errors that name the argument and say what was expected.
 
 Value checks (ids in range, no repeats, finite logits) read device data and so synchronise once per call;
-pass ``check_inputs=False`` to :func:`mok.moe` in a tuned training loop once the inputs are known good.
+pass ``check_inputs=False`` to :func:`mok.moe` in a tuned training loop once the inputs are known good. While a
+CUDA graph is being captured they are skipped (a capture cannot read device data back), so a layer with its checks
+on can still be captured, e.g. by ``torch.cuda.make_graphed_callables``; shapes, dtypes and devices are checked
+either way.
 """
 
 from __future__ import annotations
@@ -10,6 +13,12 @@ import torch
 
 PRECISIONS = ("bf16", "fp32", "mxfp8")
 _PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "mxfp8": torch.bfloat16}
+
+
+def can_read_back(t: torch.Tensor) -> bool:
+    """Whether ``t``'s values can be read on the host now: not while a CUDA graph is being captured, where a
+    read-back would synchronise the capturing stream (an error)."""
+    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
 def _shape(t: torch.Tensor) -> str:
@@ -33,7 +42,7 @@ def check_route_inputs(logits: torch.Tensor, top_k: int, scoring: str) -> None:
         raise ValueError(f"top_k must be an int in [1, num_experts={num_experts}], got {top_k!r}")
     if scoring not in ("softmax", "sigmoid"):
         raise ValueError(f"scoring must be 'softmax' or 'sigmoid', got {scoring!r}")
-    if logits.numel() and not bool(torch.isfinite(logits).all()):
+    if logits.numel() and can_read_back(logits) and not bool(torch.isfinite(logits).all()):
         bad = (~torch.isfinite(logits)).nonzero()[0].tolist()
         raise ValueError(f"logits must be finite; found {logits[bad[0], bad[1]].item()} at [{bad[0]}, {bad[1]}]")
 
@@ -113,8 +122,8 @@ def check_ep_split(tokens: int, num_experts: int, ep_size: int) -> None:
 
 def check_routing_values(topk_ids: torch.Tensor, num_experts: int) -> None:
     """``topk_ids`` ``[T, K]``: every id in ``[0, num_experts)`` and no expert twice in a row (reads the ids
-    back to the host, so it synchronises)."""
-    if not topk_ids.numel():
+    back to the host, so it synchronises; skipped while a CUDA graph is being captured)."""
+    if not topk_ids.numel() or not can_read_back(topk_ids):
         return
     lo, hi = int(topk_ids.min()), int(topk_ids.max())
     if lo < 0 or hi >= num_experts:

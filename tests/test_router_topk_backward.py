@@ -88,7 +88,7 @@ def test_minus_inf_logits_get_a_zero_gradient():
 
 def test_route_takes_the_kernel_when_asked(monkeypatch):
     """mok.route(method="fused", backward="kernel") (or MOK_ROUTE_BACKWARD=kernel): the oracle's gradient, the
-    torch backward's to fp32 rounding; a gradient of a gradient still takes the PyTorch ops (their bits); a bad
+    torch backward's to fp32 rounding; the default takes the PyTorch ops off CUDA; a gradient of a gradient still takes the PyTorch ops (their bits); a bad
     value is refused."""
     logits, _, upstream = random_routing(30, 20, 4, torch.float32, seed=8)
     found = {}
@@ -98,6 +98,9 @@ def test_route_takes_the_kernel_when_asked(monkeypatch):
         (found[backward],) = torch.autograd.grad(weights, leaf, upstream)
     assert_close_to_oracle(found["kernel"], oracle(logits, ids, upstream, "softmax", True), upstream, torch.float32)
     assert not torch.equal(found["kernel"], found["torch"])  # (the kernel ran: other rounding)
+    leaf = logits.clone().requires_grad_(True)  # the default, auto: the PyTorch ops off CUDA
+    weights, _ = mok.route(leaf, 4, method="fused")
+    assert torch.equal(torch.autograd.grad(weights, leaf, upstream)[0], found["torch"])
     monkeypatch.setenv("MOK_ROUTE_BACKWARD", "kernel")
     leaf = logits.clone().requires_grad_(True)
     weights, _ = mok.route(leaf, 4, method="fused")
@@ -132,6 +135,20 @@ def test_gpu_kernel_matches_the_oracle_and_any_token_split(tokens, experts, top_
     assert_close_to_oracle(got, oracle(logits, ids, upstream, scoring, renormalize), upstream, torch.bfloat16)
     shifted = router_topk_backward(logits[1:], ids[1:], upstream[1:], scoring=scoring, renormalize=renormalize)
     assert torch.equal(shifted.view(torch.int16), got[1:].view(torch.int16))
+
+
+@pytest.mark.gpu
+def test_gpu_route_takes_the_kernel_by_default(monkeypatch):
+    """On CUDA, MOK_ROUTE_BACKWARD's default (auto) is the kernel: the same bits as backward="kernel"."""
+    monkeypatch.delenv("MOK_ROUTE_BACKWARD", raising=False)
+    logits, _, upstream = random_routing(4096, 64, 8, torch.bfloat16, seed=3, device="cuda")
+    found = {}
+    for backward in (None, "kernel", "torch"):
+        leaf = logits.clone().requires_grad_(True)
+        weights, _ = mok.route(leaf, 8, method="fused", backward=backward)
+        (found[backward],) = torch.autograd.grad(weights, leaf, upstream)
+    assert torch.equal(found[None].view(torch.int16), found["kernel"].view(torch.int16))
+    assert not torch.equal(found["kernel"], found["torch"])
 
 
 # Compiled (not interpreted) for sm_90 in a fresh process, so CI on a CPU machine catches a kernel that would not
