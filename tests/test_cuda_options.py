@@ -393,6 +393,27 @@ def test_down_tma_buffers_are_not_made_inside_a_graph_capture(monkeypatch):
     backend.launch(prep, extension=ext, dispatch="ring", down_tma=False)
 
 
+def test_a_launch_prepared_inside_a_capture_gets_a_workspace_of_its_own(monkeypatch):
+    """prepare() inside a capture (a layer call under make_graphed_callables, which warms up on another stream than
+    it captures on) takes a private workspace made in the capture, never the cache: its launches make their buffers
+    there, unfilled (a fill would rerun on every replay), in either mode."""
+    from mok.cuda import backend
+    from mok.cuda.workspace import cached_workspaces, release_workspaces
+    release_workspaces()
+    monkeypatch.setattr(backend, "_capturing", lambda: True)
+    for dispatch, down_tma in (("gather", True), ("ring", False)):
+        prep = small_launch(seed=13, tokens=128, hidden=128, inter=64, experts=4)
+        ws = prep.workspace
+        assert ws.in_capture and ws not in cached_workspaces()
+        launched(prep, "y", dispatch=dispatch, down_tma=down_tma)  # no "run one eagerly" error
+        made = ws.y if down_tma else ws.combine
+        assert made is not None and made.shape[-1] == 128  # (H)
+    monkeypatch.setattr(backend, "_capturing", lambda: False)
+    prep = small_launch(seed=13, tokens=128, hidden=128, inter=64, experts=4)
+    assert not prep.workspace.in_capture
+    assert bool(prep.workspace.y_buffer().isnan().all())  # (outside a capture: NaN, so unwritten rows show)
+
+
 def test_padding_half_tiles_counts_the_tiles_whose_second_half_is_padding():
     """KernelSchedule.padding_half_tiles (what the GPU test and the probe count): on routing built so that every
     expert gets 275 rows (3 tiles, the last with 19 rows), one per expert at every EP degree; on random routing,

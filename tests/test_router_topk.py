@@ -92,14 +92,16 @@ def test_the_experiments_packed_key_candidate_matches_too():
 # ------------------------------------------------------------------------------------------------------------
 
 def _both_routes(logits: torch.Tensor, top_k: int, **kwargs):
-    """(weights, ids, d logits) of the PyTorch route and of the fused one, for the same upstream gradient."""
+    """(weights, ids, d logits) of the PyTorch route and of the fused one, for the same upstream gradient. The fused
+    route's backward is the PyTorch ops' here (``backward="torch"``; the kernel's, the default on CUDA, is checked
+    against an fp64 oracle in test_router_topk_backward.py)."""
     import mok
 
     upstream = torch.randn(logits.shape[0], top_k, generator=torch.Generator().manual_seed(7)).to(logits.device)
     found = []
     for method in ("torch", "fused"):
         leaf = logits.detach().clone().requires_grad_(True)
-        weights, ids = mok.route(leaf, top_k, method=method, **kwargs)
+        weights, ids = mok.route(leaf, top_k, method=method, backward="torch", **kwargs)
         (grad,) = torch.autograd.grad(weights, leaf, upstream)
         found.append((weights.detach(), ids, grad))
     return found

@@ -440,14 +440,16 @@ def workspace_for(config: MoKConfig, device: torch.device, *, num_ranks: int, to
     """The fixed buffers of a launch on the current stream, sized by the minibatch heuristic
     (:func:`mok.heuristics.rank_minibatch_rows`, at most ``capacity``) and :func:`ring_rows_for`; the minibatch
     size is ``.key.minibatch_rows``. ``reuse``: from the per-size cache (layer calls), else private (tests, CUDA
-    graphs). ``one_rank``: one real rank per launch (:mod:`mok.cuda.rank_run`)."""
+    graphs); inside a CUDA graph capture always private, made in the capture (:mod:`mok.cuda.workspace`).
+    ``one_rank``: one real rank per launch (:mod:`mok.cuda.rank_run`)."""
     minibatch_rows = rank_minibatch_rows(tokens_per_rank, hidden, intermediate, local_experts, top_k, device, config)
     # A minibatch larger than the table would only size the ring (and the counters) past what is ever used.
     minibatch_rows = min(minibatch_rows, capacity)
     ring_rows = ring_rows_for(config, capacity, minibatch_rows)
     key = WorkspaceKey(str(device), current_stream_handle(device), num_ranks, tokens_per_rank, top_k, hidden,
                        intermediate, capacity, minibatch_rows, ring_rows, bool(fuse_top1), one_rank)
-    return get_workspace(key) if reuse else Sm90Workspace(key)
+    capturing = _capturing()
+    return get_workspace(key) if reuse and not capturing else Sm90Workspace(key, in_capture=capturing)
 
 
 def check_problem(x: torch.Tensor, w_gate: torch.Tensor, ep_size: int, config: MoKConfig) -> None:
@@ -623,14 +625,15 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     if use_down_tma:
         if dispatch == "ring" and store_warps and explicit_store_warps:  # (gather mode has neither warp anyway)
             raise ValueError("store_warps=True cannot run with down_tma (the rows leave by TMA: nothing to push)")
-        if (ws.y is None or ws.y_rows is None) and _capturing():  # (the capture query only while buffers are missing)
+        # (the capture query only while buffers are missing; a workspace made in the capture makes its own)
+        if (ws.y is None or ws.y_rows is None) and not ws.in_capture and _capturing():
             raise RuntimeError("the first launch with down_tma makes its buffers (y, y_rows): run one eagerly before "
                                "capturing it in a CUDA graph")
         y, y_rows = ws.y_buffer(), ws.y_rows_buffer()  # the kernel writes y_rows (y_rows_table is its reference)
         combine_ptrs = prep.out_ptrs  # never dereferenced: the rows leave into y (no slots are made for them)
     else:
         y, y_rows = _NO_TENSOR, _NO_INT_TENSOR
-        if prep.combine_ptrs is None and ws.combine is None and _capturing():
+        if prep.combine_ptrs is None and ws.combine is None and not ws.in_capture and _capturing():
             raise RuntimeError("the first launch that pushes into the combine slots makes them: run one eagerly "
                                "before capturing it in a CUDA graph")
         combine_ptrs = prep.combine_ptrs if prep.combine_ptrs is not None else ws.combine_slot_table()

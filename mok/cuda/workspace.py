@@ -28,9 +28,11 @@ A launch of one real rank (``WorkspaceKey.one_rank``, :mod:`mok.cuda.rank_run`) 
 keep the all-rank layout.
 
 Workspaces are cached by :class:`WorkspaceKey` (device, stream, sizes). Reuse on one stream is safe because
-the stream orders the launches; the stream is part of the key so that two streams never share buffers. A CUDA
-graph that captured a launch keeps using that launch's buffers: do not replay it concurrently with eager calls
-of the same sizes on the same stream's workspace. :func:`release_workspaces` frees the cache.
+the stream orders the launches; the stream is part of the key so that two streams never share buffers. A layer
+call inside a CUDA graph capture takes a private workspace made in the capture instead (``in_capture``; its memory
+is the graph's), so replays and eager calls never share buffers, and a capture needs no eager call on its own
+stream first (``torch.cuda.make_graphed_callables`` warms up on another stream than it captures on).
+:func:`release_workspaces` frees the cache.
 """
 
 from __future__ import annotations
@@ -100,10 +102,12 @@ def current_stream_handle(device: torch.device) -> int:
 
 
 class Sm90Workspace:
-    """The fixed buffers of one problem size (see the module docstring)."""
+    """The fixed buffers of one problem size (see the module docstring). ``in_capture``: made inside a CUDA graph
+    capture, for the captured launches only; its combine slots and y are then made unfilled (a NaN fill would be
+    recorded and rerun on every replay, and every launch writes what it reads of them)."""
 
-    def __init__(self, key: WorkspaceKey) -> None:
-        self.key = key
+    def __init__(self, key: WorkspaceKey, *, in_capture: bool = False) -> None:
+        self.key, self.in_capture = key, in_capture
         device = torch.device(key.device)
         r = key.num_ranks
         self.device = device
@@ -136,8 +140,7 @@ class Sm90Workspace:
         if key.fuse_top1 or key.one_rank:
             raise ValueError("a fused top-1 layer or one real rank's launch has no workspace combine slots")
         if self.combine is None:
-            self.combine = torch.full((key.num_ranks, key.tokens_per_rank * key.top_k, key.hidden), float("nan"),
-                                      dtype=torch.bfloat16, device=self.device)
+            self.combine = self._nan_filled(key.num_ranks, key.tokens_per_rank * key.top_k, key.hidden)
             self.combine_ptrs = self.rank_pointer_table(self.combine)
         return self.combine_ptrs
 
@@ -148,9 +151,14 @@ class Sm90Workspace:
         not made unless asked for."""
         if self.y is None:
             key = self.key
-            self.y = torch.full((key.num_ranks * key.capacity, key.hidden), float("nan"), dtype=torch.bfloat16,
-                                device=self.device)
+            self.y = self._nan_filled(key.num_ranks * key.capacity, key.hidden)
         return self.y
+
+    def _nan_filled(self, *shape: int) -> torch.Tensor:
+        """bf16 NaN-filled (so an unwritten element shows up), or unfilled in a capture's workspace."""
+        if self.in_capture:
+            return torch.empty(shape, dtype=torch.bfloat16, device=self.device)
+        return torch.full(shape, float("nan"), dtype=torch.bfloat16, device=self.device)
 
     def y_rows_buffer(self) -> torch.Tensor:
         """int32 ``[R, T_local * K]``: down_tma's inverse map, which its down tasks write in every launch (row of y
