@@ -41,7 +41,7 @@ def tl_dtype(dtype: torch.dtype):
 def check_device(*tensors: torch.Tensor) -> None:
     """Triton runs on CUDA tensors, or on CPU tensors under TRITON_INTERPRET=1."""
     for t in tensors:
-        if t.device.type == "cuda" or (INTERPRETING and t.device.type == "cpu"):
+        if t.is_cuda or (INTERPRETING and t.device.type == "cpu"):  # (is_cuda first: a fraction of device.type's cost)
             continue
         raise RuntimeError(f"the Triton kernels need CUDA tensors (or CPU tensors with TRITON_INTERPRET=1 set "
                            f"before importing mok.triton_ref); got a tensor on {t.device}")
@@ -161,9 +161,15 @@ def tma_capable(*tensors: torch.Tensor) -> bool:
             return False
         if any(stride * t.element_size() % 16 for stride in t.stride()[:-1]):
             return False
-        if t.device.type == "cuda" and torch.cuda.get_device_capability(t.device)[0] < 9:
+        if t.is_cuda and _major_capability(t.device.index) < 9:
             return False
     return True
+
+
+@functools.lru_cache(maxsize=None)
+def _major_capability(index: int | None) -> int:
+    """The GPU's compute capability major, once per device (a host query otherwise made for every tensor)."""
+    return torch.cuda.get_device_capability(index)[0]
 
 
 def tma_descriptor(t: torch.Tensor, shape, block):

@@ -55,8 +55,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (TileConfig, cdiv, check_device, gemm_config, grouped_program_order, mma, round_to, tl_dtype,
-                      tma_capable, tma_descriptor, tma_weight_block, wgrad_config)
+from ._common import (TensorDescriptor, TileConfig, cdiv, check_device, gemm_config, grouped_program_order, mma,
+                      round_to, tl_dtype, tma_capable, tma_descriptor, tma_weight_block, wgrad_config)
 from .push_combine import SlotPush, push_tile_in_halves
 
 
@@ -134,16 +134,65 @@ def _check_window(a: torch.Tensor, n_rows: int, tile_expert: torch.Tensor, tile_
         raise ValueError("tile_expert must be int32 with one entry per schedule tile of the window")
 
 
+# ========================================================================================================
+# TMA descriptors
+# ========================================================================================================
+# The fields of the TMA descriptors made so far (None: TMA cannot address the tensor), by what they are a pure
+# function of: address, shape, strides, dtype, device and block. A descriptor seen before is rebuilt from its
+# fields, without checking (tma_capable) and validating (TensorDescriptor's constructor) it again: about 4 us of
+# host time per descriptor on the CPU, ten descriptors per layer backward. Only integers are kept, never a
+# tensor, so nothing stays alive and a CUDA graph capture may take it like any call. Bounded: cleared when full.
+_TMA_FIELDS: dict[tuple, dict | None] = {}
+_TMA_FIELDS_MAX = 1024
+
+
+def _descriptors(*specs) -> tuple | None:
+    """A :func:`tma_descriptor` per ``(tensor, shape, block)``, or None unless TMA can address every tensor
+    (:func:`tma_capable`): the same answers as checking them all, then making each, but from the fields kept."""
+    keyed = [((t.data_ptr(), tuple(shape), t.stride(), t.dtype, t.device, tuple(block)), t, shape, block)
+             for t, shape, block in specs]
+    for key, t, _, _ in keyed:
+        fields = _TMA_FIELDS.get(key, _UNSEEN)
+        if fields is _UNSEEN and not tma_capable(t):
+            _keep(key, None)
+            return None
+        if fields is None:
+            return None
+    return tuple(_descriptor(*entry) for entry in keyed)
+
+
+def _descriptor(key: tuple, t: torch.Tensor, shape, block):
+    fields = _TMA_FIELDS.get(key)
+    if fields is None:  # first seen: made (and validated) by Triton's constructor, as always
+        desc = tma_descriptor(t, shape, block)
+        _keep(key, {name: value for name, value in vars(desc).items() if name != "base"})
+        return desc
+    desc = TensorDescriptor.__new__(TensorDescriptor)
+    vars(desc).update(fields, base=t)
+    return desc
+
+
+def _keep(key: tuple, fields: dict | None) -> None:
+    if len(_TMA_FIELDS) >= _TMA_FIELDS_MAX:
+        _TMA_FIELDS.clear()
+    _TMA_FIELDS[key] = fields
+
+
+_UNSEEN = object()
+
+
 def _gemm_descriptors(cfg: TileConfig, a: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, n_rows: int,
                       k1: int, k2: int, w_k_major: bool):
     """The four TMA descriptors of a forward/dgrad launch, or None where TMA is off or cannot be used."""
-    if not cfg.tma or not tma_capable(a, w1, w2, a[:, k1:] if k2 else a):
+    if not cfg.tma:
         return None
     a_block = (cfg.block_m, cfg.block_k)
     w_block = (1, cfg.block_n, cfg.block_k) if w_k_major else (1, cfg.block_k, cfg.block_n)
-    a1 = tma_descriptor(a, (n_rows, k1), a_block)
-    a2 = tma_descriptor(a[:, k1:], (n_rows, k2), a_block) if k2 else a1
-    return a1, a2, tma_descriptor(w1, w1.shape, w_block), tma_descriptor(w2, w2.shape, w_block)
+    a_specs = [(a, (n_rows, k1), a_block), (a[:, k1:], (n_rows, k2), a_block)] if k2 else [(a, (n_rows, k1), a_block)]
+    descriptors = _descriptors(*a_specs, (w1, w1.shape, w_block), (w2, w2.shape, w_block))
+    if descriptors is None or k2:
+        return descriptors
+    return descriptors[:1] + descriptors  # A's second phase is empty: its descriptor is A's (never read)
 
 
 def _launch(kernel_name: str, a, w1, w2, strides, n_rows: int, n: int, k1: int, k2: int, tile_expert,
@@ -338,9 +387,10 @@ def grouped_wgrad(g: torch.Tensor, a: torch.Tensor, segment_offsets: torch.Tenso
         return
     cfg = wgrad_config(a.dtype, tile_rows, p, q)
     grid = (cdiv(p, cfg.block_m) * cdiv(q, cfg.block_n), local_experts)
-    use_tma = cfg.tma and n_rows > 0 and tma_capable(g, a)
-    descriptors = ((tma_descriptor(g, (n_rows, p), (cfg.block_k, cfg.block_m)),
-                    tma_descriptor(a, (n_rows, q), (cfg.block_k, cfg.block_n))) if use_tma else (g, a))
+    descriptors = (_descriptors((g, (n_rows, p), (cfg.block_k, cfg.block_m)),
+                                (a, (n_rows, q), (cfg.block_k, cfg.block_n))) if cfg.tma and n_rows > 0 else None)
+    use_tma = descriptors is not None
+    descriptors = descriptors or (g, a)
     _grouped_wgrad_kernel[grid](
         g, g.stride(0), a, a.stride(0), *descriptors, out, out.stride(0), out.stride(1),
         chain if chain is not None else out, segment_offsets, window_start, window_start + n_rows,

@@ -226,6 +226,17 @@ class EmulatedRankGroup(EmulatedPeers):
         return self._blocks[buf.name]
 
 
+def _part(t: torch.Tensor, part: slice) -> torch.Tensor:
+    """``t[part]`` along dim 0, or ``t`` itself when ``part`` covers all of it: even a no-op slice is an aten op
+    (about 1.5 us of host time on the CPU), and with one rank and one minibatch most of a pass's slices are."""
+    return t if not part.start and part.stop >= t.shape[0] else t[part]
+
+
+def _in_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t.to(dtype)``, without its ~1.3 us of argument parsing when ``t`` has that dtype already (``t`` itself)."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 # ========================================================================================================
 # Precision hook: how rows are stored and moved, and which kernel runs each expert GEMM
 # ========================================================================================================
@@ -416,7 +427,7 @@ class TritonRanksRun:
         self.tile = config.expert_padding
         self.weight_dtype = w_gate.dtype
         self.x = x.contiguous()
-        self.topk_weights = topk_weights.to(torch.float32).contiguous()
+        self.topk_weights = _in_dtype(topk_weights, torch.float32).contiguous()
 
         weights = self.format.prepare_weights(w_gate, w_up, w_down, backward=backward)
         el = self.local_experts
@@ -522,6 +533,8 @@ class TritonRanksRun:
 
     def _ring_rows(self, rank: int, i: int) -> dict[str, torch.Tensor]:
         ring = self.rings[rank]
+        if ring.plan.window(i) == (0, ring.plan.ring_rows):  # the minibatch fills the ring: no views to make
+            return dict(ring.tensors)
         return {name: ring.rows(name, i) for name in ring.tensors}
 
     def _dispatch_and_project(self, rank: int, i: int, h_out: torch.Tensor | None) -> None:
@@ -531,6 +544,12 @@ class TritonRanksRun:
         pull_token_rows(win.table, win.start, win.n_rows, self.x_buf, ring_rows["x"])
         self.format.gate_up(win, ring_rows["x"], self.weights[rank], ring_rows["gate_up"], h_out)
         self.rings[rank].claim(i)
+
+    def _per_local_rank(self, rows: torch.Tensor) -> dict[int, torch.Tensor]:
+        """``[L * capacity, width]`` rows as each local rank's ``[capacity, width]`` (one rank: the tensor itself)."""
+        if len(self.local_ranks) == 1:
+            return {self.local_ranks[0]: rows}
+        return dict(zip(self.local_ranks, rows.view(len(self.local_ranks), self.schedule.capacity, -1)))
 
     def _own_tokens(self, j: int) -> slice:
         return slice(j * self.tokens_local, (j + 1) * self.tokens_local)
@@ -566,8 +585,8 @@ class TritonRanksRun:
         out = fresh((len(self.local_ranks) * self.tokens_local, self.hidden), self.dtype, self.device)
         combined = self._local(combine)
         for j in range(len(self.local_ranks)):
-            weighted_sum_over_k(combined[self._own_slots(j)], self.topk_weights[self._own_tokens(j)],
-                                out[self._own_tokens(j)])
+            weighted_sum_over_k(_part(combined, self._own_slots(j)), _part(self.topk_weights, self._own_tokens(j)),
+                                _part(out, self._own_tokens(j)))
         return out
 
     # ----------------------------------------------------------------------------------------------------
@@ -616,8 +635,7 @@ class TritonRanksRun:
                     or saved_gate_up.device != self.device:
                 raise ValueError(f"saved_gate_up must be {self.dtype} {list(shape)} on {self.device}, got "
                                  f"{saved_gate_up.dtype} {list(saved_gate_up.shape)} on {saved_gate_up.device}")
-            saved = {rank: rows for rank, rows in
-                     zip(self.local_ranks, saved_gate_up.view(len(self.local_ranks), self.schedule.capacity, -1))}
+            saved = self._per_local_rank(saved_gate_up)
         # What the replays and the reverse combine read from every source rank, as forward() publishes it.
         self.x_buf = self._publish_rows("triton_x", self.x)
         self.weight_buf = self._publish("triton_topk_weights", self.topk_weights.view(-1))
@@ -639,7 +657,7 @@ class TritonRanksRun:
         (:meth:`backward_without_forward`), read instead of the ring's."""
         fmt, dtype, device, inter, hidden = self.format, self.dtype, self.device, self.intermediate, self.hidden
         slots = self.tokens_local * self.top_k
-        grad_buf = self._publish_rows("triton_grad_out", grad_out.to(dtype))
+        grad_buf = self._publish_rows("triton_grad_out", _in_dtype(grad_out, dtype))
         dw_slots = self._slots("triton_dw_slots", (slots,), torch.float32)
         dx_slots = self._slots("triton_dx_slots", (slots, hidden), dtype)
         self.peers.barrier()  # every rank's dO is published, and nobody still reads last call's slots
@@ -654,6 +672,7 @@ class TritonRanksRun:
         grad_rows = scratch("grad_rows", *fmt.row_storage(hidden, dtype))
         weight_rows = buffers.take((self.scratch_rows,), torch.float32)
         d_gate_up = scratch("d_gate_up", 2 * inter, dtype)
+        d_gate, d_up = d_gate_up.tensor_split(2, dim=1)  # the wgrads' G operands, made once per pass
         hw = scratch("hw", inter, dtype)
         dw_partial = scratch("dw_partial", fmt.router_grad_partials(inter, hidden, dtype, self.tile), torch.float32)
         # fp32 running sums of the weight gradients, only when an expert's chain spans several minibatches.
@@ -666,10 +685,11 @@ class TritonRanksRun:
         for j, rank in enumerate(self.local_ranks):
             table, ring, weights = self.tables[rank], self.rings[rank], self.weights[rank]
             experts = slice(j * el, (j + 1) * el)
+            rank_d_w_gate, rank_d_w_up, rank_d_w_down = (_part(grad, experts) for grad in (d_w_gate, d_w_up, d_w_down))
             order = list(self.plans[rank].backward_order())
             if not order:  # no rows reach this rank: its experts get no gradient
-                for grad in (d_w_gate, d_w_up, d_w_down):
-                    grad[experts].zero_()
+                for grad in (rank_d_w_gate, rank_d_w_up, rank_d_w_down):
+                    grad.zero_()
                 continue
             for step, i in enumerate(order):
                 win = self._window(rank, i)
@@ -678,7 +698,7 @@ class TritonRanksRun:
                     if not ring.holds(i):
                         pull_token_rows(win.table, win.start, win.n_rows, self.x_buf, ring_rows["x"])
                         ring.claim(i)
-                    ring_rows["gate_up"] = saved_gate_up[rank][win.start:win.start + win.n_rows]
+                    ring_rows["gate_up"] = _part(saved_gate_up[rank], slice(win.start, win.start + win.n_rows))
                 elif not ring.holds(i):
                     self._dispatch_and_project(rank, i, h_out=None)  # overwritten (or never run): replay
 
@@ -697,18 +717,18 @@ class TritonRanksRun:
                 x_rows = fmt.values(win, ring_rows["x"], hidden, scratch, "x_values")
                 g_rows = fmt.values(win, grad_rows, hidden, scratch, "grad_values")
                 seg = table.segment_offsets
-                grouped_wgrad(d_gate_up[:, :inter], x_rows, seg, win.start, win.n_rows, self.tile,
-                              out=d_w_gate[experts], chain=chains.get("gate"), **chain_args)
-                grouped_wgrad(d_gate_up[:, inter:], x_rows, seg, win.start, win.n_rows, self.tile,
-                              out=d_w_up[experts], chain=chains.get("up"), **chain_args)
+                grouped_wgrad(d_gate, x_rows, seg, win.start, win.n_rows, self.tile,
+                              out=rank_d_w_gate, chain=chains.get("gate"), **chain_args)
+                grouped_wgrad(d_up, x_rows, seg, win.start, win.n_rows, self.tile,
+                              out=rank_d_w_up, chain=chains.get("up"), **chain_args)
                 grouped_wgrad(g_rows, hw, seg, win.start, win.n_rows, self.tile,
-                              out=d_w_down[experts], chain=chains.get("down"), **chain_args)
+                              out=rank_d_w_down, chain=chains.get("down"), **chain_args)
         self.peers.barrier()  # every rank's pushes have landed
 
         dx = fresh((len(self.local_ranks) * self.tokens_local, hidden), dtype, device)
         dx_local = self._local(dx_slots)
         for j in range(len(self.local_ranks)):
-            sum_over_k(dx_local[self._own_slots(j)], self.top_k, dx[self._own_tokens(j)])
+            sum_over_k(_part(dx_local, self._own_slots(j)), self.top_k, _part(dx, self._own_tokens(j)))
         d_weights = self._local(dw_slots).view(-1, self.top_k)
         if not self.emulated:
             d_weights = d_weights.clone()  # the slot buffer is reused by the next call

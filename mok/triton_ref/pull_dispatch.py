@@ -35,6 +35,7 @@ import triton.language as tl
 from ..comm import PeerBuffer
 from ..schedule import RankTables
 from ._common import INTERPRETING, cdiv, check_device, next_power_of_2, peer_aligned, peer_base, tl_dtype
+from .push_combine import sources_from
 
 
 def _row_dtype(dtype: torch.dtype):
@@ -104,7 +105,7 @@ def _launch_pull(table: RankTables, start: int, n_rows: int, src: PeerBuffer, ou
     grid = (cdiv(n_rows, block_rows), cdiv(width, block_cols))
     pull_weight = weights is not None
     _pull_rows_kernel[grid](
-        src.ptr_table, width, table.src_rank[start:], table.src_slot[start:], table.segment_offsets[-1:], start,
+        src.ptr_table, width, *sources_from(table, start), table.segment_offsets[-1:], start,
         out, out.stride(0),
         weights.ptr_table if pull_weight else src.ptr_table, weight_out if pull_weight else out,
         n_rows, width, table.top_k,
