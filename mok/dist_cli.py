@@ -371,7 +371,11 @@ def _layer_case(spec, args, rank: int, world: int, device: torch.device, backend
                                config=config, check_inputs=False)
 
     def backward(out):
-        out.backward(grad)
+        # The gradients returned, not accumulated into .grad: from the second call on, accumulating would add a
+        # read-add-write of every weight gradient (17 GB per GPU for kimi-k2.7 at EP 2, more than the layer's own
+        # traffic at 2,048 tokens per GPU) to what is timed. The single-GPU bench does the same
+        # (mok.bench.problems.LayerProblem.backward).
+        torch.autograd.grad(out, (x, weights, wg, wu, wd), grad)
 
     fwd = _timed_each(forward, iters=args.iters, warmup=args.warmup, device=device)
     bwd = _timed_each(backward, forward, iters=args.iters, warmup=args.warmup, device=device)
