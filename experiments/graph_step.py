@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> None:
             steady_eager = steady_ms(lambda p=problem, b=backend: p.forward_backward(b, 0), args.steps)
             steady_graph = steady_ms(graph.replay, args.steps)
             print(f"{name:22s} {backend:8s} {eager_ms:9.3f} {graph_ms:9.3f} {graph_ms / eager_ms:11.3f} "
-                  f"{flops / eager_ms / 1e9:10.0f} {flops / graph_ms / 1e9:10.0f} {steady_eager:12.3f} {steady_graph:12.3f}  "
+                  f"{flops / eager_ms / 1e9:10.0f} {flops / graph_ms / 1e9:10.0f} "
+                  f"{steady_eager:12.3f} {steady_graph:12.3f}  "
                   f"{bitwise}, {bitwise_new}", flush=True)
             del graph, eager, eager_new, captured, problem
             torch.cuda.synchronize()

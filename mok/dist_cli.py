@@ -585,16 +585,17 @@ def bench_table(record: dict) -> str:
     """Markdown tables of a bench record: layer times with the ratio to the NCCL baseline, then transfers."""
     lines = [f"## {record['machine_kind']}: {record['gpu_count']} GPU(s), {record['tokens_per_gpu']} tokens/GPU, "
              f"{record['routing']} routing", "",
-             "| model / backend | fwd ms | bwd ms | fwd TFLOP/s/GPU | bwd TFLOP/s/GPU | fwd vs nccl |",
-             "|---|---|---|---|---|---|"]
+             "| model / backend | fwd ms | bwd ms | fwd TFLOP/s/GPU | bwd TFLOP/s/GPU | fwd vs nccl | bwd vs nccl |",
+             "|---|---|---|---|---|---|---|"]
     for key, r in record["layers"].items():
         if "error" in r:
-            lines.append(f"| {key} | {r['error']} | | | | |")
+            lines.append(f"| {key} | {r['error']} | | | | | |")
             continue
         base = record["layers"].get(key.rsplit("/", 1)[0] + "/nccl", {})
-        ratio = f"{base['forward_ms'] / r['forward_ms']:.2f}x" if "forward_ms" in base else "-"
+        ratios = [f"{base[f'{p}_ms'] / r[f'{p}_ms']:.2f}x" if f"{p}_ms" in base else "-"
+                  for p in ("forward", "backward")]
         lines.append(f"| {key} | {r['forward_ms']:.3f} | {r['backward_ms']:.3f} | {r['forward_tflops']:.0f} | "
-                     f"{r['backward_tflops']:.0f} | {ratio} |")
+                     f"{r['backward_tflops']:.0f} | {ratios[0]} | {ratios[1]} |")
     if record["transfers"]:
         names = [*TRANSFERS, "nccl_all_to_all_dispatch", "nccl_all_to_all_combine"]
         lines += ["", "Transfers (mok.triton_ref.push_pull across GPUs, rows + completion signal): GB/s per GPU of "

@@ -290,7 +290,8 @@ def test_dist_cli_validate_and_bench():
         for name in ("nccl_all_to_all_dispatch", "nccl_all_to_all_combine"):
             assert transfer[name]["ms"] > 0
     table = (tmp_path / "bench.md").read_text()
-    assert "fwd vs nccl" in table and "Completion signalling alone" in table and "WRONG" not in table
+    assert "fwd vs nccl" in table and "bwd vs nccl" in table and "Completion signalling alone" in table
+    assert "WRONG" not in table
 
 
 def test_validate_runs_each_backend_only_with_the_transports_it_takes():
