@@ -344,17 +344,18 @@ def _weight_bytes(spec, world: int, backend: str) -> int:
     return per_gpu * (2 + 2 + (8 if backend == "reference" else 0))
 
 
-def _layer_case(spec, args, rank: int, world: int, device: torch.device, backend: str) -> dict:
-    """Forward and forward+backward time of one backend on one model (E/world experts per GPU)."""
+def layer_inputs(spec, tokens: int, routing: str, tile: int, rank: int, world: int, device: torch.device) -> dict:
+    """One rank's inputs of a model's layer at ``tokens`` tokens per GPU (E/world experts here): ``x``, routing
+    ``weights`` and ``ids`` (``routing``: uniform or zipf), expert weights ``wg``, ``wu``, ``wd``, an output
+    gradient ``grad`` and the ``config`` (expert padding ``tile``). The leaves require gradients."""
     from .config import MoKConfig
-    from .distributed import distributed_moe
 
-    tokens, local_experts = args.tokens_per_gpu, spec.num_experts // world
+    local_experts = spec.num_experts // world
     # Drawn on the device: the host would take minutes for the 17 GB of kimi-k2.7 weights per GPU at EP 2.
     gen = torch.Generator(device=device).manual_seed(1000 + rank)
     dtype = torch.bfloat16
     x = torch.randn(tokens, spec.hidden, generator=gen, device=device).to(dtype).requires_grad_(True)
-    weights, ids = _routing(tokens, spec.num_experts, spec.top_k, args.routing, 2000 + rank, device)
+    weights, ids = _routing(tokens, spec.num_experts, spec.top_k, routing, 2000 + rank, device)
     weights.requires_grad_(True)
 
     def param(*size, fan_in):
@@ -364,18 +365,37 @@ def _layer_case(spec, args, rank: int, world: int, device: torch.device, backend
     wu = param(local_experts, spec.intermediate, spec.hidden, fan_in=spec.hidden)
     wd = param(local_experts, spec.hidden, spec.intermediate, fan_in=spec.intermediate)
     grad = torch.randn(tokens, spec.hidden, generator=gen, device=device).to(dtype)
-    config = MoKConfig(expert_padding=args.tile)
+    return dict(x=x, weights=weights, ids=ids, wg=wg, wu=wu, wd=wd, grad=grad,
+                config=MoKConfig(expert_padding=tile))
+
+
+def layer_calls(spec, inputs: dict, backend: str):
+    """``(forward, backward)``: the distributed layer on ``inputs`` (:func:`layer_inputs`), and its backward from a
+    forward's output. The backward returns the gradients (``torch.autograd.grad``) instead of accumulating them into
+    ``.grad``: from the second call on, accumulating would add a read-add-write of every weight gradient (17 GB per
+    GPU for kimi-k2.7 at EP 2, more than the layer's own traffic at 2,048 tokens per GPU) to what is timed. The
+    single-GPU bench does the same (:meth:`mok.bench.problems.LayerProblem.backward`)."""
+    from .distributed import distributed_moe
+
+    i = inputs
+    leaves = (i["x"], i["weights"], i["wg"], i["wu"], i["wd"])
 
     def forward(_=None):
-        return distributed_moe(x, ids, weights, wg, wu, wd, num_experts=spec.num_experts, backend=backend,
-                               config=config, check_inputs=False)
+        return distributed_moe(i["x"], i["ids"], i["weights"], i["wg"], i["wu"], i["wd"],
+                               num_experts=spec.num_experts, backend=backend, config=i["config"],
+                               check_inputs=False)
 
     def backward(out):
-        # The gradients returned, not accumulated into .grad: from the second call on, accumulating would add a
-        # read-add-write of every weight gradient (17 GB per GPU for kimi-k2.7 at EP 2, more than the layer's own
-        # traffic at 2,048 tokens per GPU) to what is timed. The single-GPU bench does the same
-        # (mok.bench.problems.LayerProblem.backward).
-        torch.autograd.grad(out, (x, weights, wg, wu, wd), grad)
+        return torch.autograd.grad(out, leaves, i["grad"])
+
+    return forward, backward
+
+
+def _layer_case(spec, args, rank: int, world: int, device: torch.device, backend: str) -> dict:
+    """Forward and forward+backward time of one backend on one model (E/world experts per GPU)."""
+    tokens = args.tokens_per_gpu
+    inputs = layer_inputs(spec, tokens, args.routing, args.tile, rank, world, device)
+    forward, backward = layer_calls(spec, inputs, backend)
 
     fwd = _timed_each(forward, iters=args.iters, warmup=args.warmup, device=device)
     bwd = _timed_each(backward, forward, iters=args.iters, warmup=args.warmup, device=device)

@@ -304,3 +304,29 @@ def test_validate_runs_each_backend_only_with_the_transports_it_takes():
     assert list(skipped) == ["triton/collective", "nonsense"]
     assert "supports the transports peers, peers-triton" in skipped["triton/collective"]
     assert "must be one of" in skipped["nonsense"]
+
+
+def test_bench_layer_returns_its_gradients_instead_of_accumulating_them():
+    """dist_cli bench's layer calls (also experiments/profile_dist_backward.py's): the backward returns x's, the
+    routing weights' and the three expert weights' gradients and leaves every .grad unset, so a timed backward holds
+    no read-add-write of the weight gradients (round 27: 17 GB per GPU at kimi-k2.7, EP 2)."""
+    import torch.distributed as dist
+
+    from mok.config import ModelSpec
+    from mok.dist_cli import init_distributed, layer_calls, layer_inputs
+
+    started_here = not dist.is_initialized()
+    rank, world, device = init_distributed("cpu")
+    try:
+        spec = ModelSpec("tiny", 4, 16, 8, 2)
+        inputs = layer_inputs(spec, 16, "uniform", 16, rank, world, device)
+        forward, backward = layer_calls(spec, inputs, "reference")
+        for _ in range(2):
+            grads = backward(forward())
+        leaves = [inputs[name] for name in ("x", "weights", "wg", "wu", "wd")]
+        assert [g.shape for g in grads] == [leaf.shape for leaf in leaves]
+        assert all(leaf.grad is None for leaf in leaves)
+        assert all(bool(g.abs().sum() > 0) for g in grads)
+    finally:
+        if started_here:
+            dist.destroy_process_group()
