@@ -278,6 +278,38 @@ def test_grouped_wgrad_chain_over_windows_is_bitwise_one_window():
         assert_bitwise_equal(chained, whole, f"windows of {window} rows")
 
 
+@pytest.mark.parametrize("p,q", [(48, 40), (136, 200)])  # every expert's last blocks clipped at its edge
+def test_grouped_wgrad_tma_store_gives_the_pointer_stores_bits(p, q):
+    """TileConfig.tma_store (one TMA store of each dW tile; opt-in, round 27) writes the bits the per-thread stores
+    write: the clipping at an expert's [P, Q] edge, the empty experts' +0.0, and the last window of a chain."""
+    from mok.triton_ref._common import override_configs
+
+    _, _, _, _, sched = routing(ep_size=1, skew=0.6)
+    table = sched.rank(0)
+    n_rows = table.rows_used()
+    gen = torch.Generator().manual_seed(7)
+    g = torch.randn(n_rows, p, generator=gen).to(DEVICE, torch.bfloat16)
+    a = torch.randn(n_rows, q, generator=gen).to(DEVICE, torch.bfloat16)
+
+    def run(window):
+        out = torch.full((E, p, q), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+        chain = torch.full((E, p, q), float("nan"), dtype=torch.float32, device=DEVICE)
+        starts = list(range(0, n_rows, window))
+        for step, start in enumerate(reversed(starts)):
+            rows = min(window, n_rows - start)
+            grouped_gemm.grouped_wgrad(g[start:start + rows], a[start:start + rows], table.segment_offsets, start,
+                                       rows, TILE, out=out, chain=chain, load_chain=step > 0,
+                                       store_final=step == len(starts) - 1)
+        return out
+
+    for window in (n_rows, 3 * TILE):
+        want = run(window)
+        with override_configs({"wgrad": {"tma": True, "tma_store": True}}):
+            got = run(window)
+        assert_bitwise_equal(got, want, f"TMA store, {p} x {q}, windows of {window} rows")
+        assert not bool(torch.isnan(got).any())
+
+
 # ==========================================================================================================
 # SwiGLU epilogues
 # ==========================================================================================================

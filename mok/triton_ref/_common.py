@@ -205,7 +205,9 @@ class TileConfig:
     L2 group (:func:`grouped_program_order`). ``tma``: load the GEMM operands with Hopper's tensor memory
     accelerator (host-side tensor descriptors) instead of per-thread pointer loads, where the kernel supports
     it (the grouped GEMMs of :mod:`.grouped_gemm`) and the operands are 16-byte aligned; it changes how tiles
-    reach shared memory, not the arithmetic.
+    reach shared memory, not the arithmetic. ``tma_store``: the weight-gradient kernel stores its finished dW tile
+    with one TMA store instead of per-thread stores (with few rows per expert that store is most of a program's
+    time); the same values.
     """
 
     block_m: int
@@ -215,6 +217,7 @@ class TileConfig:
     num_warps: int = 8
     num_stages: int = 3
     tma: bool = False
+    tma_store: bool = False
 
 
 def cdiv(a: int, b: int) -> int:

@@ -291,12 +291,13 @@ def _grouped_wgrad_kernel(
     a_ptr, stride_a,                 # A: [n_rows, Q] window rows (unit column stride)
     g_desc, a_desc,                  # USE_TMA: descriptors of G and A ([BLOCK_R, BLOCK_P] / [BLOCK_R, BLOCK_Q])
     out_ptr, stride_oe, stride_op,   # dW: [E_local, P, Q] in the weight dtype (written when store_final)
+    out_desc,                        # TMA_STORE: descriptor of dW, [1, BLOCK_P, BLOCK_Q] blocks
     chain_ptr,                       # fp32 [E_local, P, Q] contiguous: the running sum between windows
     segment_offsets_ptr,             # int32 [E_local + 1]: the rank's padded segments (table rows)
     window_start, window_end,        # the window's table rows
     load_chain, store_final,         # runtime flags: continue a chain / finish it
     P, Q,
-    TILE_ROWS: tl.constexpr, OUT_DTYPE: tl.constexpr, USE_TMA: tl.constexpr,
+    TILE_ROWS: tl.constexpr, OUT_DTYPE: tl.constexpr, USE_TMA: tl.constexpr, TMA_STORE: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_R: tl.constexpr, GROUP_P: tl.constexpr,
 ):
     # ---- which expert, which dW block, which tiles ---------------------------------------------------
@@ -341,8 +342,14 @@ def _grouped_wgrad_kernel(
 
     # ---- finish: the weight dtype, or keep the fp32 running sum for the next window -------------------
     if store_final != 0:
-        out = out_ptr + expert.to(tl.int64) * stride_oe + (ps[:, None] * stride_op + qs[None, :])
-        tl.store(out, round_to(acc, OUT_DTYPE), mask=pq_mask)
+        if TMA_STORE:
+            # One bulk store of the tile; the descriptor's bounds are this expert's [P, Q], so the edge blocks
+            # are clipped there, as the mask does below.
+            out_desc.store([expert, pid_p * BLOCK_P, pid_q * BLOCK_Q],
+                           tl.reshape(round_to(acc, OUT_DTYPE), (1, BLOCK_P, BLOCK_Q)))
+        else:
+            out = out_ptr + expert.to(tl.int64) * stride_oe + (ps[:, None] * stride_op + qs[None, :])
+            tl.store(out, round_to(acc, OUT_DTYPE), mask=pq_mask)
     else:
         tl.store(chain_base + block, acc, mask=pq_mask)
 
@@ -391,10 +398,12 @@ def grouped_wgrad(g: torch.Tensor, a: torch.Tensor, segment_offsets: torch.Tenso
                                 (a, (n_rows, q), (cfg.block_k, cfg.block_n))) if cfg.tma and n_rows > 0 else None)
     use_tma = descriptors is not None
     descriptors = descriptors or (g, a)
+    out_desc = _descriptors((out, out.shape, (1, cfg.block_m, cfg.block_n))) if cfg.tma_store else None
     _grouped_wgrad_kernel[grid](
         g, g.stride(0), a, a.stride(0), *descriptors, out, out.stride(0), out.stride(1),
+        out_desc[0] if out_desc else out,
         chain if chain is not None else out, segment_offsets, window_start, window_start + n_rows,
         int(load_chain), int(store_final), p, q,
-        TILE_ROWS=tile_rows, OUT_DTYPE=tl_dtype(out.dtype), USE_TMA=use_tma,
+        TILE_ROWS=tile_rows, OUT_DTYPE=tl_dtype(out.dtype), USE_TMA=use_tma, TMA_STORE=out_desc is not None,
         BLOCK_P=cfg.block_m, BLOCK_Q=cfg.block_n, BLOCK_R=cfg.block_k, GROUP_P=cfg.group_m,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
