@@ -83,7 +83,10 @@ class RingBuffer:
         """The ring rows that minibatch ``i`` occupies in buffer ``name`` (a view)."""
         start, end = self.plan.window(i)
         base = self.plan.slot(i) * self.plan.minibatch_rows
-        return self.tensors[name][base:base + (end - start)]
+        rows = self.tensors[name]
+        if base == 0 and end - start == rows.shape[0]:  # the whole ring: the tensor itself (a slice costs host time)
+            return rows
+        return rows[base:base + (end - start)]
 
     def claim(self, i: int) -> None:
         self._owner[self.plan.slot(i)] = i

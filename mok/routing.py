@@ -32,7 +32,7 @@ def route(logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", renorma
         backward: the fused method's backward: ``"kernel"``
             (:func:`mok.triton_ref.router_topk_backward.router_topk_backward`: one launch instead of a dozen and a
             nested autograd graph; fp32 rounding, not the PyTorch ops' bits; round 27, H200: the qwen slice's
-            training step with its router 0.78x the time, kimi and anchor-2 0.995x), ``"torch"`` (the PyTorch ops
+            training step with its router 0.78x the time, kimi 0.996x, anchor-2 0.995x), ``"torch"`` (the PyTorch ops
             recomputed and differentiated, so their gradients bit for bit) or ``"auto"`` (default,
             ``MOK_ROUTE_BACKWARD``): the kernel for CUDA logits, the PyTorch ops elsewhere (the fused method on the
             CPU runs only under ``TRITON_INTERPRET=1``, where the kernel would be slow). A backward that builds a

@@ -397,10 +397,15 @@ def test_a_launch_prepared_inside_a_capture_gets_a_workspace_of_its_own(monkeypa
     """prepare() inside a capture (a layer call under make_graphed_callables, which warms up on another stream than
     it captures on) takes a private workspace made in the capture, never the cache: its launches make their buffers
     there, unfilled (a fill would rerun on every replay), in either mode."""
+    import torch
+
     from mok.cuda import backend
     from mok.cuda.workspace import cached_workspaces, release_workspaces
     release_workspaces()
     monkeypatch.setattr(backend, "_capturing", lambda: True)
+    full, fills = torch.full, []
+    monkeypatch.setattr(torch, "full",
+                        lambda *args, **kwargs: fills.append(kwargs.get("dtype")) or full(*args, **kwargs))
     for dispatch, down_tma in (("gather", True), ("ring", False)):
         prep = small_launch(seed=13, tokens=128, hidden=128, inter=64, experts=4)
         ws = prep.workspace
@@ -408,6 +413,8 @@ def test_a_launch_prepared_inside_a_capture_gets_a_workspace_of_its_own(monkeypa
         launched(prep, "y", dispatch=dispatch, down_tma=down_tma)  # no "run one eagerly" error
         made = ws.y if down_tma else ws.combine
         assert made is not None and made.shape[-1] == 128  # (H)
+    assert torch.bfloat16 not in fills  # y and the slots unfilled (y_rows' int32 -1 fill is tiny and kept)
+    monkeypatch.setattr(torch, "full", full)
     monkeypatch.setattr(backend, "_capturing", lambda: False)
     prep = small_launch(seed=13, tokens=128, hidden=128, inter=64, experts=4)
     assert not prep.workspace.in_capture

@@ -98,6 +98,7 @@ def test_route_takes_the_kernel_when_asked(monkeypatch):
         (found[backward],) = torch.autograd.grad(weights, leaf, upstream)
     assert_close_to_oracle(found["kernel"], oracle(logits, ids, upstream, "softmax", True), upstream, torch.float32)
     assert not torch.equal(found["kernel"], found["torch"])  # (the kernel ran: other rounding)
+    monkeypatch.delenv("MOK_ROUTE_BACKWARD", raising=False)
     leaf = logits.clone().requires_grad_(True)  # the default, auto: the PyTorch ops off CUDA
     weights, _ = mok.route(leaf, 4, method="fused")
     assert torch.equal(torch.autograd.grad(weights, leaf, upstream)[0], found["torch"])

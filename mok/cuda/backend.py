@@ -801,6 +801,7 @@ def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights
     except (RuntimeError, ValueError) as err:
         raise RuntimeError("backend 'cuda' computes its backward through the Triton backend, which is "
                            f"unavailable: {err}") from err
+    from ..triton_ref._common import in_dtype  # noqa: PLC0415
     from ..triton_ref.pipeline import TritonLayerRun  # importable now: get_backend imported it
 
     # As the Triton backend's autograd Function does: contiguous x and dO, the run on x's device, and
@@ -813,9 +814,7 @@ def triton_layer_gradients(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights
         run = TritonLayerRun(x.contiguous(), topk_ids, topk_weights, w_gate, w_up, w_down, ep_size, config,
                              precision, backward=True, schedule=schedule)
         dx, d_weights, d_gate, d_up, d_down = run.backward_without_forward(grad_out.contiguous(), saved_gate_up)
-        if d_weights.dtype != topk_weights.dtype:  # (a no-op .to still costs ~1.3 us of host time)
-            d_weights = d_weights.to(topk_weights.dtype)
-        grads = (dx, d_weights, d_gate, d_up, d_down)
+        grads = (dx, in_dtype(d_weights, topk_weights.dtype), d_gate, d_up, d_down)
     return tuple(grad if need else None for grad, need in zip(grads, needs))
 
 

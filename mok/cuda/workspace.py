@@ -31,8 +31,9 @@ Workspaces are cached by :class:`WorkspaceKey` (device, stream, sizes). Reuse on
 the stream orders the launches; the stream is part of the key so that two streams never share buffers. A layer
 call inside a CUDA graph capture takes a private workspace made in the capture instead (``in_capture``; its memory
 is the graph's), so replays and eager calls never share buffers, and a capture needs no eager call on its own
-stream first (``torch.cuda.make_graphed_callables`` warms up on another stream than it captures on).
-:func:`release_workspaces` frees the cache.
+stream first (``torch.cuda.make_graphed_callables`` warms up on another stream than it captures on). The price
+is memory: each captured layer call holds its own ring and counters, and y or the combine slots (gigabytes at the
+anchors), beside the cached workspace its eager warm-up left. :func:`release_workspaces` frees the cache.
 """
 
 from __future__ import annotations

@@ -165,10 +165,13 @@ def _descriptor(key: tuple, t: torch.Tensor, shape, block):
     fields = _TMA_FIELDS.get(key)
     if fields is None:  # first seen: made (and validated) by Triton's constructor, as always
         desc = tma_descriptor(t, shape, block)
-        _keep(key, {name: value for name, value in vars(desc).items() if name != "base"})
+        # Lists kept as tuples and handed out as new lists: no descriptor shares (or can change) the kept ones.
+        _keep(key, {name: tuple(value) if isinstance(value, list) else value
+                    for name, value in vars(desc).items() if name != "base"})
         return desc
     desc = TensorDescriptor.__new__(TensorDescriptor)
-    vars(desc).update(fields, base=t)
+    vars(desc).update({name: list(value) if isinstance(value, tuple) else value for name, value in fields.items()},
+                      base=t)
     return desc
 
 
@@ -398,7 +401,8 @@ def grouped_wgrad(g: torch.Tensor, a: torch.Tensor, segment_offsets: torch.Tenso
                                 (a, (n_rows, q), (cfg.block_k, cfg.block_n))) if cfg.tma and n_rows > 0 else None)
     use_tma = descriptors is not None
     descriptors = descriptors or (g, a)
-    out_desc = _descriptors((out, out.shape, (1, cfg.block_m, cfg.block_n))) if cfg.tma_store else None
+    out_desc = (_descriptors((out, out.shape, (1, cfg.block_m, cfg.block_n))) if cfg.tma_store and store_final
+                else None)
     _grouped_wgrad_kernel[grid](
         g, g.stride(0), a, a.stride(0), *descriptors, out, out.stride(0), out.stride(1),
         out_desc[0] if out_desc else out,

@@ -88,7 +88,7 @@ from ..config import MoKConfig
 from ..heuristics import rank_minibatch_rows
 from ..ring import RingBuffer, RingPlan, plan_ring
 from ..schedule import RankTables, Schedule, build_schedule
-from ._common import check_device, fresh, poison_
+from ._common import check_device, fresh, in_dtype, poison_
 from .grouped_gemm import grouped_gemm_dgrad, grouped_gemm_forward, grouped_wgrad
 from .pull_dispatch import pull_reverse_combine, pull_token_rows
 from .push_combine import SlotPush, push_router_grad, sum_over_k, weighted_sum_over_k
@@ -230,11 +230,6 @@ def _part(t: torch.Tensor, part: slice) -> torch.Tensor:
     """``t[part]`` along dim 0, or ``t`` itself when ``part`` covers all of it: even a no-op slice is an aten op
     (about 1.5 us of host time on the CPU), and with one rank and one minibatch most of a pass's slices are."""
     return t if not part.start and part.stop >= t.shape[0] else t[part]
-
-
-def _in_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``t.to(dtype)``, without its ~1.3 us of argument parsing when ``t`` has that dtype already (``t`` itself)."""
-    return t if t.dtype == dtype else t.to(dtype)
 
 
 # ========================================================================================================
@@ -427,7 +422,7 @@ class TritonRanksRun:
         self.tile = config.expert_padding
         self.weight_dtype = w_gate.dtype
         self.x = x.contiguous()
-        self.topk_weights = _in_dtype(topk_weights, torch.float32).contiguous()
+        self.topk_weights = in_dtype(topk_weights, torch.float32).contiguous()
 
         weights = self.format.prepare_weights(w_gate, w_up, w_down, backward=backward)
         el = self.local_experts
@@ -533,8 +528,6 @@ class TritonRanksRun:
 
     def _ring_rows(self, rank: int, i: int) -> dict[str, torch.Tensor]:
         ring = self.rings[rank]
-        if ring.plan.window(i) == (0, ring.plan.ring_rows):  # the minibatch fills the ring: no views to make
-            return dict(ring.tensors)
         return {name: ring.rows(name, i) for name in ring.tensors}
 
     def _dispatch_and_project(self, rank: int, i: int, h_out: torch.Tensor | None) -> None:
@@ -657,7 +650,7 @@ class TritonRanksRun:
         (:meth:`backward_without_forward`), read instead of the ring's."""
         fmt, dtype, device, inter, hidden = self.format, self.dtype, self.device, self.intermediate, self.hidden
         slots = self.tokens_local * self.top_k
-        grad_buf = self._publish_rows("triton_grad_out", _in_dtype(grad_out, dtype))
+        grad_buf = self._publish_rows("triton_grad_out", in_dtype(grad_out, dtype))
         dw_slots = self._slots("triton_dw_slots", (slots,), torch.float32)
         dx_slots = self._slots("triton_dx_slots", (slots, hidden), dtype)
         self.peers.barrier()  # every rank's dO is published, and nobody still reads last call's slots
