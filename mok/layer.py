@@ -47,6 +47,11 @@ class MoELayer(nn.Module):
     activations on a Hopper GPU, a forward kernel that takes the fp32 router weights as three exact bf16 terms,
     without an fp32 copy of x; the same bits for a token whatever the tokens beside it, so whatever the EP degree).
     Input ``[..., H]``, output of the same shape.
+
+    CUDA graphs: with ``backend="triton"`` or ``"cuda"`` (one process) the whole layer, forward and backward, can be
+    captured, e.g. ``torch.cuda.make_graphed_callables(layer, (sample_x,))``; replays follow new inputs and new
+    routing to the eager layer's bits (tests/test_layer_graph.py). Inside a capture the input checks, which read
+    values back, are skipped.
     """
 
     def __init__(self, hidden_size: int, intermediate_size: int, num_experts: int, top_k: int, *,
