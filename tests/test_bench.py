@@ -348,3 +348,26 @@ def test_a_failing_sonic_leaves_records_of_the_passes_it_would_have_run(monkeypa
         for records in (cli.run_cell(shape, cli.SONIC_NAME, "bf16", ["fwd", "bwd"], torch.device("cpu"), args),
                         cli.run_rotated(shape, [cli.SONIC_NAME], "bf16", ["fwd", "bwd"], torch.device("cpu"), args)):
             assert [r["pass"] for r in records] == want and all("no sm_90 here" in r["error"] for r in records)
+
+
+def test_stack_dumps_print_where_the_bench_is_and_stop_with_it(tmp_path, monkeypatch):
+    """--stacks-every: faulthandler prints every thread's stack while the bench runs (where a silent call is stuck),
+    and stops when main() returns, so nothing prints after it."""
+    import sys
+    import time
+
+    from mok.bench import cli
+
+    log = tmp_path / "stacks.txt"
+    with open(log, "w") as stream:
+        monkeypatch.setattr(sys, "stderr", stream)
+        with cli.stack_dumps(0.05):
+            time.sleep(0.3)
+        printed = log.stat().st_size
+        time.sleep(0.2)
+    text = log.read_text()
+    assert "test_stack_dumps_print_where_the_bench_is_and_stop_with_it" in text  # the sleeping frame, named
+    assert log.stat().st_size == printed  # cancelled with the block
+    with cli.stack_dumps(0):  # 0: never
+        pass
+    assert cli.build_parser().parse_args(["--stacks-every", "60"]).stacks_every == 60

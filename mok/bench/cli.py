@@ -17,6 +17,8 @@ geometric means. Results go to
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import json
 import os
 import shutil
@@ -96,7 +98,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="progress bar: auto shows it only on a terminal")
     p.add_argument("--summarize", metavar="JSON", default=None,
                    help="print the compact table of a saved result file and exit")
+    p.add_argument("--stacks-every", type=float, default=0.0, metavar="SECONDS",
+                   help="print every thread's Python stack to stderr every SECONDS while the bench runs (0: never): "
+                        "where a call that prints nothing is stuck, e.g. a baseline compiling or autotuning")
     return p
+
+
+@contextlib.contextmanager
+def stack_dumps(seconds: float):
+    """Inside the block, every ``seconds`` (if > 0), Python's :mod:`faulthandler` prints all threads' stacks to
+    stderr (round 26: SonicMoE's backward ran 460 s with nothing printed, and where it was is not known)."""
+    if seconds <= 0:
+        yield
+        return
+    faulthandler.dump_traceback_later(seconds, repeat=True, file=sys.stderr)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def parse_shapes(spec: str, tokens_scale: float, ep_size: int) -> list[MoEShape]:
@@ -380,6 +399,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.summarize:
         return summarize_file(args.summarize)
+    with stack_dumps(args.stacks_every):
+        return _run(args, argv)
+
+
+def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if args.quick:
         if args.shapes == build_parser().get_default("shapes"):
