@@ -27,6 +27,21 @@ TRITON_DEVICE = "cpu" if INTERPRET else "cuda"  # where the Triton tests put the
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
+def compile_in_fresh_process(script: str):
+    """Run ``script`` (which compiles Triton kernels for a GPU target and prints JSON last) in a fresh Python without
+    ``TRITON_INTERPRET``, so the kernels are compiled, not interpreted; returns that JSON. Skips where no ptxas can
+    compile for the target."""
+    import json
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode != 0 and "ptxas" in proc.stderr:
+        pytest.skip(f"no ptxas for the target here: {proc.stderr.strip().splitlines()[-1]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def load_experiment(relative_path: str):
     """A script under experiments/ (scripts, not a package) imported as a module named after its file, and
     registered in sys.modules under that name (dataclasses look their module up there)."""

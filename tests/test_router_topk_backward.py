@@ -4,16 +4,11 @@ and mok.route's ``backward="kernel"`` (its switch, its fallback for second deriv
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 import mok
-from conftest import TRITON_DEVICE
+from conftest import TRITON_DEVICE, compile_in_fresh_process
 from mok.routing import _weights_of
 from mok.triton_ref.router_topk import router_topk_ids
 from mok.triton_ref.router_topk_backward import router_topk_backward
@@ -200,11 +195,6 @@ print(json.dumps(done))
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="compiles without a GPU; the GPU tests run the kernels")
 def test_kernels_compile_for_sm90():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _SM90_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
-    if proc.returncode != 0 and "ptxas" in proc.stderr:
-        pytest.skip(f"no ptxas for sm_90 here: {proc.stderr.strip().splitlines()[-1]}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    shared = json.loads(proc.stdout.strip().splitlines()[-1])
+    shared = compile_in_fresh_process(_SM90_SCRIPT)
     assert len(shared) == 12
     assert max(shared.values()) <= 227 * 1024, shared  # Hopper's shared memory per block

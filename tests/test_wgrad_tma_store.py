@@ -4,13 +4,10 @@ the tuning sweeps try. Its bits under the interpreter: tests/test_triton_kernels
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
+
+from conftest import compile_in_fresh_process
 
 _SCRIPT = r"""
 import json
@@ -46,12 +43,7 @@ print(json.dumps(found))
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="compiles without a GPU; the GPU runs the kernel itself")
 def test_wgrad_tma_store_compiles_to_a_bulk_tensor_store_for_sm90():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, timeout=600)
-    if proc.returncode != 0 and "ptxas" in proc.stderr:
-        pytest.skip(f"no ptxas for sm_90 here: {proc.stderr.strip().splitlines()[-1]}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    found = compile_in_fresh_process(_SCRIPT)
     assert len(found) == 4
     for key, kernel in found.items():
         assert kernel["bulk_store"] == key.startswith("True"), (key, kernel)
