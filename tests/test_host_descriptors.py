@@ -10,7 +10,7 @@ import weakref
 import pytest
 import torch
 
-from mok.triton_ref import _common, grouped_gemm, pipeline
+from mok.triton_ref import _common, grouped_gemm
 from mok.triton_ref.push_combine import sources_from
 from conftest import TRITON_DEVICE, assert_bitwise_equal
 
@@ -110,10 +110,11 @@ def test_tma_gemms_match_pointer_loads_from_kept_descriptors(fresh_fields):
 
 def test_whole_range_views_are_the_tensors_themselves():
     t = torch.zeros(8, 4)
-    assert pipeline._part(t, slice(0, 8)) is t and pipeline._part(t, slice(0, 9)) is t
-    part = pipeline._part(t, slice(2, 6))
+    assert _common.rows_of(t, slice(0, 8)) is t and _common.rows_of(t, slice(0, 9)) is t
+    assert _common.rows_of(t, slice(0, None)) is t
+    part = _common.rows_of(t, slice(2, 6))
     assert part.data_ptr() == t[2].data_ptr() and part.shape == (4, 4)
-    assert pipeline._part(t, slice(0, 4)).shape == (4, 4)
+    assert _common.rows_of(t, slice(0, 4)).shape == (4, 4)
 
     class Table:
         src_rank = torch.arange(8, dtype=torch.int32)

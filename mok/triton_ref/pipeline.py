@@ -88,7 +88,7 @@ from ..config import MoKConfig
 from ..heuristics import rank_minibatch_rows
 from ..ring import RingBuffer, RingPlan, plan_ring
 from ..schedule import RankTables, Schedule, build_schedule
-from ._common import check_device, fresh, in_dtype, poison_
+from ._common import check_device, fresh, in_dtype, poison_, rows_of
 from .grouped_gemm import grouped_gemm_dgrad, grouped_gemm_forward, grouped_wgrad
 from .pull_dispatch import pull_reverse_combine, pull_token_rows
 from .push_combine import SlotPush, push_router_grad, sum_over_k, weighted_sum_over_k
@@ -225,11 +225,6 @@ class EmulatedRankGroup(EmulatedPeers):
         """Every rank's buffer ``buf`` as one tensor (rank-major)."""
         return self._blocks[buf.name]
 
-
-def _part(t: torch.Tensor, part: slice) -> torch.Tensor:
-    """``t[part]`` along dim 0, or ``t`` itself when ``part`` covers all of it: even a no-op slice is an aten op
-    (about 1.5 us of host time on the CPU), and with one rank and one minibatch most of a pass's slices are."""
-    return t if not part.start and part.stop >= t.shape[0] else t[part]
 
 
 # ========================================================================================================
@@ -523,7 +518,7 @@ class TritonRanksRun:
     def _window(self, rank: int, i: int) -> Window:
         start, end = self.plans[rank].window(i)
         table = self.tables[rank]
-        tile_expert = table.tile_expert[start // self.tile:] if start else table.tile_expert  # no view to make
+        tile_expert = rows_of(table.tile_expert, slice(start // self.tile, None))
         return Window(table, start, end - start, tile_expert, self.tile)
 
     def _ring_rows(self, rank: int, i: int) -> dict[str, torch.Tensor]:
@@ -578,8 +573,8 @@ class TritonRanksRun:
         out = fresh((len(self.local_ranks) * self.tokens_local, self.hidden), self.dtype, self.device)
         combined = self._local(combine)
         for j in range(len(self.local_ranks)):
-            weighted_sum_over_k(_part(combined, self._own_slots(j)), _part(self.topk_weights, self._own_tokens(j)),
-                                _part(out, self._own_tokens(j)))
+            weighted_sum_over_k(rows_of(combined, self._own_slots(j)), rows_of(self.topk_weights, self._own_tokens(j)),
+                                rows_of(out, self._own_tokens(j)))
         return out
 
     # ----------------------------------------------------------------------------------------------------
@@ -678,7 +673,7 @@ class TritonRanksRun:
         for j, rank in enumerate(self.local_ranks):
             table, ring, weights = self.tables[rank], self.rings[rank], self.weights[rank]
             experts = slice(j * el, (j + 1) * el)
-            rank_d_w_gate, rank_d_w_up, rank_d_w_down = (_part(grad, experts) for grad in (d_w_gate, d_w_up, d_w_down))
+            rank_d_w_gate, rank_d_w_up, rank_d_w_down = (rows_of(g, experts) for g in (d_w_gate, d_w_up, d_w_down))
             order = list(self.plans[rank].backward_order())
             if not order:  # no rows reach this rank: its experts get no gradient
                 for grad in (rank_d_w_gate, rank_d_w_up, rank_d_w_down):
@@ -691,7 +686,7 @@ class TritonRanksRun:
                     if not ring.holds(i):
                         pull_token_rows(win.table, win.start, win.n_rows, self.x_buf, ring_rows["x"])
                         ring.claim(i)
-                    ring_rows["gate_up"] = _part(saved_gate_up[rank], slice(win.start, win.start + win.n_rows))
+                    ring_rows["gate_up"] = rows_of(saved_gate_up[rank], slice(win.start, win.start + win.n_rows))
                 elif not ring.holds(i):
                     self._dispatch_and_project(rank, i, h_out=None)  # overwritten (or never run): replay
 
@@ -721,7 +716,7 @@ class TritonRanksRun:
         dx = fresh((len(self.local_ranks) * self.tokens_local, hidden), dtype, device)
         dx_local = self._local(dx_slots)
         for j in range(len(self.local_ranks)):
-            sum_over_k(_part(dx_local, self._own_slots(j)), self.top_k, _part(dx, self._own_tokens(j)))
+            sum_over_k(rows_of(dx_local, self._own_slots(j)), self.top_k, rows_of(dx, self._own_tokens(j)))
         d_weights = self._local(dw_slots).view(-1, self.top_k)
         if not self.emulated:
             d_weights = d_weights.clone()  # the slot buffer is reused by the next call

@@ -29,18 +29,16 @@ import triton.language as tl
 from ..comm import PeerBuffer
 from ..schedule import RankTables
 from ._common import (INTERPRETING, cdiv, check_device, column_halves, next_power_of_2, peer_aligned, peer_base,
-                      round_to, tl_dtype)
+                      round_to, rows_of, tl_dtype)
 
 
 # ========================================================================================================
 # The push epilogue
 # ========================================================================================================
 def sources_from(table: RankTables, start: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The table's ``src_rank`` and ``src_slot`` from row ``start`` on: the tensors themselves from row 0 (the
-    usual single window), since even a whole-range slice is an aten op (~1.5 us of host time on the CPU)."""
-    if not start:
-        return table.src_rank, table.src_slot
-    return table.src_rank[start:], table.src_slot[start:]
+    """The table's ``src_rank`` and ``src_slot`` from row ``start`` on (:func:`rows_of`: the tensors themselves
+    from row 0, the usual single window)."""
+    return rows_of(table.src_rank, slice(start, None)), rows_of(table.src_slot, slice(start, None))
 
 
 @dataclass(frozen=True)
