@@ -28,6 +28,12 @@ Backward (:func:`down_dgrad_swiglu_backward`)
     stores three tensors per element, and addressing all of that straight from the accumulator layout would
     otherwise spill (:func:`mok.triton_ref._common.column_halves`). The row's partial for the block is
     left half + right half, in that order.
+
+Operand loads
+    With ``TileConfig.tma`` (opt-in) the bf16 / fp32 operands travel by TMA, as in
+    :mod:`mok.triton_ref.grouped_gemm`: a descriptor of the window's rows of x (dO) and a 3-D one per weight,
+    whose bounds replace the masks. The same tiles in the same K order, so the same bits. The MXFP8 variants
+    keep their pointer loads (codes and scales dequantized on chip).
 """
 
 from __future__ import annotations
@@ -38,7 +44,8 @@ import triton.language as tl
 
 from ..mxfp8 import MXFP8Tensor
 from ._common import (INTERPRETING, TileConfig, cdiv, check_device, column_halves, gemm_config, grouped_program_order,
-                      mma, next_power_of_2, round_to, tl_dtype)
+                      mma, next_power_of_2, round_to, tl_dtype, tma_weight_block)
+from .grouped_gemm import _descriptors
 from .mxfp8_gemm import mx_operand, mx_operand_kn
 from .mxfp8_quant import quantize_groups
 
@@ -50,6 +57,7 @@ from .mxfp8_quant import quantize_groups
 def _gate_up_swiglu_kernel(
     x_ptr, stride_xm,                    # [n_rows, H] dispatched rows (unit column stride); MX: E4M3 codes
     wg_ptr, wu_ptr, stride_we, stride_wi,  # W_gate, W_up: [E_local, I, H] (unit stride on H); MX: codes
+    x_desc, wg_desc, wu_desc,            # USE_TMA: descriptors of x's window rows, W_gate, W_up
     tile_expert_ptr,                     # int32 [n_rows // TILE_ROWS]
     gate_up_ptr, stride_gu,              # out [n_rows, 2I]
     h_ptr, stride_h,                     # out [n_rows, I] (STORE_H); MX: E4M3 codes of h
@@ -57,7 +65,7 @@ def _gate_up_swiglu_kernel(
     wgs_ptr, wus_ptr, stride_wse, stride_wsi,  # MX: W_gate, W_up scales [E_local, I, H/32]
     hs_ptr, stride_hs,                   # MX (STORE_H): h scales [n_rows, I/32]
     n_rows, H, I,
-    TILE_ROWS: tl.constexpr, STORE_H: tl.constexpr, ACT_DTYPE: tl.constexpr, MX: tl.constexpr,
+    TILE_ROWS: tl.constexpr, STORE_H: tl.constexpr, ACT_DTYPE: tl.constexpr, MX: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     # ---- which tile, which expert --------------------------------------------------------------------
@@ -103,11 +111,17 @@ def _gate_up_swiglu_kernel(
     else:
         w_cols = expert.to(tl.int64) * stride_we + cols[None, :] * stride_wi   # W[e][col, k] read as [k, col]
         for k in range(0, H, BLOCK_K):
-            k_ok = (k + ks) < H
-            x = tl.load(x_rows + (k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            w_mask = k_ok[:, None] & col_ok[None, :]
-            wg = tl.load(wg_ptr + w_cols + (k + ks)[:, None], mask=w_mask, other=0.0)
-            wu = tl.load(wu_ptr + w_cols + (k + ks)[:, None], mask=w_mask, other=0.0)
+            if USE_TMA:
+                # W is [E, N=I, K=H] (nn.Linear): K-major tiles, used transposed (tma_weight_block).
+                x = x_desc.load([pid_m * BLOCK_M, k])
+                wg = tma_weight_block(wg_desc, expert, k, pid_n * BLOCK_N, True, BLOCK_K, BLOCK_N)
+                wu = tma_weight_block(wu_desc, expert, k, pid_n * BLOCK_N, True, BLOCK_K, BLOCK_N)
+            else:
+                k_ok = (k + ks) < H
+                x = tl.load(x_rows + (k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                w_mask = k_ok[:, None] & col_ok[None, :]
+                wg = tl.load(wg_ptr + w_cols + (k + ks)[:, None], mask=w_mask, other=0.0)
+                wu = tl.load(wu_ptr + w_cols + (k + ks)[:, None], mask=w_mask, other=0.0)
             acc_gate = mma(x, wg, acc_gate)
             acc_up = mma(x, wu, acc_up)
 
@@ -170,10 +184,11 @@ def gate_up_swiglu(x_rows: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tenso
 def _launch_gate_up(cfg, x, wg, wu, stride_we, stride_wi, tile_expert, tile_rows, gate_up_out, h, store_h, n_rows,
                     hidden, inter, act_dtype, *, mx: bool, mx_args) -> None:
     grid = (cdiv(n_rows, cfg.block_m) * cdiv(inter, cfg.block_n),)
+    descriptors = None if mx else _tma_descriptors(cfg, x, n_rows, (wg, wu), w_k_major=True)
     _gate_up_swiglu_kernel[grid](
-        x, x.stride(0), wg, wu, stride_we, stride_wi, tile_expert,
+        x, x.stride(0), wg, wu, stride_we, stride_wi, *(descriptors or (x, wg, wu)), tile_expert,
         gate_up_out, gate_up_out.stride(0), h, h.stride(0), *mx_args, n_rows, hidden, inter,
-        TILE_ROWS=tile_rows, STORE_H=store_h, ACT_DTYPE=act_dtype, MX=mx,
+        TILE_ROWS=tile_rows, STORE_H=store_h, ACT_DTYPE=act_dtype, MX=mx, USE_TMA=descriptors is not None,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
@@ -269,6 +284,7 @@ def _down_dgrad_swiglu_backward_kernel(
     dout_ptr, stride_dm,                 # [n_rows, H] pulled output gradients, unscaled; MX: E4M3 codes
     wd_ptr, stride_we, stride_wh,        # W_down: [E_local, H, I] (unit stride on I); MX: W_down^T codes
                                          # [E_local, I, H] (unit stride on H; stride_wh steps along I)
+    dout_desc, wd_desc,                  # USE_TMA: descriptors of dO's window rows and W_down
     ds_ptr, stride_dsm,                  # MX: dO scales [n_rows, H/32]
     wds_ptr, stride_wse, stride_wsi,     # MX: W_down^T scales [E_local, I, H/32]
     weight_ptr,                          # fp32 [n_rows] router weight per row (0 on padding)
@@ -278,7 +294,7 @@ def _down_dgrad_swiglu_backward_kernel(
     hw_ptr, stride_hw,                   # out [n_rows, I]: w * h
     dw_partial_ptr,                      # out fp32 [n_rows, cdiv(I, BLOCK_N)]
     n_rows, H, I,
-    TILE_ROWS: tl.constexpr, ACT_DTYPE: tl.constexpr, MX: tl.constexpr,
+    TILE_ROWS: tl.constexpr, ACT_DTYPE: tl.constexpr, MX: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     # ---- which tile, which expert --------------------------------------------------------------------
@@ -318,9 +334,14 @@ def _down_dgrad_swiglu_backward_kernel(
     else:
         w_cols = wd_ptr + expert.to(tl.int64) * stride_we + cols[None, :]
         for k in range(0, H, BLOCK_K):
-            k_ok = (k + ks) < H
-            d = tl.load(dout_rows + (k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            w = tl.load(w_cols + (k + ks)[:, None] * stride_wh, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+            if USE_TMA:
+                # W_down is [E, K=H, N=I]: its [BLOCK_K, BLOCK_N] tiles are the MMA operand as stored.
+                d = dout_desc.load([pid_m * BLOCK_M, k])
+                w = tma_weight_block(wd_desc, expert, k, pid_n * BLOCK_N, False, BLOCK_K, BLOCK_N)
+            else:
+                k_ok = (k + ks) < H
+                d = tl.load(dout_rows + (k + ks)[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                w = tl.load(w_cols + (k + ks)[:, None] * stride_wh, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
             g = mma(d, w, g)
 
     # ---- epilogue, one column half at a time (register budget: see column_halves) -------------------
@@ -364,11 +385,12 @@ def _check_backward_buffers(n_rows, tile_rows, inter, dtype, weight_rows, gate_u
 def _launch_down_dgrad(cfg, dout, wd, stride_we, stride_wh, mx_args, weight_rows, gate_up, tile_expert,
                        d_gate_up_out, hw_out, dw_partial_out, n_rows, hidden, inter, tile_rows, act_dtype, mx):
     grid = (cdiv(n_rows, cfg.block_m) * cdiv(inter, cfg.block_n),)
+    descriptors = None if mx else _tma_descriptors(cfg, dout, n_rows, (wd,), w_k_major=False)
     _down_dgrad_swiglu_backward_kernel[grid](
-        dout, dout.stride(0), wd, stride_we, stride_wh, *mx_args, weight_rows,
+        dout, dout.stride(0), wd, stride_we, stride_wh, *(descriptors or (dout, wd)), *mx_args, weight_rows,
         gate_up, gate_up.stride(0), tile_expert, d_gate_up_out, d_gate_up_out.stride(0), hw_out, hw_out.stride(0),
         dw_partial_out, n_rows, hidden, inter,
-        TILE_ROWS=tile_rows, ACT_DTYPE=act_dtype, MX=mx,
+        TILE_ROWS=tile_rows, ACT_DTYPE=act_dtype, MX=mx, USE_TMA=descriptors is not None,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
@@ -434,6 +456,21 @@ def down_dgrad_swiglu_backward_mxfp8(grad_rows: MXFP8Tensor, w_down_dgrad: MXFP8
                        (d_scales, d_scales.stride(0), w_scales, w_scales.stride(0), w_scales.stride(1)),
                        weight_rows, gate_up, tile_expert, d_gate_up_out, hw_out, dw_partial_out, n_rows, hidden,
                        inter, tile_rows, tl.bfloat16, True)
+
+
+# ========================================================================================================
+# TMA operand loads (bf16 / fp32 operands; the MXFP8 loaders read through pointers)
+# ========================================================================================================
+def _tma_descriptors(cfg: TileConfig, a: torch.Tensor, n_rows: int, weights, *, w_k_major: bool):
+    """The TMA descriptors of A's window rows (``[n_rows, K]``: the rows past the window read as zero, as the
+    masks do) and of each ``[E_local, ., .]`` weight (``[1, ., .]`` blocks, so a tile never reaches into the
+    next expert), ``w_k_major`` as :func:`mok.triton_ref._common.tma_weight_block`; or None where TMA is off,
+    the window is empty or TMA cannot address a tensor (then the kernel loads through pointers)."""
+    if not cfg.tma or n_rows == 0:
+        return None
+    w_block = (1, cfg.block_n, cfg.block_k) if w_k_major else (1, cfg.block_k, cfg.block_n)
+    return _descriptors((a, (n_rows, a.shape[1]), (cfg.block_m, cfg.block_k)),
+                        *((w, w.shape, w_block) for w in weights))
 
 
 # ========================================================================================================
