@@ -79,6 +79,14 @@ CANDIDATES: dict[str, list[TileConfig]] = {
         # The dW tile by one TMA store (round 27: with ~85 rows per expert the pointer stores bound the kernel,
         # dW written at 1.9 TB/s on two GPUs at kimi; compiles to a bulk tensor store for sm_90, not yet timed).
         T(128, 128, 64, 8, 8, 3, True, True),
+        # Few rows per expert (round 28): a program per strip of dW blocks (one G load, the blocks' A loads and TMA
+        # stores pipelined in one loop); only where the window holds at most two tiles per expert, else as above.
+        T(128, 128, 64, 8, 8, 3, True, True, 8),
+        T(128, 128, 64, 8, 8, 3, True, True, 4),
+        T(128, 128, 64, 8, 8, 3, True, True, 16),
+        T(128, 128, 64, 8, 8, 2, True, True, 8),
+        T(128, 128, 64, 8, 8, 4, True, True, 8),
+        T(128, 128, 64, 8, 8, 3, True, True, 56),
         T(128, 256, 64, 8, 8, 3, True, True),
         T(128, 256, 64, 8, 8, 3, True),    # half the passes over the expert's rows (207 registers)
         T(256, 128, 64, 8, 8, 3, True),    # (192 registers)
@@ -100,13 +108,17 @@ CANDIDATES: dict[str, list[TileConfig]] = {
         T(128, 256, 64, 4, 8, 3, True),
         T(128, 256, 64, 8, 8, 4, False),
     ],
-    # swiglu.py's kernels load through pointers only (no TMA yet); their epilogue sets the register budget
-    # (234 at 128 x 128): 128 x 256 and 4 warps at 128 x 128 spill hundreds of LDL/STL, so they are not here.
+    # swiglu.py's kernels: their epilogue sets the register budget (234 at 128 x 128): 128 x 256 and 4 warps at
+    # 128 x 128 spill hundreds of LDL/STL, so they are not here. TMA operand loads (opt-in, not yet timed; the
+    # same bits): the default tiling with TMA, and the 128 x 128 x 64 form at the other stage count. No spills
+    # (offline ptxas for sm_90a, triton 3.9): down dgrad 239 registers with TMA, 243 without; gate/up 183, 220.
     "down_dgrad_swiglu": [
         T(128, 128, 64, 8, 8, 4),
         T(128, 128, 64, 16, 8, 3),
         T(128, 128, 64, 4, 8, 3),
         T(128, 64, 64, 8, 4, 4),
+        T(128, 128, 64, 8, 8, 4, True),
+        T(128, 128, 64, 8, 8, 3, True),
     ],
     "down_forward": [
         T(128, 256, 64, 8, 8, 3, True),
@@ -117,6 +129,8 @@ CANDIDATES: dict[str, list[TileConfig]] = {
         T(128, 128, 64, 8, 8, 4),
         T(128, 128, 64, 16, 8, 3),
         T(128, 64, 64, 8, 4, 4),
+        T(128, 128, 64, 16, 8, 3, True),   # TMA (see above)
+        T(128, 128, 64, 8, 8, 4, True),    # 192 KB of shared memory
     ],
 }
 
@@ -132,11 +146,13 @@ KERNEL_STAGES = {
 
 def describe(cfg: TileConfig) -> str:
     return (f"{'tma' if cfg.tma else 'ptr'}{'+store' if cfg.tma_store else ''} "
-            f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} g{cfg.group_m}")
+            f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} g{cfg.group_m}"
+            f"{f' strip{cfg.strip}' if cfg.strip else ''}")
 
 
 def config_line(kernel: str, cfg: TileConfig) -> str:
-    flags = (", tma=True" if cfg.tma else "") + (", tma_store=True" if cfg.tma_store else "")
+    flags = ((", tma=True" if cfg.tma else "") + (", tma_store=True" if cfg.tma_store else "")
+             + (f", strip={cfg.strip}" if cfg.strip else ""))
     return (f'"{kernel}": TileConfig({cfg.block_m}, {cfg.block_n}, {cfg.block_k}, {cfg.group_m}, '
             f'{cfg.num_warps}, {cfg.num_stages}{flags}),')
 
@@ -247,7 +263,7 @@ class Stages:
                          "wgrad_up": (self.d_gate_up[:, i:], self.x_rows, self.d_w_up),
                          "wgrad_down": (self.grad_rows, self.hw, self.d_w_down)}[stage]
             grouped_gemm.grouped_wgrad(g, a, self.table.segment_offsets, 0, n, TILE, out=out, chain=None,
-                                       load_chain=False, store_final=True)
+                                       load_chain=False, store_final=True, routed_rows=s.tokens * s.top_k)
         elif stage == "dx_sum":
             push_combine.sum_over_k(self.dx_slots, s.top_k, self.dx)
         else:
@@ -427,6 +443,12 @@ class Budget:
         return self.seconds - (time.monotonic() - self.start)
 
 
+def reduction_depth(kernel: str, shape: MoEShape) -> int | None:
+    """The k a kernel's default configuration is chosen by (``_common.default_config``); None for the wgrad."""
+    return {"gate_up_swiglu": shape.hidden, "down_forward": shape.intermediate, "down_dgrad_swiglu": shape.hidden,
+            "dx_dgrad": 2 * shape.intermediate}.get(kernel)
+
+
 def measure_candidates(st: Stages, kernel: str, configs: list[TileConfig], budget: Budget, args,
                        compile_log: dict) -> list[dict]:
     """Default first, then each candidate: compile (skip on failure or spills), compare, time."""
@@ -434,7 +456,7 @@ def measure_candidates(st: Stages, kernel: str, configs: list[TileConfig], budge
     st.run_all()  # inputs of every stage, as the default configurations leave them
     reference = {name: t.clone() for name, t in st.outputs(kernel).items()}
     stages = KERNEL_STAGES[kernel]
-    default = _common.default_config(kernel, st.dtype)
+    default = _common.default_config(kernel, st.dtype, reduction_depth(kernel, st.shape))
     for index, cfg in enumerate([default] + [c for c in configs if c != default]):
         row = {"kernel": kernel, "config": dataclasses.asdict(cfg), "label": describe(cfg), "default": index == 0}
         rows.append(row)
@@ -525,9 +547,11 @@ def measure_shape(shape: MoEShape, args, budget: Budget, compile_log: dict) -> d
 # ========================================================================================================
 # Tiny problems whose arguments specialise like the real shapes' (integers multiples of 16 and none equal to 1,
 # 16 router-gradient partials as at I = 2048) and whose widths do not clamp any candidate's blocks: one like
-# the anchors, one with top-k 1 and a table whose rows-in-use entry is not 16-byte aligned (kimi-k2.7/ep64).
+# the anchors, one with top-k 1 and a table whose rows-in-use entry is not 16-byte aligned (kimi-k2.7/ep64), one
+# with few rows per expert (the wgrad's strip kernel).
 # Compiling needs no meaningful data: a task runs one kernel's stages on whatever the buffers hold.
-_WARM_SHAPES = (MoEShape("warm-anchor", 256, 512, 2048, 4, 2), MoEShape("warm-top1", 256, 512, 2048, 2, 1))
+_WARM_SHAPES = (MoEShape("warm-anchor", 256, 512, 2048, 4, 2), MoEShape("warm-top1", 256, 512, 2048, 2, 1),
+                MoEShape("warm-few", 256, 512, 2048, 8, 1))
 _WORKER: dict = {}
 
 
@@ -709,6 +733,8 @@ def main(argv=None) -> int:
     results, compile_log = [], {}
     doc = {"schema": "mok.tune_triton/1", "metadata": collect_metadata(args.device), "args": vars(args),
            "defaults": {k: dataclasses.asdict(_common.default_config(k, torch.bfloat16)) for k in CANDIDATES},
+           "short_k_defaults": {k: [deepest, dataclasses.asdict(cfg)]
+                                for k, (deepest, cfg) in _common._GPU_BF16_SHORT_K.items()},
            "env_overrides": _common.active_overrides(), "results": results, "notes": notes}
     paths = [Path(p) for p in (args.json, os.environ.get("OUT") and Path(os.environ["OUT"]) / "tune_triton.json")
              if p]

@@ -29,3 +29,20 @@ def test_host_integer_helpers_match_triton():
     for n in range(0, 5000):
         assert _common.next_power_of_2(n) == triton.next_power_of_2(n)
         assert _common.cdiv(n, 7) == triton.cdiv(n, 7) and _common.cdiv(n, 128) == triton.cdiv(n, 128)
+
+
+def test_short_reductions_take_their_own_default(monkeypatch):
+    """dx's 128 x 128 blocks at K <= 512 (round 28: 1.32x at anchor-2), its 128 x 256 blocks at deeper K; the
+    general entry when no depth is given, and fp32 keeps its one entry. gemm_config picks by the reduction
+    depth when not interpreting."""
+    deepest, short = _common._GPU_BF16_SHORT_K["dx_dgrad"]
+    general = _common.default_config("dx_dgrad", torch.bfloat16)
+    assert short != general
+    assert _common.default_config("dx_dgrad", torch.bfloat16, deepest) == short
+    assert _common.default_config("dx_dgrad", torch.bfloat16, deepest + 1) == general
+    assert _common.default_config("dx_dgrad", torch.float32, 64) == _common.default_config("dx_dgrad", torch.float32)
+    assert _common.default_config("wgrad", torch.bfloat16, 64) == _common.default_config("wgrad", torch.bfloat16)
+    monkeypatch.setattr(_common, "INTERPRETING", False)
+    monkeypatch.setattr(_common, "_CONFIGS", {})
+    assert _common.gemm_config("dx_dgrad", torch.bfloat16, 128, 4096, deepest).block_n == short.block_n
+    assert _common.gemm_config("dx_dgrad", torch.bfloat16, 128, 4096, 4096).block_n == general.block_n

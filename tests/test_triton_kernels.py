@@ -187,6 +187,19 @@ def test_grouped_gemm_forward_store(dtype):
     assert_tiles(out, want, used, dtype, "A @ W^T")
 
 
+def test_grouped_gemm_empty_window_with_tma_writes_nothing():
+    """An empty window (n_rows = 0) with TMA loads: no descriptor (it cannot have a zero extent), nothing written."""
+    from mok.triton_ref._common import override_configs
+
+    _, _, _, (_, _, w_down), sched = routing(ep_size=1)
+    w = w_down.to(torch.bfloat16).contiguous()
+    table, _, _, _, a = gemm_rows(sched, 0, I, torch.bfloat16, seed=1)
+    out = torch.full((TILE, H), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    with override_configs({"down_forward": {"tma": True}}):
+        grouped_gemm.grouped_gemm_forward(a, w, table.tile_expert, TILE, n_rows=0, out=out)
+    assert bool(torch.isnan(out).all())
+
+
 def test_grouped_gemm_forward_push_is_the_forward_combine():
     _, _, _, (_, _, w_down), sched = routing(ep_size=2)
     dtype = torch.bfloat16

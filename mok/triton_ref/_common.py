@@ -204,10 +204,14 @@ class TileConfig:
     kernel: ``block_m`` x ``block_n`` tile of dW, ``block_k`` rows per step). ``group_m``: row tiles per
     L2 group (:func:`grouped_program_order`). ``tma``: load the GEMM operands with Hopper's tensor memory
     accelerator (host-side tensor descriptors) instead of per-thread pointer loads, where the kernel supports
-    it (the grouped GEMMs of :mod:`.grouped_gemm`) and the operands are 16-byte aligned; it changes how tiles
+    it (the grouped GEMMs of :mod:`.grouped_gemm`, the bf16 / fp32 SwiGLU GEMMs of :mod:`.swiglu`) and the
+    operands are 16-byte aligned; it changes how tiles
     reach shared memory, not the arithmetic. ``tma_store``: the weight-gradient kernel stores its finished dW tile
     with one TMA store instead of per-thread stores (with few rows per expert that store is most of a program's
-    time); the same values.
+    time); the same values. ``strip``: where experts have few rows (at most one schedule tile each, on average),
+    the weight-gradient kernel may run a program per ``strip`` consecutive ``block_n``-wide blocks of dW instead
+    of one block (:func:`mok.triton_ref.grouped_gemm.grouped_wgrad`): the expert's G tile is loaded once and the
+    blocks' loads and TMA stores overlap in one pipelined loop; 0 keeps a program per block. The same values.
     """
 
     block_m: int
@@ -218,6 +222,7 @@ class TileConfig:
     num_stages: int = 3
     tma: bool = False
     tma_store: bool = False
+    strip: int = 0
 
 
 def rows_of(t: torch.Tensor, part: slice) -> torch.Tensor:
@@ -261,6 +266,13 @@ _GPU_BF16 = {
     "down_dgrad_swiglu": TileConfig(128, 128, 64, 8, 8, 4),  # SwiGLU-backward epilogue in column halves; 1.19x
     "dx_dgrad": TileConfig(128, 256, 64, 8, 8, 3, tma=True),         # push epilogue in column halves; 1.06x
     "wgrad": TileConfig(128, 128, 64, 8, 8, 3, tma=True),            # 128 x 128 block of dW, 64 rows/step; 1.22x
+}
+# Where a kernel's best tile depends on the reduction depth: {kernel: (deepest k, config)}, used for k <= the limit.
+_GPU_BF16_SHORT_K = {
+    # Round 28 (experiments/results/h200_2026-11-30_round28, call 1): dx's reduction is 2I. At anchor-2 (K = 512)
+    # 128 x 128 blocks (two CTAs per SM, so one CTA's push epilogue overlaps the other's main loop) took 1.32x less
+    # time than 128 x 256, bitwise the same; at anchor-5 (K = 4096) 0.98x.
+    "dx_dgrad": (512, TileConfig(128, 128, 64, 8, 8, 3, tma=True)),
 }
 # fp32 operands (correctness mode): 4-byte operands, so smaller tiles to fit shared memory.
 _GPU_FP32 = {name: TileConfig(64, 64, 32, 8, 4, 2) for name in _GPU_BF16}
@@ -336,11 +348,16 @@ _OVERRIDES.update(parse_config_overrides(os.environ.get("MOK_TRITON_CONFIGS", ""
 # --------------------------------------------------------------------------------------------------------
 # Configuration lookup
 # --------------------------------------------------------------------------------------------------------
-def default_config(kernel: str, dtype: torch.dtype) -> TileConfig:
-    """The table entry of ``kernel`` on the GPU (before overrides and clamping to the problem)."""
+def default_config(kernel: str, dtype: torch.dtype, k: int | None = None) -> TileConfig:
+    """The table entry of ``kernel`` on the GPU for a ``k``-deep reduction (None: the general entry), before
+    overrides and clamping to the problem."""
     table = _GPU_FP32 if dtype == torch.float32 else _GPU_BF16
     if kernel not in table:
         raise KeyError(f"no tile configuration for kernel {kernel!r}; known: {sorted(table)}")
+    if table is _GPU_BF16 and k is not None and kernel in _GPU_BF16_SHORT_K:
+        deepest, short = _GPU_BF16_SHORT_K[kernel]
+        if k <= deepest:
+            return short
     return table[kernel]
 
 
@@ -372,7 +389,7 @@ def gemm_config(kernel: str, dtype: torch.dtype, tile_rows: int, n: int, k: int)
     if INTERPRETING:
         cfg = TileConfig(tile_rows, min(_pow2_at_least(n), 128), min(_pow2_at_least(k), 128), 4, 4, 1)
     else:
-        cfg = default_config(kernel, dtype)
+        cfg = default_config(kernel, dtype, k)
     cfg = _with_overrides(kernel, cfg)
     return dataclasses.replace(cfg, block_m=min(cfg.block_m, tile_rows),
                                block_n=min(cfg.block_n, _pow2_at_least(n)), block_k=min(cfg.block_k, _pow2_at_least(k)))

@@ -22,7 +22,7 @@ Tiling and order
     Programs of tiles past the rows in use exit at once, so grids cover the whole window and no host
     synchronisation is needed. Hopper bf16 (tuned on the H200, see ``_common._GPU_BF16``): ``BLOCK_K`` 64,
     8 warps (two warpgroups), 3 stages, TMA operand loads; 128 x 128 tiles for the down projection and
-    128 x 256 for dx; the push epilogue stores one column half at a time
+    128 x 256 for dx (128 x 128 where its reduction, 2I, is at most 512 deep); the push epilogue stores one column half at a time
     (:func:`mok.triton_ref._common.column_halves`).
 
     Wgrad: a program per (expert, ``BLOCK_M`` x ``BLOCK_N`` block of dW). It walks the expert's tiles in the
@@ -186,8 +186,9 @@ _UNSEEN = object()
 
 def _gemm_descriptors(cfg: TileConfig, a: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, n_rows: int,
                       k1: int, k2: int, w_k_major: bool):
-    """The four TMA descriptors of a forward/dgrad launch, or None where TMA is off or cannot be used."""
-    if not cfg.tma:
+    """The four TMA descriptors of a forward/dgrad launch, or None where TMA is off or cannot be used (an empty
+    window too: a descriptor cannot have a zero extent)."""
+    if not cfg.tma or n_rows == 0:
         return None
     a_block = (cfg.block_m, cfg.block_k)
     w_block = (1, cfg.block_n, cfg.block_k) if w_k_major else (1, cfg.block_k, cfg.block_n)
@@ -357,9 +358,66 @@ def _grouped_wgrad_kernel(
         tl.store(chain_base + block, acc, mask=pq_mask)
 
 
+@triton.jit
+def _grouped_wgrad_strip_kernel(
+    g_desc, a_desc,                  # descriptors of G and A ([BLOCK_R, BLOCK_P] / [BLOCK_R, BLOCK_Q] blocks)
+    out_desc,                        # descriptor of dW [E_local, P, Q], [1, BLOCK_P, BLOCK_Q] blocks
+    segment_offsets_ptr,             # int32 [E_local + 1]: the rank's padded segments (table rows)
+    window_start, window_end,        # the window's table rows (one window: no chain)
+    P, Q,
+    TILE_ROWS: tl.constexpr, OUT_DTYPE: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_R: tl.constexpr, STRIP: tl.constexpr,
+):
+    """The weight gradient where experts have few rows: a program per (expert, ``BLOCK_P`` rows of dW, ``STRIP``
+    consecutive ``BLOCK_Q``-wide blocks). With about one tile of rows per expert, a block is two MMA steps and
+    a 32 KB store, and a program per block spends its time starting, waiting for its loads and storing: the
+    stores bound the kernel (round 27: dW written at 1.9 TB/s). Here an expert with exactly one tile loads its
+    G tile once, and the strip's blocks run as one loop that the compiler pipelines: the next blocks' A tiles
+    load, and the last block's TMA store drains, while this block multiplies. The arithmetic per block is the
+    general kernel's (the same steps in the same order), so the bits are the same."""
+    expert = tl.program_id(1)
+    n_strips = tl.cdiv(tl.cdiv(Q, BLOCK_Q), STRIP)
+    pid_p = tl.program_id(0) // n_strips
+    first_block = (tl.program_id(0) % n_strips) * STRIP
+    end_block = tl.minimum(first_block + STRIP, tl.cdiv(Q, BLOCK_Q))
+    first = tl.maximum(tl.load(segment_offsets_ptr + expert), window_start)
+    last = tl.minimum(tl.load(segment_offsets_ptr + expert + 1), window_end)
+    steps = tl.maximum(last - first, 0) // BLOCK_R
+    STEPS_PER_TILE: tl.constexpr = TILE_ROWS // BLOCK_R
+    tl.static_assert(STEPS_PER_TILE <= 2, "the strip kernel holds at most two G steps (one tile)")
+    p0 = pid_p * BLOCK_P
+    r0 = first - window_start
+
+    if steps == STEPS_PER_TILE:
+        # ---- one tile: G once, then the strip's blocks in one pipelined loop ----------------------------
+        g0 = tl.trans(g_desc.load([r0, p0]))                                  # [P, R]: a transposed smem view
+        if STEPS_PER_TILE == 2:
+            g1 = tl.trans(g_desc.load([r0 + BLOCK_R, p0]))
+        for block in range(first_block, end_block):
+            acc = mma(g0, a_desc.load([r0, block * BLOCK_Q]), tl.zeros((BLOCK_P, BLOCK_Q), tl.float32))
+            if STEPS_PER_TILE == 2:
+                acc = mma(g1, a_desc.load([r0 + BLOCK_R, block * BLOCK_Q]), acc)
+            out_desc.store([expert, p0, block * BLOCK_Q], tl.reshape(round_to(acc, OUT_DTYPE), (1, BLOCK_P, BLOCK_Q)))
+    else:
+        # ---- no rows (zeros stored) or several tiles: the general kernel's order, one block at a time ----
+        for block in range(first_block, end_block):
+            acc = tl.zeros((BLOCK_P, BLOCK_Q), tl.float32)
+            for step in range(steps):
+                tile_first_row = last - (step // STEPS_PER_TILE + 1) * TILE_ROWS
+                first_row = tile_first_row - window_start + (step % STEPS_PER_TILE) * BLOCK_R
+                acc = mma(tl.trans(g_desc.load([first_row, p0])), a_desc.load([first_row, block * BLOCK_Q]), acc)
+            out_desc.store([expert, p0, block * BLOCK_Q], tl.reshape(round_to(acc, OUT_DTYPE), (1, BLOCK_P, BLOCK_Q)))
+
+
+def few_rows_per_expert(routed_rows: int, local_experts: int, tile_rows: int) -> bool:
+    """Whether experts sharing ``routed_rows`` evenly hold at most three quarters of a tile each, so that nearly
+    all of them fill exactly one (padded) tile: where the strip kernel's one-tile loop applies."""
+    return 4 * routed_rows <= 3 * local_experts * tile_rows
+
+
 def grouped_wgrad(g: torch.Tensor, a: torch.Tensor, segment_offsets: torch.Tensor, window_start: int,
                   n_rows: int, tile_rows: int, *, out: torch.Tensor, chain: torch.Tensor | None,
-                  load_chain: bool, store_final: bool) -> None:
+                  load_chain: bool, store_final: bool, routed_rows: int | None = None) -> None:
     """``dW[e] (+)= G^T A`` over the rows of each local expert ``e`` inside the window, in the fixed order.
 
     Args:
@@ -374,6 +432,10 @@ def grouped_wgrad(g: torch.Tensor, a: torch.Tensor, segment_offsets: torch.Tenso
             the last one (``load_chain=False, store_final=True``).
         load_chain: continue each expert's chain from ``chain`` (False: start from zero).
         store_final: write ``out`` (else store the running sum to ``chain``).
+        routed_rows: how many routed rows (padding excluded) the caller expects in the window, e.g. tokens x
+            top-k / EP; None: ``n_rows``. Only a hint: with :attr:`TileConfig.strip` set and about one tile per
+            expert (:func:`few_rows_per_expert`) a single-window launch takes the strip kernel, which gives the
+            same bits.
 
     Experts with no rows in the window keep their chain untouched (``load_chain and not store_final``),
     store zeros (a first window that is not final) or finish it.
@@ -396,6 +458,19 @@ def grouped_wgrad(g: torch.Tensor, a: torch.Tensor, segment_offsets: torch.Tenso
     if local_experts == 0:
         return
     cfg = wgrad_config(a.dtype, tile_rows, p, q)
+    if (cfg.strip > 0 and cfg.tma and store_final and not load_chain and n_rows > 0 and tile_rows // cfg.block_k <= 2
+            and few_rows_per_expert(n_rows if routed_rows is None else routed_rows, local_experts, tile_rows)):
+        descriptors = _descriptors((g, (n_rows, p), (cfg.block_k, cfg.block_m)),
+                                   (a, (n_rows, q), (cfg.block_k, cfg.block_n)),
+                                   (out, out.shape, (1, cfg.block_m, cfg.block_n)))
+        if descriptors is not None:
+            strips = cdiv(cdiv(q, cfg.block_n), cfg.strip)
+            _grouped_wgrad_strip_kernel[(cdiv(p, cfg.block_m) * strips, local_experts)](
+                *descriptors, segment_offsets, window_start, window_start + n_rows, p, q,
+                TILE_ROWS=tile_rows, OUT_DTYPE=tl_dtype(out.dtype),
+                BLOCK_P=cfg.block_m, BLOCK_Q=cfg.block_n, BLOCK_R=cfg.block_k, STRIP=cfg.strip,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            return
     grid = (cdiv(p, cfg.block_m) * cdiv(q, cfg.block_n), local_experts)
     descriptors = (_descriptors((g, (n_rows, p), (cfg.block_k, cfg.block_m)),
                                 (a, (n_rows, q), (cfg.block_k, cfg.block_n))) if cfg.tma and n_rows > 0 else None)

@@ -701,7 +701,9 @@ class TritonRanksRun:
                 push_router_grad(table, win.start, win.n_rows, dw_partial, dw_slots)
 
                 # ---- weight gradients: continue each expert's fixed-order chain -----------------------
-                chain_args = dict(load_chain=step > 0, store_final=step == len(order) - 1)
+                # routed_rows: a rank receives as many rows as it sends on average (a kernel hint, not the bits)
+                chain_args = dict(load_chain=step > 0, store_final=step == len(order) - 1,
+                                  routed_rows=self.tokens_local * self.top_k)
                 x_rows = fmt.values(win, ring_rows["x"], hidden, scratch, "x_values")
                 g_rows = fmt.values(win, grad_rows, hidden, scratch, "grad_values")
                 seg = table.segment_offsets

@@ -1,0 +1,162 @@
+"""The few-rows weight-gradient kernel (``TileConfig.strip``, round 28): a program per strip of dW blocks, whose
+experts with exactly one tile load G once and pipeline the blocks' loads and TMA stores. It must give the bits of
+the general kernel (a program per block) for every expert: one tile (the strip loop), no rows (zeros) and several
+tiles (the general order inside the strip kernel), with dW's edges clipped. Runs under TRITON_INTERPRET=1 on the
+CPU (the descriptors' bounds and stores are emulated there); the GPU tests run it through the layer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import TRITON_DEVICE as DEVICE  # the interpreter without a GPU
+from conftest import assert_bitwise_equal, make_problem, rel_err
+
+from mok.schedule import build_schedule
+from mok.triton_ref import grouped_gemm
+from mok.triton_ref._common import override_configs
+
+TILE = 16
+T, E, K = 48, 8, 2   # 96 routed rows over 8 experts: three quarters of a tile each on average
+
+
+class Launches:
+    """Counts the strip kernel's launches (so a test cannot pass with the host falling back to the general one)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.count = kernel, 0
+
+    def __getitem__(self, grid):
+        self.count += 1
+        return self.kernel[grid]
+
+
+def problem(p: int, q: int, skew: float):
+    _, ids, *_ = make_problem(T, 16, 16, E, K, device=DEVICE, seed=3, skew=skew)
+    table = build_schedule(ids, E, 1, TILE).rank(0)
+    gen = torch.Generator().manual_seed(11)
+    n_rows = table.capacity
+    g = torch.randn(n_rows, p, generator=gen).to(DEVICE, torch.bfloat16)
+    a = torch.randn(n_rows, q, generator=gen).to(DEVICE, torch.bfloat16)
+    return table, n_rows, g, a
+
+
+def wgrad(table, n_rows, g, a, overrides=None):
+    out = torch.full((E, g.shape[1], a.shape[1]), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    with override_configs(overrides or {}):
+        grouped_gemm.grouped_wgrad(g, a, table.segment_offsets, 0, n_rows, TILE, out=out, chain=None,
+                                   load_chain=False, store_final=True, routed_rows=T * K)
+    return out
+
+
+@pytest.mark.parametrize("p,q", [(48, 40), (64, 264)])      # edges clipped; 264 = three 128-wide blocks
+@pytest.mark.parametrize("strip", [1, 2])                   # 2: the last strip holds one block
+@pytest.mark.parametrize("steps_per_tile", [1, 2])          # G held as one or two MMA steps
+@pytest.mark.parametrize("skew", [0.0, 0.7])                # 0.7: hot experts (several tiles) and empty ones
+def test_strip_kernel_gives_the_general_kernels_bits(p, q, strip, steps_per_tile, skew, monkeypatch):
+    table, n_rows, g, a = problem(p, q, skew)
+    assert grouped_gemm.few_rows_per_expert(T * K, E, TILE)
+    general = {"wgrad": {"tma": True, "tma_store": True, "block_k": TILE // steps_per_tile}}
+    want = wgrad(table, n_rows, g, a, general)
+    launches = Launches(grouped_gemm._grouped_wgrad_strip_kernel)
+    monkeypatch.setattr(grouped_gemm, "_grouped_wgrad_strip_kernel", launches)
+    got = wgrad(table, n_rows, g, a, {"wgrad": dict(general["wgrad"], strip=strip)})
+    assert launches.count == 1
+    assert_bitwise_equal(got, want, f"strip {strip}, {steps_per_tile} steps per tile, skew {skew}")
+
+    # and against fp32 arithmetic, so the two cannot agree on something wrong
+    seg = table.segment_offsets.tolist()
+    counts = [seg[e + 1] - seg[e] for e in range(E)]
+    assert (0 in counts) == (skew > 0) and max(counts) > TILE * (skew > 0)  # the three kinds of experts are there
+    for e in range(E):
+        rows = slice(seg[e], seg[e + 1])
+        oracle = g[rows].float().T @ a[rows].float()
+        if counts[e] == 0:
+            assert bool((got[e] == 0).all())
+        else:
+            assert rel_err(got[e], oracle) < 1e-2
+
+
+def test_strip_kernel_is_not_used_for_many_rows_or_chains(monkeypatch):
+    """More than three quarters of a tile per expert expected, no hint (the window's size counts), or a window
+    that continues or leaves a running sum: the general kernel."""
+    launches = Launches(grouped_gemm._grouped_wgrad_strip_kernel)
+    monkeypatch.setattr(grouped_gemm, "_grouped_wgrad_strip_kernel", launches)
+    table, n_rows, g, a = problem(48, 40, 0.0)
+    assert not grouped_gemm.few_rows_per_expert(E * TILE * 3 // 4 + 1, E, TILE)
+    out = torch.full((E, 48, 40), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    chain = torch.zeros((E, 48, 40), dtype=torch.float32, device=DEVICE)
+    with override_configs({"wgrad": {"tma": True, "tma_store": True, "strip": 2}}):
+        for routed_rows, load_chain, store_final in ((E * TILE, False, True), (None, False, True), (T * K, True, True),
+                                                     (T * K, False, False)):
+            grouped_gemm.grouped_wgrad(g, a, table.segment_offsets, 0, n_rows, TILE, out=out, chain=chain,
+                                       load_chain=load_chain, store_final=store_final, routed_rows=routed_rows)
+    assert launches.count == 0
+
+
+_SCRIPT = r"""
+import json
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from mok.triton_ref import grouped_gemm
+
+found = {}
+for block_q, strip, stages in ((128, 8, 3), (128, 4, 4), (128, 8, 2), (128, 56, 3)):
+    signature = {"g_desc": "tensordesc<bf16[64, 128]>", "a_desc": f"tensordesc<bf16[64, {block_q}]>",
+                 "out_desc": f"tensordesc<bf16[1, 128, {block_q}]>", "segment_offsets_ptr": "*i32",
+                 "window_start": "i32", "window_end": "i32", "P": "i32", "Q": "i32"}
+    const = dict(TILE_ROWS=128, OUT_DTYPE=triton.language.bfloat16, BLOCK_P=128, BLOCK_Q=block_q, BLOCK_R=64,
+                 STRIP=strip)
+    signature.update({name: "constexpr" for name in const})
+    names = list(signature)
+    source = ASTSource(fn=grouped_gemm._grouped_wgrad_strip_kernel, signature=signature,
+                       constexprs={(names.index(name),): value for name, value in const.items()})
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": stages})
+    ptx = kernel.asm["ptx"]
+    found[f"{block_q} {strip} {stages}"] = {
+        "shared": kernel.metadata.shared, "spills": getattr(kernel.metadata, "n_spills", 0) or 0,
+        "bulk_store": "cp.async.bulk.tensor.3d.global.shared" in ptx,
+        "bulk_load": "cp.async.bulk.tensor.2d.shared" in ptx, "wgmma": "wgmma.mma_async" in ptx}
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="compiles without a GPU; the GPU runs the kernel itself")
+def test_strip_kernel_compiles_for_sm90_with_tma_and_wgmma():
+    from conftest import compile_in_fresh_process
+
+    found = compile_in_fresh_process(_SCRIPT)
+    assert len(found) == 4
+    for key, kernel in found.items():
+        assert kernel["bulk_store"] and kernel["bulk_load"] and kernel["wgmma"], (key, kernel)
+        assert kernel["shared"] <= 227 * 1024, (key, kernel)  # Hopper's shared memory per block
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("strip", [4, 8])
+def test_strip_kernel_on_the_gpu_gives_the_general_kernels_bits(strip):
+    """The compiled kernel at the GPU's tiling (128 x 128 blocks, 64-row steps: two per tile) with dW's last
+    blocks clipped: the bits of the general kernel, and close to fp32 arithmetic."""
+    tokens, experts, top_k, p, q = 1024, 32, 2, 320, 1088
+    _, ids, *_ = make_problem(tokens, 16, 16, experts, top_k, device="cuda", seed=5, skew=0.3)
+    table = build_schedule(ids, experts, 1, 128).rank(0)
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    g = torch.randn(table.capacity, p, generator=gen, device="cuda").to(torch.bfloat16)
+    a = torch.randn(table.capacity, q, generator=gen, device="cuda").to(torch.bfloat16)
+
+    def run(overrides):
+        out = torch.full((experts, p, q), float("nan"), dtype=torch.bfloat16, device="cuda")
+        with override_configs({"wgrad": overrides}):
+            grouped_gemm.grouped_wgrad(g, a, table.segment_offsets, 0, table.capacity, 128, out=out, chain=None,
+                                       load_chain=False, store_final=True, routed_rows=tokens * top_k)
+        return out
+
+    general = {"tma": True, "tma_store": True, "strip": 0}
+    want = run(general)
+    got = run(dict(general, strip=strip))
+    assert_bitwise_equal(got, want, f"strip {strip}")
+    seg = table.segment_offsets.tolist()
+    for e in range(experts):
+        rows = slice(seg[e], seg[e + 1])
+        assert rel_err(got[e], g[rows].float().T @ a[rows].float()) < 1e-2
