@@ -32,7 +32,7 @@ def test_host_integer_helpers_match_triton():
 
 
 def test_short_reductions_take_their_own_default(monkeypatch):
-    """dx's 128 x 128 blocks at K <= 512 (round 28: 1.32x at anchor-2), its 128 x 256 blocks at deeper K; the
+    """dx's 128 x 128 blocks at K <= 2048 (round 28: 1.32x at anchor-2), its 128 x 256 blocks at deeper K; the
     general entry when no depth is given, and fp32 keeps its one entry. gemm_config picks by the reduction
     depth when not interpreting."""
     deepest, short = _common._GPU_BF16_SHORT_K["dx_dgrad"]

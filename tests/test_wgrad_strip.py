@@ -16,8 +16,8 @@ from mok.schedule import build_schedule
 from mok.triton_ref import grouped_gemm
 from mok.triton_ref._common import override_configs
 
-TILE = 16
-T, E, K = 48, 8, 2   # 96 routed rows over 8 experts: three quarters of a tile each on average
+TILE = 32             # two steps per tile are 16 rows each: the smallest MMA step the GPU compiles
+T, E, K = 64, 8, 2   # 128 routed rows over 8 experts: half a tile each on average
 
 
 class Launches:

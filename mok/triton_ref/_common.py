@@ -261,18 +261,24 @@ _GPU_BF16 = {
     # Chosen from experiments/tune_triton.py on an H200, 2026-11-29 (commit cdc6b12; experiments/results/
     # tune_triton_20261129.json): each is bitwise identical to the previous default at anchor-4, anchor-5 and
     # kimi-k2.7/ep64, and faster by the geometric-mean factor noted.
-    "gate_up_swiglu": TileConfig(128, 128, 64, 16, 8, 3),   # block_n per gate and per up: 256 columns; 1.03x
+    # Round 28 (experiments/results/h200_2026-11-30_round28, call 2): TMA loads for the two SwiGLU GEMMs (gate/up
+    # 1.09-1.28x, down dgrad 1.03-1.22x at anchor-2, anchor-5 and the kimi slice) and the wgrad's strip kernel
+    # where experts have few rows (1.20x and 1.23x at EP-2 loads of kimi and qwen; elsewhere the general kernel);
+    # each bitwise the same as before.
+    "gate_up_swiglu": TileConfig(128, 128, 64, 16, 8, 3, tma=True),  # block_n per gate and per up: 256 columns
     "down_forward": TileConfig(128, 128, 64, 8, 8, 3, tma=True),     # push epilogue; 1.20x
-    "down_dgrad_swiglu": TileConfig(128, 128, 64, 8, 8, 4),  # SwiGLU-backward epilogue in column halves; 1.19x
+    "down_dgrad_swiglu": TileConfig(128, 128, 64, 8, 8, 4, tma=True),  # SwiGLU-backward epilogue in column halves
     "dx_dgrad": TileConfig(128, 256, 64, 8, 8, 3, tma=True),         # push epilogue in column halves; 1.06x
-    "wgrad": TileConfig(128, 128, 64, 8, 8, 3, tma=True),            # 128 x 128 block of dW, 64 rows/step; 1.22x
+    # 128 x 128 block of dW, 64 rows/step; 1.22x. strip: a program per row of blocks (64 >= Q / 128 at every model)
+    "wgrad": TileConfig(128, 128, 64, 8, 8, 3, tma=True, tma_store=True, strip=64),
 }
 # Where a kernel's best tile depends on the reduction depth: {kernel: (deepest k, config)}, used for k <= the limit.
 _GPU_BF16_SHORT_K = {
-    # Round 28 (experiments/results/h200_2026-11-30_round28, call 1): dx's reduction is 2I. At anchor-2 (K = 512)
-    # 128 x 128 blocks (two CTAs per SM, so one CTA's push epilogue overlaps the other's main loop) took 1.32x less
-    # time than 128 x 256, bitwise the same; at anchor-5 (K = 4096) 0.98x.
-    "dx_dgrad": (512, TileConfig(128, 128, 64, 8, 8, 3, tma=True)),
+    # Round 28 (experiments/results/h200_2026-11-30_round28, calls 1-2): dx's reduction is 2I. 128 x 128 blocks (two
+    # CTAs per SM, so one CTA's push epilogue overlaps the other's main loop) against 128 x 256, bitwise the same:
+    # 1.32x at anchor-2 and 1.37x at anchor-1 (K = 512), 1.04x at anchor-3 and 1.01x at the qwen slice (K = 2048),
+    # 0.98-0.99x at anchor-5 and the kimi slice (K = 4096).
+    "dx_dgrad": (2048, TileConfig(128, 128, 64, 8, 8, 3, tma=True)),
 }
 # fp32 operands (correctness mode): 4-byte operands, so smaller tiles to fit shared memory.
 _GPU_FP32 = {name: TileConfig(64, 64, 32, 8, 4, 2) for name in _GPU_BF16}

@@ -22,7 +22,7 @@ Tiling and order
     Programs of tiles past the rows in use exit at once, so grids cover the whole window and no host
     synchronisation is needed. Hopper bf16 (tuned on the H200, see ``_common._GPU_BF16``): ``BLOCK_K`` 64,
     8 warps (two warpgroups), 3 stages, TMA operand loads; 128 x 128 tiles for the down projection and
-    128 x 256 for dx (128 x 128 where its reduction, 2I, is at most 512 deep); the push epilogue stores one column half at a time
+    128 x 256 for dx (128 x 128 where its reduction, 2I, is at most 2048 deep); the push epilogue stores one column half at a time
     (:func:`mok.triton_ref._common.column_halves`).
 
     Wgrad: a program per (expert, ``BLOCK_M`` x ``BLOCK_N`` block of dW). It walks the expert's tiles in the
