@@ -75,17 +75,9 @@ T = TileConfig
 # only their TMA forms are listed). Registers below: the H200 run in experiments/results/tune_triton_20261129.json.
 CANDIDATES: dict[str, list[TileConfig]] = {
     "wgrad": [
-        T(128, 128, 64, 8, 8, 3, True),    # TMA: 109 registers, 96 KB smem -> 2 CTAs per SM
-        # The dW tile by one TMA store (round 27: with ~85 rows per expert the pointer stores bound the kernel,
-        # dW written at 1.9 TB/s on two GPUs at kimi; compiles to a bulk tensor store for sm_90, not yet timed).
-        T(128, 128, 64, 8, 8, 3, True, True),
-        # Few rows per expert (round 28): a program per strip of dW blocks (one G load, the blocks' A loads and TMA
-        # stores pipelined in one loop); only where the window holds at most two tiles per expert, else as above.
-        # Round 28 call 2: a whole row of blocks per program (56-64) 1.20-1.23x at EP-2 loads, 16 1.19x, 8 1.10-1.14x.
-        T(128, 128, 64, 8, 8, 3, True, True, 16),
-        T(128, 128, 64, 8, 8, 4, True, True, 64),
-        T(128, 64, 64, 8, 4, 3, True, True, 64),   # 96 KB of shared memory: two CTAs per SM
-        T(128, 64, 64, 8, 8, 3, True, True, 64),
+        # TMA: 109 registers, 96 KB smem -> 2 CTAs per SM. Pointer stores of the dW tile (the default stores it by
+        # TMA since round 28: 1.006x at four shapes, call 1).
+        T(128, 128, 64, 8, 8, 3, True),
         T(128, 256, 64, 8, 8, 3, True, True),
         T(128, 256, 64, 8, 8, 3, True),    # half the passes over the expert's rows (207 registers)
         T(256, 128, 64, 8, 8, 3, True),    # (192 registers)
@@ -97,6 +89,20 @@ CANDIDATES: dict[str, list[TileConfig]] = {
         T(128, 256, 64, 16, 8, 3, True),
         T(256, 128, 64, 4, 8, 3, True),
         T(128, 128, 64, 8, 8, 4, False),
+    ],
+    # The strip kernel where experts have few rows (only shapes with under three quarters of a tile per expert
+    # take it: tune at EP-2 loads such as 2048,7168,2048,192,8). Round 28: a whole row of blocks per program
+    # 1.20-1.23x the general kernel (call 2; 16 blocks 1.19x, 8 blocks 1.10-1.14x), 128 x 64 blocks 1.15x more
+    # (call 3). block_k must stay the general kernel's (the host falls back otherwise).
+    "wgrad_few_rows": [
+        T(128, 64, 64, 8, 8, 3, True, True, 64),
+        T(128, 64, 64, 8, 4, 3, True, True, 64),   # 96 KB of shared memory: two CTAs per SM
+        T(128, 128, 64, 8, 8, 3, True, True, 64),
+        T(128, 128, 64, 8, 8, 4, True, True, 64),
+        T(128, 64, 64, 8, 8, 4, True, True, 64),
+        T(128, 64, 64, 8, 4, 4, True, True, 64),
+        T(128, 64, 64, 8, 8, 3, True, True, 16),
+        T(64, 128, 64, 8, 4, 3, True, True, 64),
     ],
     "dx_dgrad": [
         T(128, 256, 64, 8, 8, 3, True),    # TMA: 181 registers (218 with pointer loads and 4 stages)
@@ -136,6 +142,7 @@ CANDIDATES: dict[str, list[TileConfig]] = {
 # The stages each kernel runs: a candidate is timed over all of them.
 KERNEL_STAGES = {
     "wgrad": ("wgrad_gate", "wgrad_up", "wgrad_down"),
+    "wgrad_few_rows": ("wgrad_gate", "wgrad_up", "wgrad_down"),
     "dx_dgrad": ("dx_push",),
     "down_dgrad_swiglu": ("dgrad_swiglu",),
     "down_forward": ("down_push",),
@@ -275,7 +282,7 @@ class Stages:
     # ---- what each GEMM kernel writes (compared across configurations) -------------------------------
     def outputs(self, kernel: str) -> dict[str, torch.Tensor]:
         used = self.used
-        if kernel == "wgrad":
+        if kernel in ("wgrad", "wgrad_few_rows"):
             return {"dW_gate": self.d_w_gate, "dW_up": self.d_w_up, "dW_down": self.d_w_down}
         if kernel == "dx_dgrad":
             return {"dx_slots": self.dx_slots}
@@ -290,7 +297,8 @@ class Stages:
 
     def poison(self, kernel: str) -> None:
         """NaN-fill what ``kernel`` writes, so an element a candidate fails to write cannot pass."""
-        targets = {"wgrad": (self.d_w_gate, self.d_w_up, self.d_w_down), "dx_dgrad": (self.dx_slots,),
+        dw = (self.d_w_gate, self.d_w_up, self.d_w_down)
+        targets = {"wgrad": dw, "wgrad_few_rows": dw, "dx_dgrad": (self.dx_slots,),
                    "down_forward": (self.combine,), "down_dgrad_swiglu": (self.d_gate_up, self.hw),
                    "gate_up_swiglu": (self.gate_up_rows, self.h_rows)}[kernel]
         for t in targets:

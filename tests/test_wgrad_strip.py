@@ -60,7 +60,9 @@ def test_strip_kernel_gives_the_general_kernels_bits(p, q, strip, steps_per_tile
     want = wgrad(table, n_rows, g, a, general)
     launches = Launches(grouped_gemm._grouped_wgrad_strip_kernel)
     monkeypatch.setattr(grouped_gemm, "_grouped_wgrad_strip_kernel", launches)
-    got = wgrad(table, n_rows, g, a, {"wgrad": dict(general["wgrad"], strip=strip)})
+    # Blocks as wide as the general kernel's: the interpreter's matmul (numpy) may sum a dot in another order at
+    # another width, where the GPU's MMA does not (the GPU test below compares 64- and 128-wide blocks).
+    got = wgrad(table, n_rows, g, a, dict(general, wgrad_few_rows=dict(general["wgrad"], strip=strip)))
     assert launches.count == 1
     assert_bitwise_equal(got, want, f"strip {strip}, {steps_per_tile} steps per tile, skew {skew}")
 
@@ -86,11 +88,15 @@ def test_strip_kernel_is_not_used_for_many_rows_or_chains(monkeypatch):
     assert not grouped_gemm.few_rows_per_expert(E * TILE * 3 // 4 + 1, E, TILE)
     out = torch.full((E, 48, 40), float("nan"), dtype=torch.bfloat16, device=DEVICE)
     chain = torch.zeros((E, 48, 40), dtype=torch.float32, device=DEVICE)
-    with override_configs({"wgrad": {"tma": True, "tma_store": True, "strip": 2}}):
+    with override_configs({"wgrad_few_rows": {"tma": True, "tma_store": True, "strip": 2}}):
         for routed_rows, load_chain, store_final in ((E * TILE, False, True), (None, False, True), (T * K, True, True),
                                                      (T * K, False, False)):
             grouped_gemm.grouped_wgrad(g, a, table.segment_offsets, 0, n_rows, TILE, out=out, chain=chain,
                                        load_chain=load_chain, store_final=store_final, routed_rows=routed_rows)
+    with override_configs({"wgrad_few_rows": {"tma": True, "tma_store": True, "strip": 2, "block_k": TILE // 2}}):
+        # rows per step other than the general kernel's: other sums, so never the strip kernel
+        grouped_gemm.grouped_wgrad(g, a, table.segment_offsets, 0, n_rows, TILE, out=out, chain=None,
+                                   load_chain=False, store_final=True, routed_rows=T * K)
     assert launches.count == 0
 
 
@@ -102,7 +108,7 @@ from triton.compiler import ASTSource
 from mok.triton_ref import grouped_gemm
 
 found = {}
-for block_q, strip, stages in ((128, 8, 3), (128, 4, 4), (128, 8, 2), (128, 56, 3)):
+for block_q, strip, stages in ((64, 64, 3), (128, 8, 3), (128, 4, 4), (128, 8, 2), (128, 56, 3)):
     signature = {"g_desc": "tensordesc<bf16[64, 128]>", "a_desc": f"tensordesc<bf16[64, {block_q}]>",
                  "out_desc": f"tensordesc<bf16[1, 128, {block_q}]>", "segment_offsets_ptr": "*i32",
                  "window_start": "i32", "window_end": "i32", "P": "i32", "Q": "i32"}
@@ -127,7 +133,7 @@ def test_strip_kernel_compiles_for_sm90_with_tma_and_wgmma():
     from conftest import compile_in_fresh_process
 
     found = compile_in_fresh_process(_SCRIPT)
-    assert len(found) == 4
+    assert len(found) == 5
     for key, kernel in found.items():
         assert kernel["bulk_store"] and kernel["bulk_load"] and kernel["wgmma"], (key, kernel)
         assert kernel["shared"] <= 227 * 1024, (key, kernel)  # Hopper's shared memory per block
@@ -147,15 +153,15 @@ def test_strip_kernel_on_the_gpu_gives_the_general_kernels_bits(strip):
 
     def run(overrides):
         out = torch.full((experts, p, q), float("nan"), dtype=torch.bfloat16, device="cuda")
-        with override_configs({"wgrad": overrides}):
+        with override_configs(overrides):
             grouped_gemm.grouped_wgrad(g, a, table.segment_offsets, 0, table.capacity, 128, out=out, chain=None,
                                        load_chain=False, store_final=True, routed_rows=tokens * top_k)
         return out
 
-    general = {"tma": True, "tma_store": True, "strip": 0}
-    want = run(general)
-    got = run(dict(general, strip=strip))
-    assert_bitwise_equal(got, want, f"strip {strip}")
+    want = run({"wgrad_few_rows": {"strip": 0}})  # the general kernel at its default 128 x 128 blocks
+    for block_q in (64, 128):  # the strip kernel's default 128 x 64 blocks, and the general kernel's width
+        got = run({"wgrad_few_rows": {"strip": strip, "block_n": block_q}})
+        assert_bitwise_equal(got, want, f"strip {strip}, 128 x {block_q} blocks")
     seg = table.segment_offsets.tolist()
     for e in range(experts):
         rows = slice(seg[e], seg[e + 1])

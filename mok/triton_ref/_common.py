@@ -208,10 +208,10 @@ class TileConfig:
     operands are 16-byte aligned; it changes how tiles
     reach shared memory, not the arithmetic. ``tma_store``: the weight-gradient kernel stores its finished dW tile
     with one TMA store instead of per-thread stores (with few rows per expert that store is most of a program's
-    time); the same values. ``strip``: where experts have few rows (at most one schedule tile each, on average),
-    the weight-gradient kernel may run a program per ``strip`` consecutive ``block_n``-wide blocks of dW instead
-    of one block (:func:`mok.triton_ref.grouped_gemm.grouped_wgrad`): the expert's G tile is loaded once and the
-    blocks' loads and TMA stores overlap in one pipelined loop; 0 keeps a program per block. The same values.
+    time); the same values. ``strip`` (the ``wgrad_few_rows`` entry): where experts have few rows (under a tile
+    each, on average), the weight gradient runs a program per ``strip`` consecutive ``block_n``-wide blocks of dW
+    instead of one block (:func:`mok.triton_ref.grouped_gemm.grouped_wgrad`): the expert's G tile is loaded once
+    and the blocks' loads and TMA stores overlap in one pipelined loop; 0: never. The same values.
     """
 
     block_m: int
@@ -269,8 +269,10 @@ _GPU_BF16 = {
     "down_forward": TileConfig(128, 128, 64, 8, 8, 3, tma=True),     # push epilogue; 1.20x
     "down_dgrad_swiglu": TileConfig(128, 128, 64, 8, 8, 4, tma=True),  # SwiGLU-backward epilogue in column halves
     "dx_dgrad": TileConfig(128, 256, 64, 8, 8, 3, tma=True),         # push epilogue in column halves; 1.06x
-    # 128 x 128 block of dW, 64 rows/step; 1.22x. strip: a program per row of blocks (64 >= Q / 128 at every model)
-    "wgrad": TileConfig(128, 128, 64, 8, 8, 3, tma=True, tma_store=True, strip=64),
+    "wgrad": TileConfig(128, 128, 64, 8, 8, 3, tma=True, tma_store=True),  # 128 x 128 block of dW, 64 rows/step
+    # The wgrad where experts have few rows (the strip kernel; grouped_wgrad): a program per row of 128 x 64 blocks
+    # (64 blocks: every model's Q). Call 3: 1.15x the 128 x 128 strips at the kimi EP-2 load, bitwise the same.
+    "wgrad_few_rows": TileConfig(128, 64, 64, 8, 8, 3, tma=True, tma_store=True, strip=64),
 }
 # Where a kernel's best tile depends on the reduction depth: {kernel: (deepest k, config)}, used for k <= the limit.
 _GPU_BF16_SHORT_K = {
@@ -282,7 +284,7 @@ _GPU_BF16_SHORT_K = {
 }
 # fp32 operands (correctness mode): 4-byte operands, so smaller tiles to fit shared memory.
 _GPU_FP32 = {name: TileConfig(64, 64, 32, 8, 4, 2) for name in _GPU_BF16}
-_GPU_FP32["gate_up_swiglu"] = TileConfig(64, 32, 32, 8, 4, 2)
+_GPU_FP32["gate_up_swiglu"] = TileConfig(64, 32, 32, 8, 4, 2)  # (wgrad_few_rows: strip 0, the general kernel)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -402,14 +404,15 @@ def gemm_config(kernel: str, dtype: torch.dtype, tile_rows: int, n: int, k: int)
 
 
 @_remembered
-def wgrad_config(dtype: torch.dtype, tile_rows: int, p: int, q: int) -> TileConfig:
+def wgrad_config(dtype: torch.dtype, tile_rows: int, p: int, q: int, kernel: str = "wgrad") -> TileConfig:
     """The weight-gradient kernel's configuration: a ``block_m`` x ``block_n`` block of a ``[P, Q]`` dW per
-    program, ``block_k`` rows per MMA step (never more than a schedule tile, so a step stays in one tile)."""
+    program, ``block_k`` rows per MMA step (never more than a schedule tile, so a step stays in one tile).
+    ``kernel="wgrad_few_rows"``: the strip kernel's (``strip`` 0: not used; the interpreter's default)."""
     if INTERPRETING:
         cfg = TileConfig(min(_pow2_at_least(p), 128), min(_pow2_at_least(q), 128), tile_rows, 4, 4, 1)
     else:
-        cfg = default_config("wgrad", dtype)
-    cfg = _with_overrides("wgrad", cfg)
+        cfg = default_config(kernel, dtype)
+    cfg = _with_overrides(kernel, cfg)
     return dataclasses.replace(cfg, block_m=min(cfg.block_m, _pow2_at_least(p)),
                                block_n=min(cfg.block_n, _pow2_at_least(q)), block_k=min(cfg.block_k, tile_rows))
 

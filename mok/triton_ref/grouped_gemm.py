@@ -433,9 +433,9 @@ def grouped_wgrad(g: torch.Tensor, a: torch.Tensor, segment_offsets: torch.Tenso
         load_chain: continue each expert's chain from ``chain`` (False: start from zero).
         store_final: write ``out`` (else store the running sum to ``chain``).
         routed_rows: how many routed rows (padding excluded) the caller expects in the window, e.g. tokens x
-            top-k / EP; None: ``n_rows``. Only a hint: with :attr:`TileConfig.strip` set and about one tile per
-            expert (:func:`few_rows_per_expert`) a single-window launch takes the strip kernel, which gives the
-            same bits.
+            top-k / EP; None: ``n_rows``. Only a hint: with few rows per expert (:func:`few_rows_per_expert`) a
+            single-window launch takes the strip kernel (the ``wgrad_few_rows`` configuration, when its ``strip``
+            is set), which gives the same bits.
 
     Experts with no rows in the window keep their chain untouched (``load_chain and not store_final``),
     store zeros (a first window that is not final) or finish it.
@@ -458,18 +458,22 @@ def grouped_wgrad(g: torch.Tensor, a: torch.Tensor, segment_offsets: torch.Tenso
     if local_experts == 0:
         return
     cfg = wgrad_config(a.dtype, tile_rows, p, q)
-    if (cfg.strip > 0 and cfg.tma and store_final and not load_chain and n_rows > 0 and tile_rows // cfg.block_k <= 2
+    few = wgrad_config(a.dtype, tile_rows, p, q, "wgrad_few_rows")
+    # The strip kernel only with the general kernel's rows per step: an element's sum then runs over the same rows
+    # in the same steps (the blocks' widths do not enter it), so the bits do not depend on which kernel ran.
+    if (few.strip > 0 and few.tma and few.block_k == cfg.block_k and tile_rows // few.block_k <= 2 and store_final
+            and not load_chain and n_rows > 0
             and few_rows_per_expert(n_rows if routed_rows is None else routed_rows, local_experts, tile_rows)):
-        descriptors = _descriptors((g, (n_rows, p), (cfg.block_k, cfg.block_m)),
-                                   (a, (n_rows, q), (cfg.block_k, cfg.block_n)),
-                                   (out, out.shape, (1, cfg.block_m, cfg.block_n)))
+        descriptors = _descriptors((g, (n_rows, p), (few.block_k, few.block_m)),
+                                   (a, (n_rows, q), (few.block_k, few.block_n)),
+                                   (out, out.shape, (1, few.block_m, few.block_n)))
         if descriptors is not None:
-            strips = cdiv(cdiv(q, cfg.block_n), cfg.strip)
-            _grouped_wgrad_strip_kernel[(cdiv(p, cfg.block_m) * strips, local_experts)](
+            strips = cdiv(cdiv(q, few.block_n), few.strip)
+            _grouped_wgrad_strip_kernel[(cdiv(p, few.block_m) * strips, local_experts)](
                 *descriptors, segment_offsets, window_start, window_start + n_rows, p, q,
                 TILE_ROWS=tile_rows, OUT_DTYPE=tl_dtype(out.dtype),
-                BLOCK_P=cfg.block_m, BLOCK_Q=cfg.block_n, BLOCK_R=cfg.block_k, STRIP=cfg.strip,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                BLOCK_P=few.block_m, BLOCK_Q=few.block_n, BLOCK_R=few.block_k, STRIP=few.strip,
+                num_warps=few.num_warps, num_stages=few.num_stages)
             return
     grid = (cdiv(p, cfg.block_m) * cdiv(q, cfg.block_n), local_experts)
     descriptors = (_descriptors((g, (n_rows, p), (cfg.block_k, cfg.block_m)),
