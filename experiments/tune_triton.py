@@ -90,12 +90,14 @@ CANDIDATES: dict[str, list[TileConfig]] = {
         T(256, 128, 64, 4, 8, 3, True),
         T(128, 128, 64, 8, 8, 4, False),
     ],
-    # The strip kernel where experts have few rows (only shapes with under three quarters of a tile per expert
-    # take it: tune at EP-2 loads such as 2048,7168,2048,192,8). Round 28: a whole row of blocks per program
-    # 1.20-1.23x the general kernel (call 2; 16 blocks 1.19x, 8 blocks 1.10-1.14x), 128 x 64 blocks 1.15x more
-    # (call 3). block_k must stay the general kernel's (the host falls back otherwise).
+    # The strip kernel where experts have few rows (only shapes with at most one and a half tiles per expert take
+    # it: tune at EP-2 loads such as 2048,7168,2048,192,8). Round 28: a whole row of blocks per program 1.20-1.23x
+    # the general kernel (call 2; 16 blocks 1.19x, 8 blocks 1.10-1.14x), 128 x 64 blocks 1.15x more (call 3).
+    # block_k must stay the general kernel's (the host falls back otherwise). With more than three quarters of a
+    # tile per expert the two-tile loop is compiled too (128 x 64: 180 KB of shared memory; 128 x 128 does not fit).
     "wgrad_few_rows": [
-        T(128, 64, 64, 8, 8, 3, True, True, 64),
+        T(128, 128, 64, 8, 8, 3, True, True, 0),   # strip 0: the general kernel, for comparison
+        T(128, 64, 64, 8, 8, 2, True, True, 64),
         T(128, 64, 64, 8, 4, 3, True, True, 64),   # 96 KB of shared memory: two CTAs per SM
         T(128, 128, 64, 8, 8, 3, True, True, 64),
         T(128, 128, 64, 8, 8, 4, True, True, 64),

@@ -17,7 +17,10 @@ from mok.triton_ref import grouped_gemm
 from mok.triton_ref._common import override_configs
 
 TILE = 32             # two steps per tile are 16 rows each: the smallest MMA step the GPU compiles
-T, E, K = 64, 8, 2   # 128 routed rows over 8 experts: half a tile each on average
+E, K = 8, 2
+# 64 tokens: 128 routed rows over 8 experts, half a tile each on average (the one-tile loop only); 128 tokens: a
+# tile each on average, so the two-tile loop is compiled too. With skew 0.7, experts of 0 to 4 tiles.
+TOKENS = [64, 128]
 
 
 class Launches:
@@ -31,8 +34,8 @@ class Launches:
         return self.kernel[grid]
 
 
-def problem(p: int, q: int, skew: float):
-    _, ids, *_ = make_problem(T, 16, 16, E, K, device=DEVICE, seed=3, skew=skew)
+def problem(p: int, q: int, skew: float, tokens: int = 64):
+    _, ids, *_ = make_problem(tokens, 16, 16, E, K, device=DEVICE, seed=3, skew=skew)
     table = build_schedule(ids, E, 1, TILE).rank(0)
     gen = torch.Generator().manual_seed(11)
     n_rows = table.capacity
@@ -41,11 +44,11 @@ def problem(p: int, q: int, skew: float):
     return table, n_rows, g, a
 
 
-def wgrad(table, n_rows, g, a, overrides=None):
+def wgrad(table, n_rows, g, a, overrides=None, routed_rows=None):
     out = torch.full((E, g.shape[1], a.shape[1]), float("nan"), dtype=torch.bfloat16, device=DEVICE)
     with override_configs(overrides or {}):
         grouped_gemm.grouped_wgrad(g, a, table.segment_offsets, 0, n_rows, TILE, out=out, chain=None,
-                                   load_chain=False, store_final=True, routed_rows=T * K)
+                                   load_chain=False, store_final=True, routed_rows=routed_rows)
     return out
 
 
@@ -53,23 +56,27 @@ def wgrad(table, n_rows, g, a, overrides=None):
 @pytest.mark.parametrize("strip", [1, 2])                   # 2: the last strip holds one block
 @pytest.mark.parametrize("steps_per_tile", [1, 2])          # G held as one or two MMA steps
 @pytest.mark.parametrize("skew", [0.0, 0.7])                # 0.7: hot experts (several tiles) and empty ones
-def test_strip_kernel_gives_the_general_kernels_bits(p, q, strip, steps_per_tile, skew, monkeypatch):
-    table, n_rows, g, a = problem(p, q, skew)
-    assert grouped_gemm.few_rows_per_expert(T * K, E, TILE)
+@pytest.mark.parametrize("tokens", TOKENS)
+def test_strip_kernel_gives_the_general_kernels_bits(p, q, strip, steps_per_tile, skew, tokens, monkeypatch):
+    table, n_rows, g, a = problem(p, q, skew, tokens)
+    routed_rows = tokens * K
+    assert grouped_gemm.few_rows_per_expert(routed_rows, E, TILE)
+    assert grouped_gemm._two_tiles_expected(routed_rows, E, TILE) == (tokens == 128)
     general = {"wgrad": {"tma": True, "tma_store": True, "block_k": TILE // steps_per_tile}}
-    want = wgrad(table, n_rows, g, a, general)
+    want = wgrad(table, n_rows, g, a, general, routed_rows)
     launches = Launches(grouped_gemm._grouped_wgrad_strip_kernel)
     monkeypatch.setattr(grouped_gemm, "_grouped_wgrad_strip_kernel", launches)
     # Blocks as wide as the general kernel's: the interpreter's matmul (numpy) may sum a dot in another order at
     # another width, where the GPU's MMA does not (the GPU test below compares 64- and 128-wide blocks).
-    got = wgrad(table, n_rows, g, a, dict(general, wgrad_few_rows=dict(general["wgrad"], strip=strip)))
+    got = wgrad(table, n_rows, g, a, dict(general, wgrad_few_rows=dict(general["wgrad"], strip=strip)), routed_rows)
     assert launches.count == 1
     assert_bitwise_equal(got, want, f"strip {strip}, {steps_per_tile} steps per tile, skew {skew}")
 
     # and against fp32 arithmetic, so the two cannot agree on something wrong
     seg = table.segment_offsets.tolist()
     counts = [seg[e + 1] - seg[e] for e in range(E)]
-    assert (0 in counts) == (skew > 0) and max(counts) > TILE * (skew > 0)  # the three kinds of experts are there
+    tiles = {count // TILE for count in counts}  # the kinds of experts the loops are for are there
+    assert 1 in tiles and (skew == 0 or (0 in tiles and max(tiles) >= 2)) and (tokens == 64 or 2 in tiles)
     for e in range(E):
         rows = slice(seg[e], seg[e + 1])
         oracle = g[rows].float().T @ a[rows].float()
@@ -80,23 +87,23 @@ def test_strip_kernel_gives_the_general_kernels_bits(p, q, strip, steps_per_tile
 
 
 def test_strip_kernel_is_not_used_for_many_rows_or_chains(monkeypatch):
-    """More than three quarters of a tile per expert expected, no hint (the window's size counts), or a window
-    that continues or leaves a running sum: the general kernel."""
+    """More than one and a half tiles per expert expected, or a window that continues or leaves a running sum:
+    the general kernel."""
     launches = Launches(grouped_gemm._grouped_wgrad_strip_kernel)
     monkeypatch.setattr(grouped_gemm, "_grouped_wgrad_strip_kernel", launches)
     table, n_rows, g, a = problem(48, 40, 0.0)
-    assert not grouped_gemm.few_rows_per_expert(E * TILE * 3 // 4 + 1, E, TILE)
+    assert not grouped_gemm.few_rows_per_expert(E * TILE * 3 // 2 + 1, E, TILE)
     out = torch.full((E, 48, 40), float("nan"), dtype=torch.bfloat16, device=DEVICE)
     chain = torch.zeros((E, 48, 40), dtype=torch.float32, device=DEVICE)
     with override_configs({"wgrad_few_rows": {"tma": True, "tma_store": True, "strip": 2}}):
-        for routed_rows, load_chain, store_final in ((E * TILE, False, True), (None, False, True), (T * K, True, True),
-                                                     (T * K, False, False)):
+        for routed_rows, load_chain, store_final in ((2 * E * TILE, False, True), (E * TILE, True, True),
+                                                     (E * TILE, False, False)):
             grouped_gemm.grouped_wgrad(g, a, table.segment_offsets, 0, n_rows, TILE, out=out, chain=chain,
                                        load_chain=load_chain, store_final=store_final, routed_rows=routed_rows)
     with override_configs({"wgrad_few_rows": {"tma": True, "tma_store": True, "strip": 2, "block_k": TILE // 2}}):
         # rows per step other than the general kernel's: other sums, so never the strip kernel
         grouped_gemm.grouped_wgrad(g, a, table.segment_offsets, 0, n_rows, TILE, out=out, chain=None,
-                                   load_chain=False, store_final=True, routed_rows=T * K)
+                                   load_chain=False, store_final=True, routed_rows=E * TILE)
     assert launches.count == 0
 
 
@@ -108,19 +115,20 @@ from triton.compiler import ASTSource
 from mok.triton_ref import grouped_gemm
 
 found = {}
-for block_q, strip, stages in ((64, 64, 3), (128, 8, 3), (128, 4, 4), (128, 8, 2), (128, 56, 3)):
+for block_q, strip, stages, two_tiles in ((64, 64, 3, False), (64, 64, 3, True), (128, 8, 3, False), (128, 4, 4, False),
+                                         (64, 16, 2, True)):
     signature = {"g_desc": "tensordesc<bf16[64, 128]>", "a_desc": f"tensordesc<bf16[64, {block_q}]>",
                  "out_desc": f"tensordesc<bf16[1, 128, {block_q}]>", "segment_offsets_ptr": "*i32",
                  "window_start": "i32", "window_end": "i32", "P": "i32", "Q": "i32"}
-    const = dict(TILE_ROWS=128, OUT_DTYPE=triton.language.bfloat16, BLOCK_P=128, BLOCK_Q=block_q, BLOCK_R=64,
-                 STRIP=strip)
+    const = dict(TILE_ROWS=128, OUT_DTYPE=triton.language.bfloat16, TWO_TILES=two_tiles, BLOCK_P=128,
+                 BLOCK_Q=block_q, BLOCK_R=64, STRIP=strip)
     signature.update({name: "constexpr" for name in const})
     names = list(signature)
     source = ASTSource(fn=grouped_gemm._grouped_wgrad_strip_kernel, signature=signature,
                        constexprs={(names.index(name),): value for name, value in const.items()})
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": stages})
     ptx = kernel.asm["ptx"]
-    found[f"{block_q} {strip} {stages}"] = {
+    found[f"{block_q} {strip} {stages} {two_tiles}"] = {
         "shared": kernel.metadata.shared, "spills": getattr(kernel.metadata, "n_spills", 0) or 0,
         "bulk_store": "cp.async.bulk.tensor.3d.global.shared" in ptx,
         "bulk_load": "cp.async.bulk.tensor.2d.shared" in ptx, "wgmma": "wgmma.mma_async" in ptx}

@@ -359,22 +359,54 @@ def _grouped_wgrad_kernel(
 
 
 @triton.jit
+def _strip_with_g_held(g_desc, a_desc, out_desc, expert, p0, r0, first_block, end_block,
+                       STEPS: tl.constexpr, STEPS_PER_TILE: tl.constexpr, TILE_ROWS: tl.constexpr,
+                       OUT_DTYPE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_R: tl.constexpr):
+    """The blocks ``[first_block, end_block)`` of an expert whose rows are exactly ``STEPS`` MMA steps (one or two
+    tiles, at most four steps) from window row ``r0``: its G steps loaded once, then one pipelined loop over the
+    blocks. The steps in the general kernel's order: tiles descending, rows ascending inside a tile."""
+    tiles: tl.constexpr = STEPS // STEPS_PER_TILE
+    row0 = r0 + (tiles - 1) * TILE_ROWS
+    g0 = tl.trans(g_desc.load([row0, p0]))                      # [P, R]: a transposed view in shared memory
+    if STEPS > 1:
+        row1 = r0 + (tiles - 1 - 1 // STEPS_PER_TILE) * TILE_ROWS + (1 % STEPS_PER_TILE) * BLOCK_R
+        g1 = tl.trans(g_desc.load([row1, p0]))
+    if STEPS > 2:
+        row2 = r0 + (tiles - 1 - 2 // STEPS_PER_TILE) * TILE_ROWS + (2 % STEPS_PER_TILE) * BLOCK_R
+        g2 = tl.trans(g_desc.load([row2, p0]))
+    if STEPS > 3:
+        row3 = r0 + (tiles - 1 - 3 // STEPS_PER_TILE) * TILE_ROWS + (3 % STEPS_PER_TILE) * BLOCK_R
+        g3 = tl.trans(g_desc.load([row3, p0]))
+    for block in range(first_block, end_block):
+        q0 = block * BLOCK_Q
+        acc = mma(g0, a_desc.load([row0, q0]), tl.zeros((BLOCK_P, BLOCK_Q), tl.float32))
+        if STEPS > 1:
+            acc = mma(g1, a_desc.load([row1, q0]), acc)
+        if STEPS > 2:
+            acc = mma(g2, a_desc.load([row2, q0]), acc)
+        if STEPS > 3:
+            acc = mma(g3, a_desc.load([row3, q0]), acc)
+        out_desc.store([expert, p0, q0], tl.reshape(round_to(acc, OUT_DTYPE), (1, BLOCK_P, BLOCK_Q)))
+
+
+@triton.jit
 def _grouped_wgrad_strip_kernel(
     g_desc, a_desc,                  # descriptors of G and A ([BLOCK_R, BLOCK_P] / [BLOCK_R, BLOCK_Q] blocks)
     out_desc,                        # descriptor of dW [E_local, P, Q], [1, BLOCK_P, BLOCK_Q] blocks
     segment_offsets_ptr,             # int32 [E_local + 1]: the rank's padded segments (table rows)
     window_start, window_end,        # the window's table rows (one window: no chain)
     P, Q,
-    TILE_ROWS: tl.constexpr, OUT_DTYPE: tl.constexpr,
+    TILE_ROWS: tl.constexpr, OUT_DTYPE: tl.constexpr, TWO_TILES: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_R: tl.constexpr, STRIP: tl.constexpr,
 ):
     """The weight gradient where experts have few rows: a program per (expert, ``BLOCK_P`` rows of dW, ``STRIP``
     consecutive ``BLOCK_Q``-wide blocks). With about one tile of rows per expert, a block is two MMA steps and
     a 32 KB store, and a program per block spends its time starting, waiting for its loads and storing: the
-    stores bound the kernel (round 27: dW written at 1.9 TB/s). Here an expert with exactly one tile loads its
-    G tile once, and the strip's blocks run as one loop that the compiler pipelines: the next blocks' A tiles
-    load, and the last block's TMA store drains, while this block multiplies. The arithmetic per block is the
-    general kernel's (the same steps in the same order), so the bits are the same."""
+    stores bound the kernel (round 27: dW written at 1.9 TB/s). Here an expert with exactly one tile (or, with
+    ``TWO_TILES``, two) loads its G steps once, and the strip's blocks run as one loop that the compiler
+    pipelines: the next blocks' A tiles load, and the last block's TMA store drains, while this block
+    multiplies. The arithmetic per block is the general kernel's (the same steps in the same order), so the bits
+    are the same."""
     expert = tl.program_id(1)
     n_strips = tl.cdiv(tl.cdiv(Q, BLOCK_Q), STRIP)
     pid_p = tl.program_id(0) // n_strips
@@ -384,22 +416,18 @@ def _grouped_wgrad_strip_kernel(
     last = tl.minimum(tl.load(segment_offsets_ptr + expert + 1), window_end)
     steps = tl.maximum(last - first, 0) // BLOCK_R
     STEPS_PER_TILE: tl.constexpr = TILE_ROWS // BLOCK_R
-    tl.static_assert(STEPS_PER_TILE <= 2, "the strip kernel holds at most two G steps (one tile)")
+    tl.static_assert(STEPS_PER_TILE <= 2, "the strip kernel holds at most two G steps per tile")
     p0 = pid_p * BLOCK_P
     r0 = first - window_start
 
     if steps == STEPS_PER_TILE:
-        # ---- one tile: G once, then the strip's blocks in one pipelined loop ----------------------------
-        g0 = tl.trans(g_desc.load([r0, p0]))                                  # [P, R]: a transposed smem view
-        if STEPS_PER_TILE == 2:
-            g1 = tl.trans(g_desc.load([r0 + BLOCK_R, p0]))
-        for block in range(first_block, end_block):
-            acc = mma(g0, a_desc.load([r0, block * BLOCK_Q]), tl.zeros((BLOCK_P, BLOCK_Q), tl.float32))
-            if STEPS_PER_TILE == 2:
-                acc = mma(g1, a_desc.load([r0 + BLOCK_R, block * BLOCK_Q]), acc)
-            out_desc.store([expert, p0, block * BLOCK_Q], tl.reshape(round_to(acc, OUT_DTYPE), (1, BLOCK_P, BLOCK_Q)))
+        _strip_with_g_held(g_desc, a_desc, out_desc, expert, p0, r0, first_block, end_block, STEPS_PER_TILE,
+                           STEPS_PER_TILE, TILE_ROWS, OUT_DTYPE, BLOCK_P, BLOCK_Q, BLOCK_R)
+    elif TWO_TILES and steps == 2 * STEPS_PER_TILE:
+        _strip_with_g_held(g_desc, a_desc, out_desc, expert, p0, r0, first_block, end_block, 2 * STEPS_PER_TILE,
+                           STEPS_PER_TILE, TILE_ROWS, OUT_DTYPE, BLOCK_P, BLOCK_Q, BLOCK_R)
     else:
-        # ---- no rows (zeros stored) or several tiles: the general kernel's order, one block at a time ----
+        # ---- no rows (zeros stored) or more tiles: the general kernel's order, one block at a time -------
         for block in range(first_block, end_block):
             acc = tl.zeros((BLOCK_P, BLOCK_Q), tl.float32)
             for step in range(steps):
@@ -410,9 +438,15 @@ def _grouped_wgrad_strip_kernel(
 
 
 def few_rows_per_expert(routed_rows: int, local_experts: int, tile_rows: int) -> bool:
-    """Whether experts sharing ``routed_rows`` evenly hold at most three quarters of a tile each, so that nearly
-    all of them fill exactly one (padded) tile: where the strip kernel's one-tile loop applies."""
-    return 4 * routed_rows <= 3 * local_experts * tile_rows
+    """Whether experts sharing ``routed_rows`` evenly hold at most one and a half tiles each, so that nearly all
+    of them fill one or two (padded) tiles: where the strip kernel's loops with G held apply."""
+    return 2 * routed_rows <= 3 * local_experts * tile_rows
+
+
+def _two_tiles_expected(routed_rows: int, local_experts: int, tile_rows: int) -> bool:
+    """Whether many experts will hold two tiles (more than three quarters of a tile each on average): then the
+    strip kernel compiles its two-tile loop too (more shared memory, so not where one tile is the rule)."""
+    return 4 * routed_rows > 3 * local_experts * tile_rows
 
 
 def grouped_wgrad(g: torch.Tensor, a: torch.Tensor, segment_offsets: torch.Tensor, window_start: int,
@@ -461,9 +495,9 @@ def grouped_wgrad(g: torch.Tensor, a: torch.Tensor, segment_offsets: torch.Tenso
     few = wgrad_config(a.dtype, tile_rows, p, q, "wgrad_few_rows")
     # The strip kernel only with the general kernel's rows per step: an element's sum then runs over the same rows
     # in the same steps (the blocks' widths do not enter it), so the bits do not depend on which kernel ran.
+    routed_rows = n_rows if routed_rows is None else routed_rows
     if (few.strip > 0 and few.tma and few.block_k == cfg.block_k and tile_rows // few.block_k <= 2 and store_final
-            and not load_chain and n_rows > 0
-            and few_rows_per_expert(n_rows if routed_rows is None else routed_rows, local_experts, tile_rows)):
+            and not load_chain and n_rows > 0 and few_rows_per_expert(routed_rows, local_experts, tile_rows)):
         descriptors = _descriptors((g, (n_rows, p), (few.block_k, few.block_m)),
                                    (a, (n_rows, q), (few.block_k, few.block_n)),
                                    (out, out.shape, (1, few.block_m, few.block_n)))
@@ -472,6 +506,7 @@ def grouped_wgrad(g: torch.Tensor, a: torch.Tensor, segment_offsets: torch.Tenso
             _grouped_wgrad_strip_kernel[(cdiv(p, few.block_m) * strips, local_experts)](
                 *descriptors, segment_offsets, window_start, window_start + n_rows, p, q,
                 TILE_ROWS=tile_rows, OUT_DTYPE=tl_dtype(out.dtype),
+                TWO_TILES=_two_tiles_expected(routed_rows, local_experts, tile_rows),
                 BLOCK_P=few.block_m, BLOCK_Q=few.block_n, BLOCK_R=few.block_k, STRIP=few.strip,
                 num_warps=few.num_warps, num_stages=few.num_stages)
             return
