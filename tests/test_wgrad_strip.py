@@ -174,3 +174,23 @@ def test_strip_kernel_on_the_gpu_gives_the_general_kernels_bits(strip):
     for e in range(experts):
         rows = slice(seg[e], seg[e + 1])
         assert rel_err(got[e], g[rows].float().T @ a[rows].float()) < 1e-2
+
+
+@pytest.mark.parametrize("ep_size", [1, 2])
+def test_layer_with_the_strip_kernel_gives_the_same_bits(ep_size, monkeypatch):
+    """Through the Triton pipeline (the triton backend's backward, which is also cuda's): with the strip kernel
+    switched on for few rows per expert, the layer's output and five gradients keep their bits, at EP 1 and 2."""
+    from conftest import run_layer
+
+    from mok.config import MoKConfig
+
+    problem = make_problem(64, 32, 32, 16, 2, dtype=torch.bfloat16, device=DEVICE, seed=9)  # 8 rows per expert
+    config = MoKConfig(expert_padding=16)
+    want = run_layer("triton", problem, ep_size=ep_size, config=config)
+    launches = Launches(grouped_gemm._grouped_wgrad_strip_kernel)
+    monkeypatch.setattr(grouped_gemm, "_grouped_wgrad_strip_kernel", launches)
+    with override_configs({"wgrad_few_rows": {"tma": True, "tma_store": True, "strip": 2}}):
+        got = run_layer("triton", problem, ep_size=ep_size, config=config)
+    assert launches.count == 3 * ep_size  # gate, up and down, per emulated rank
+    for name, g, w in zip(("out", "dx", "d_topk_weights", "d_w_gate", "d_w_up", "d_w_down"), got, want):
+        assert_bitwise_equal(g, w, f"{name} at EP {ep_size}")

@@ -22,8 +22,8 @@ Tiling and order
     Programs of tiles past the rows in use exit at once, so grids cover the whole window and no host
     synchronisation is needed. Hopper bf16 (tuned on the H200, see ``_common._GPU_BF16``): ``BLOCK_K`` 64,
     8 warps (two warpgroups), 3 stages, TMA operand loads; 128 x 128 tiles for the down projection and
-    128 x 256 for dx (128 x 128 where its reduction, 2I, is at most 2048 deep); the push epilogue stores one column half at a time
-    (:func:`mok.triton_ref._common.column_halves`).
+    128 x 256 for dx (128 x 128 where its reduction, 2I, is at most 2048 deep); the push epilogue stores one
+    column half at a time (:func:`mok.triton_ref._common.column_halves`).
 
     Wgrad: a program per (expert, ``BLOCK_M`` x ``BLOCK_N`` block of dW). It walks the expert's tiles in the
     window in **descending** tile order (``BLOCK_K`` rows per MMA step, ascending inside a tile), chaining
@@ -34,7 +34,13 @@ Tiling and order
     split-K or atomics. Hopper bf16: 128 x 128 blocks of dW, 64 rows per step, 8 warps, 3 stages, TMA. Both
     operands are row-major in memory and the MMA wants G^T: G is loaded as ``[P, R]`` straight from its rows
     (consecutive P are consecutive addresses, so the loads coalesce) and wgmma reads the tile MN-major from
-    shared memory; nothing is transposed in registers.
+    shared memory; nothing is transposed in registers. The dW tile leaves by one TMA store.
+
+    Wgrad with few rows per expert (expert parallelism over many experts: 64-128 rows each at two GPUs): a block
+    is then two MMA steps and a store, and a program per block spends its time starting, waiting and storing. The
+    strip kernel (``_grouped_wgrad_strip_kernel``, its own configuration ``wgrad_few_rows``) runs a program per
+    row of blocks instead: the expert's G steps are loaded once, and the blocks' A loads, MMAs and TMA stores
+    overlap in one loop that the compiler pipelines. Same rows, same steps, same bits.
 
 Operand loads
     With ``TileConfig.tma`` (:mod:`mok.triton_ref._common`) the operand tiles travel by Hopper's tensor
