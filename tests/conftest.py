@@ -42,6 +42,17 @@ def compile_in_fresh_process(script: str):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+HOPPER_SHARED_PER_BLOCK = 227 * 1024
+
+
+def assert_sm90_kernels_fit(found: dict, count: int) -> None:
+    """A :func:`compile_in_fresh_process` report of ``count`` kernels ({label: {"shared": bytes, ...}}), each within
+    Hopper's shared memory per block (a kernel over it compiles, then fails to launch)."""
+    assert len(found) == count, sorted(found)
+    for key, kernel in found.items():
+        assert kernel["shared"] <= HOPPER_SHARED_PER_BLOCK, (key, kernel)
+
+
 def load_experiment(relative_path: str):
     """A script under experiments/ (scripts, not a package) imported as a module named after its file, and
     registered in sys.modules under that name (dataclasses look their module up there)."""

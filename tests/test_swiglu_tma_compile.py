@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import compile_in_fresh_process
+from conftest import assert_sm90_kernels_fit, compile_in_fresh_process
 
 _SCRIPT = r"""
 import json, subprocess, tempfile
@@ -67,9 +67,8 @@ print(json.dumps(found))
 @pytest.mark.skipif(torch.cuda.is_available(), reason="compiles without a GPU; the GPU runs the kernels themselves")
 def test_swiglu_tma_loads_compile_to_bulk_tensor_copies_for_sm90():
     found = compile_in_fresh_process(_SCRIPT)
-    assert len(found) == 6
+    assert_sm90_kernels_fit(found, 6)
     for key, kernel in found.items():
         tma = " True " in key
         assert kernel["rows_by_tma"] == kernel["weights_by_tma"] == tma, (key, kernel)
-        assert kernel["shared"] <= 227 * 1024, (key, kernel)  # Hopper's shared memory per block
         assert kernel["no_spills"], (key, kernel)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import compile_in_fresh_process
+from conftest import assert_sm90_kernels_fit, compile_in_fresh_process
 
 _SCRIPT = r"""
 import json
@@ -44,7 +44,6 @@ print(json.dumps(found))
 @pytest.mark.skipif(torch.cuda.is_available(), reason="compiles without a GPU; the GPU runs the kernel itself")
 def test_wgrad_tma_store_compiles_to_a_bulk_tensor_store_for_sm90():
     found = compile_in_fresh_process(_SCRIPT)
-    assert len(found) == 4
+    assert_sm90_kernels_fit(found, 4)
     for key, kernel in found.items():
         assert kernel["bulk_store"] == key.startswith("True"), (key, kernel)
-        assert kernel["shared"] <= 227 * 1024, (key, kernel)  # Hopper's shared memory per block
