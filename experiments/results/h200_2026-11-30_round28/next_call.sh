@@ -1,8 +1,8 @@
 # For the next GPU session (round 29). Three calls; each runs a commit's files (.carry/clean, as this round's calls).
 #
-# Call A (nvidia-h200, about 2 minutes): where the anchor-2 backward's time goes after round 28 (dx at 128 x 128
-# blocks, the down dgrad by TMA). Round 27's call 5: 21.2 ms of kernels, pulls 3.96 ms, dx 6.56, wgrad 5.90, down dgrad
-# 2.43, sums 1.34. The pulls (token rows again for cuda, dO rows for both) are the lead after that.
+# Call A (nvidia-h200, about 2 minutes): the backward's kernels per backend at anchor-2 and anchor-5 after round 28.
+# Round 28's call 9 did anchor-2 for cuda only: 19.66 ms of kernels, wgrad 5.98, dx 4.95, pulls 3.97, down dgrad 2.38,
+# sums 1.34. The pulls (token rows again for cuda, dO rows for both) are the lead there.
 export PYTHONPATH=$PWD TORCH_EXTENSIONS_DIR=$PWD/build/mok-cache/torch_extensions TRITON_CACHE_DIR=$PWD/build/mok-cache/triton MOK_GIT_COMMIT=${MOK_GIT_COMMIT:-unknown}
 K=$OUT/k; mkdir -p $K
 for s in anchor-2 anchor-5; do timeout 150 python3 experiments/profile_backward.py $s --router --backends cuda,triton > $K/profile_$s.log 2>&1; echo $s rc=$?; grep -A14 "backward wall" $K/profile_$s.log | grep -v "^---" | cut -c1-60,130-175 | head -32; done
