@@ -116,15 +116,14 @@ CANDIDATES: dict[str, list[TileConfig]] = {
         T(128, 256, 64, 8, 8, 4, False),
     ],
     # swiglu.py's kernels: their epilogue sets the register budget (234 at 128 x 128): 128 x 256 and 4 warps at
-    # 128 x 128 spill hundreds of LDL/STL, so they are not here. TMA operand loads (opt-in, not yet timed; the
-    # same bits): the default tiling with TMA, and the 128 x 128 x 64 form at the other stage count. No spills
-    # (offline ptxas for sm_90a, triton 3.9): down dgrad 239 registers with TMA, 243 without; gate/up 183, 220.
+    # 128 x 128 spill hundreds of LDL/STL, so they are not here. TMA operand loads are the defaults since round 28
+    # (call 2, the same bits); the pointer forms stay for comparison. No spills (offline ptxas for sm_90a, triton
+    # 3.9): down dgrad 239 registers with TMA, 243 without; gate/up 183, 220.
     "down_dgrad_swiglu": [
-        T(128, 128, 64, 8, 8, 4),
+        T(128, 128, 64, 8, 8, 4),          # pointer loads: the default before round 28
         T(128, 128, 64, 16, 8, 3),
         T(128, 128, 64, 4, 8, 3),
         T(128, 64, 64, 8, 4, 4),
-        T(128, 128, 64, 8, 8, 4, True),
         T(128, 128, 64, 8, 8, 3, True),
     ],
     "down_forward": [
@@ -134,9 +133,8 @@ CANDIDATES: dict[str, list[TileConfig]] = {
     ],
     "gate_up_swiglu": [
         T(128, 128, 64, 8, 8, 4),
-        T(128, 128, 64, 16, 8, 3),
+        T(128, 128, 64, 16, 8, 3),         # pointer loads: the default before round 28
         T(128, 64, 64, 8, 4, 4),
-        T(128, 128, 64, 16, 8, 3, True),   # TMA (see above)
         T(128, 128, 64, 8, 8, 4, True),    # 192 KB of shared memory
     ],
 }

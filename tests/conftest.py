@@ -24,7 +24,8 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 TRITON_DEVICE = "cpu" if INTERPRET else "cuda"  # where the Triton tests put their tensors
 
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+TESTS = Path(__file__).resolve().parent
+EXPERIMENTS = TESTS.parent / "experiments"
 
 
 def compile_in_fresh_process(script: str):
@@ -35,6 +36,8 @@ def compile_in_fresh_process(script: str):
     import subprocess
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # mok and this folder (sm90_compile.py, the compile helper the scripts import) on the script's path
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), str(TESTS.parent), env.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     if proc.returncode != 0 and "ptxas" in proc.stderr:
         pytest.skip(f"no ptxas for the target here: {proc.stderr.strip().splitlines()[-1]}")
@@ -46,11 +49,12 @@ HOPPER_SHARED_PER_BLOCK = 227 * 1024
 
 
 def assert_sm90_kernels_fit(found: dict, count: int) -> None:
-    """A :func:`compile_in_fresh_process` report of ``count`` kernels ({label: {"shared": bytes, ...}}), each within
-    Hopper's shared memory per block (a kernel over it compiles, then fails to launch)."""
+    """A :func:`compile_in_fresh_process` report of ``count`` kernels ({label: sm90_compile.compile_sm90's answer}),
+    each within Hopper's shared memory per block (a kernel over it compiles, then fails to launch), without spills."""
     assert len(found) == count, sorted(found)
     for key, kernel in found.items():
         assert kernel["shared"] <= HOPPER_SHARED_PER_BLOCK, (key, kernel)
+        assert kernel["no_spills"], (key, kernel)
 
 
 def load_experiment(relative_path: str):

@@ -11,35 +11,13 @@ import torch
 from conftest import assert_sm90_kernels_fit, compile_in_fresh_process
 
 _SCRIPT = r"""
-import json, subprocess, tempfile
+import json
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.backends.nvidia.compiler import get_ptxas
-from triton.compiler import ASTSource
 from mok.triton_ref import swiglu
+from sm90_compile import compile_sm90
 
 BF16 = triton.language.bfloat16
-
-
-def compile_sm90(fn, types, const, num_warps, num_stages):
-    # Unnamed arguments: int32 pointers (the MX operands, unused) and int32 integers, all multiples of 16 as the
-    # real launches specialise them (without that hint the pointer loads are not vectorised, and spill).
-    signature = {name: "constexpr" if name in const else types.get(name, "*i32" if name.endswith("_ptr") else "i32")
-                 for name in fn.arg_names}
-    names = list(signature)
-    source = ASTSource(fn=fn, signature=signature, constexprs={(names.index(k),): v for k, v in const.items()},
-                       attrs={(names.index(k),): [["tt.divisibility", 16]]
-                              for k, v in signature.items() if v != "constexpr" and not v.startswith("tensordesc")})
-    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                            options={"num_warps": num_warps, "num_stages": num_stages})
-    ptx = kernel.asm["ptx"]
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(ptx)
-        f.flush()
-        report = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", f.name, "-o", "/dev/null"],
-                                capture_output=True, text=True, check=True).stderr
-    return {"shared": kernel.metadata.shared, "rows_by_tma": "cp.async.bulk.tensor.2d" in ptx,
-            "weights_by_tma": "cp.async.bulk.tensor.3d" in ptx, "no_spills": "0 bytes spill stores" in report}
+BY_TMA = {"rows_by_tma": "cp.async.bulk.tensor.2d", "weights_by_tma": "cp.async.bulk.tensor.3d"}
 
 
 def desc(tma, *block):
@@ -52,14 +30,14 @@ for tma, group_m, num_stages in ((False, 16, 3), (True, 16, 3), (True, 8, 4)):  
         "x_ptr": "*bf16", "wg_ptr": "*bf16", "wu_ptr": "*bf16", "gate_up_ptr": "*bf16", "h_ptr": "*bf16",
         "x_desc": desc(tma, 128, 64), "wg_desc": desc(tma, 1, 128, 64), "wu_desc": desc(tma, 1, 128, 64)},
         dict(TILE_ROWS=128, STORE_H=True, ACT_DTYPE=BF16, MX=False, USE_TMA=tma,
-             BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=group_m), 8, num_stages)
+             BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=group_m), num_stages=num_stages, find=BY_TMA)
 for tma, num_stages in ((False, 4), (True, 4), (True, 3)):                        # down dgrad: 128 x 128 x 64
     found[f"down_dgrad {tma} s{num_stages}"] = compile_sm90(swiglu._down_dgrad_swiglu_backward_kernel, {
         "dout_ptr": "*bf16", "wd_ptr": "*bf16", "weight_ptr": "*fp32", "gate_up_ptr": "*bf16",
         "d_gate_up_ptr": "*bf16", "hw_ptr": "*bf16", "dw_partial_ptr": "*fp32",
         "dout_desc": desc(tma, 128, 64), "wd_desc": desc(tma, 1, 64, 128)},
         dict(TILE_ROWS=128, ACT_DTYPE=BF16, MX=False, USE_TMA=tma,
-             BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8), 8, num_stages)
+             BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8), num_stages=num_stages, find=BY_TMA)
 print(json.dumps(found))
 """
 
@@ -71,4 +49,3 @@ def test_swiglu_tma_loads_compile_to_bulk_tensor_copies_for_sm90():
     for key, kernel in found.items():
         tma = " True " in key
         assert kernel["rows_by_tma"] == kernel["weights_by_tma"] == tma, (key, kernel)
-        assert kernel["no_spills"], (key, kernel)

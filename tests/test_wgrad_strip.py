@@ -112,27 +112,22 @@ def test_strip_kernel_is_not_used_for_many_rows_or_chains(monkeypatch):
 _SCRIPT = r"""
 import json
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 from mok.triton_ref import grouped_gemm
+from sm90_compile import compile_sm90
 
 found = {}
-for block_q, strip, stages, two_tiles in ((64, 64, 3, False), (64, 64, 3, True), (128, 8, 3, False), (128, 4, 4, False),
-                                         (64, 16, 2, True)):
-    signature = {"g_desc": "tensordesc<bf16[64, 128]>", "a_desc": f"tensordesc<bf16[64, {block_q}]>",
-                 "out_desc": f"tensordesc<bf16[1, 128, {block_q}]>", "segment_offsets_ptr": "*i32",
-                 "window_start": "i32", "window_end": "i32", "P": "i32", "Q": "i32"}
+# (block_q, strip, stages, two-tile loop): the default (64-wide, strip 64, 4 stages) with and without the two-tile
+# loop, and tilings the tuner tries
+for block_q, strip, stages, two_tiles in ((64, 64, 4, False), (64, 64, 4, True), (64, 64, 3, True), (128, 8, 3, False),
+                                         (128, 4, 4, False)):
+    types = {"g_desc": "tensordesc<bf16[64, 128]>", "a_desc": f"tensordesc<bf16[64, {block_q}]>",
+             "out_desc": f"tensordesc<bf16[1, 128, {block_q}]>"}
     const = dict(TILE_ROWS=128, OUT_DTYPE=triton.language.bfloat16, TWO_TILES=two_tiles, BLOCK_P=128,
                  BLOCK_Q=block_q, BLOCK_R=64, STRIP=strip)
-    signature.update({name: "constexpr" for name in const})
-    names = list(signature)
-    source = ASTSource(fn=grouped_gemm._grouped_wgrad_strip_kernel, signature=signature,
-                       constexprs={(names.index(name),): value for name, value in const.items()})
-    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": stages})
-    ptx = kernel.asm["ptx"]
-    found[f"{block_q} {strip} {stages} {two_tiles}"] = {
-        "shared": kernel.metadata.shared, "bulk_store": "cp.async.bulk.tensor.3d.global.shared" in ptx,
-        "bulk_load": "cp.async.bulk.tensor.2d.shared" in ptx, "wgmma": "wgmma.mma_async" in ptx}
+    found[f"{block_q} {strip} {stages} {two_tiles}"] = compile_sm90(
+        grouped_gemm._grouped_wgrad_strip_kernel, types, const, num_stages=stages,
+        find={"bulk_store": "cp.async.bulk.tensor.3d.global.shared", "bulk_load": "cp.async.bulk.tensor.2d.shared",
+              "wgmma": "wgmma.mma_async"})
 print(json.dumps(found))
 """
 

@@ -205,13 +205,14 @@ class TileConfig:
     L2 group (:func:`grouped_program_order`). ``tma``: load the GEMM operands with Hopper's tensor memory
     accelerator (host-side tensor descriptors) instead of per-thread pointer loads, where the kernel supports
     it (the grouped GEMMs of :mod:`.grouped_gemm`, the bf16 / fp32 SwiGLU GEMMs of :mod:`.swiglu`) and the
-    operands are 16-byte aligned; it changes how tiles
-    reach shared memory, not the arithmetic. ``tma_store``: the weight-gradient kernel stores its finished dW tile
-    with one TMA store instead of per-thread stores (with few rows per expert that store is most of a program's
-    time); the same values. ``strip`` (the ``wgrad_few_rows`` entry): where experts have few rows (under a tile
-    each, on average), the weight gradient runs a program per ``strip`` consecutive ``block_n``-wide blocks of dW
-    instead of one block (:func:`mok.triton_ref.grouped_gemm.grouped_wgrad`): the expert's G tile is loaded once
-    and the blocks' loads and TMA stores overlap in one pipelined loop; 0: never. The same values.
+    operands are 16-byte aligned; it changes how tiles reach shared memory, not the arithmetic.
+
+    ``tma_store``: the weight-gradient kernel stores its finished dW tile with one TMA store instead of
+    per-thread stores; the same values (alone 1.006x, round 28; the strip kernel below stores only this way).
+    ``strip`` (the ``wgrad_few_rows`` entry): where experts have few rows (at most one and a half tiles each, on
+    average), the weight gradient runs a program per ``strip`` consecutive ``block_n``-wide blocks of dW instead
+    of one block (:func:`mok.triton_ref.grouped_gemm.grouped_wgrad`): the expert's G steps are loaded once and the
+    blocks' loads and TMA stores overlap in one pipelined loop; 0: never. The same values.
     """
 
     block_m: int
@@ -261,10 +262,9 @@ _GPU_BF16 = {
     # Chosen from experiments/tune_triton.py on an H200, 2026-11-29 (commit cdc6b12; experiments/results/
     # tune_triton_20261129.json): each is bitwise identical to the previous default at anchor-4, anchor-5 and
     # kimi-k2.7/ep64, and faster by the geometric-mean factor noted.
-    # Round 28 (experiments/results/h200_2026-11-30_round28, call 2): TMA loads for the two SwiGLU GEMMs (gate/up
-    # 1.09-1.28x, down dgrad 1.03-1.22x at anchor-2, anchor-5 and the kimi slice) and the wgrad's strip kernel
-    # where experts have few rows (1.20x and 1.23x at EP-2 loads of kimi and qwen; elsewhere the general kernel);
-    # each bitwise the same as before.
+    # Round 28 (experiments/results/h200_2026-11-30_round28): TMA loads for the two SwiGLU GEMMs (call 2: gate/up
+    # 1.09-1.28x, down dgrad 1.03-1.22x at anchor-2, anchor-5 and the kimi slice) and the wgrad's TMA store (call 1:
+    # 1.006x); each bitwise the same as before.
     "gate_up_swiglu": TileConfig(128, 128, 64, 16, 8, 3, tma=True),  # block_n per gate and per up: 256 columns
     "down_forward": TileConfig(128, 128, 64, 8, 8, 3, tma=True),     # push epilogue; 1.20x
     "down_dgrad_swiglu": TileConfig(128, 128, 64, 8, 8, 4, tma=True),  # SwiGLU-backward epilogue in column halves
@@ -285,7 +285,8 @@ _GPU_BF16_SHORT_K = {
 }
 # fp32 operands (correctness mode): 4-byte operands, so smaller tiles to fit shared memory.
 _GPU_FP32 = {name: TileConfig(64, 64, 32, 8, 4, 2) for name in _GPU_BF16}
-_GPU_FP32["gate_up_swiglu"] = TileConfig(64, 32, 32, 8, 4, 2)  # (wgrad_few_rows: strip 0, the general kernel)
+_GPU_FP32["gate_up_swiglu"] = TileConfig(64, 32, 32, 8, 4, 2)
+# (fp32's wgrad_few_rows has strip 0: the general kernel.)
 
 
 # --------------------------------------------------------------------------------------------------------

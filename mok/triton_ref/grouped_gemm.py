@@ -295,6 +295,14 @@ def grouped_gemm_dgrad(a: torch.Tensor, ws: Sequence[torch.Tensor], tile_expert:
 # ========================================================================================================
 # Wgrad kernel
 # ========================================================================================================
+@triton.jit
+def _step_row(end_row, step, STEPS_PER_TILE: tl.constexpr, TILE_ROWS: tl.constexpr, BLOCK_R: tl.constexpr):
+    """The first window row of an expert's MMA step ``step``, for an expert whose rows end at window row
+    ``end_row``: tiles in **descending** order, ``BLOCK_R`` rows per step ascending inside a tile. Every wgrad
+    kernel walks an expert's rows in this one order, so their sums, and bits, are the same."""
+    return end_row - (step // STEPS_PER_TILE + 1) * TILE_ROWS + (step % STEPS_PER_TILE) * BLOCK_R
+
+
 @triton.jit(do_not_specialize=["load_chain", "store_final"])  # one binary for every window of a chain
 def _grouped_wgrad_kernel(
     g_ptr, stride_g,                 # G: [n_rows, P] window rows (unit column stride)
@@ -339,8 +347,7 @@ def _grouped_wgrad_kernel(
     # ---- tiles in descending order, BLOCK_R rows per step (ascending inside a tile) --------------------
     rs = tl.arange(0, BLOCK_R)
     for step in range(steps):
-        tile_first_row = last - (step // (TILE_ROWS // BLOCK_R) + 1) * TILE_ROWS
-        first_row = tile_first_row - window_start + (step % (TILE_ROWS // BLOCK_R)) * BLOCK_R
+        first_row = _step_row(last - window_start, step, TILE_ROWS // BLOCK_R, TILE_ROWS, BLOCK_R)
         if USE_TMA:
             g_t = tl.trans(g_desc.load([first_row, pid_p * BLOCK_P]))    # [P, R]: a transposed view in smem
             a = a_desc.load([first_row, pid_q * BLOCK_Q])                # [R, Q]
@@ -365,23 +372,22 @@ def _grouped_wgrad_kernel(
 
 
 @triton.jit
-def _strip_with_g_held(g_desc, a_desc, out_desc, expert, p0, r0, first_block, end_block,
+def _strip_with_g_held(g_desc, a_desc, out_desc, expert, p0, end_row, first_block, end_block,
                        STEPS: tl.constexpr, STEPS_PER_TILE: tl.constexpr, TILE_ROWS: tl.constexpr,
                        OUT_DTYPE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_R: tl.constexpr):
     """The blocks ``[first_block, end_block)`` of an expert whose rows are exactly ``STEPS`` MMA steps (one or two
-    tiles, at most four steps) from window row ``r0``: its G steps loaded once, then one pipelined loop over the
-    blocks. The steps in the general kernel's order: tiles descending, rows ascending inside a tile."""
-    tiles: tl.constexpr = STEPS // STEPS_PER_TILE
-    row0 = r0 + (tiles - 1) * TILE_ROWS
+    tiles, at most four steps) ending at window row ``end_row``: its G steps loaded once (in :func:`_step_row`'s
+    order), then one pipelined loop over the blocks."""
+    row0 = _step_row(end_row, 0, STEPS_PER_TILE, TILE_ROWS, BLOCK_R)
     g0 = tl.trans(g_desc.load([row0, p0]))                      # [P, R]: a transposed view in shared memory
     if STEPS > 1:
-        row1 = r0 + (tiles - 1 - 1 // STEPS_PER_TILE) * TILE_ROWS + (1 % STEPS_PER_TILE) * BLOCK_R
+        row1 = _step_row(end_row, 1, STEPS_PER_TILE, TILE_ROWS, BLOCK_R)
         g1 = tl.trans(g_desc.load([row1, p0]))
     if STEPS > 2:
-        row2 = r0 + (tiles - 1 - 2 // STEPS_PER_TILE) * TILE_ROWS + (2 % STEPS_PER_TILE) * BLOCK_R
+        row2 = _step_row(end_row, 2, STEPS_PER_TILE, TILE_ROWS, BLOCK_R)
         g2 = tl.trans(g_desc.load([row2, p0]))
     if STEPS > 3:
-        row3 = r0 + (tiles - 1 - 3 // STEPS_PER_TILE) * TILE_ROWS + (3 % STEPS_PER_TILE) * BLOCK_R
+        row3 = _step_row(end_row, 3, STEPS_PER_TILE, TILE_ROWS, BLOCK_R)
         g3 = tl.trans(g_desc.load([row3, p0]))
     for block in range(first_block, end_block):
         q0 = block * BLOCK_Q
@@ -424,21 +430,20 @@ def _grouped_wgrad_strip_kernel(
     STEPS_PER_TILE: tl.constexpr = TILE_ROWS // BLOCK_R
     tl.static_assert(STEPS_PER_TILE <= 2, "the strip kernel holds at most two G steps per tile")
     p0 = pid_p * BLOCK_P
-    r0 = first - window_start
+    end_row = last - window_start
 
     if steps == STEPS_PER_TILE:
-        _strip_with_g_held(g_desc, a_desc, out_desc, expert, p0, r0, first_block, end_block, STEPS_PER_TILE,
+        _strip_with_g_held(g_desc, a_desc, out_desc, expert, p0, end_row, first_block, end_block, STEPS_PER_TILE,
                            STEPS_PER_TILE, TILE_ROWS, OUT_DTYPE, BLOCK_P, BLOCK_Q, BLOCK_R)
     elif TWO_TILES and steps == 2 * STEPS_PER_TILE:
-        _strip_with_g_held(g_desc, a_desc, out_desc, expert, p0, r0, first_block, end_block, 2 * STEPS_PER_TILE,
+        _strip_with_g_held(g_desc, a_desc, out_desc, expert, p0, end_row, first_block, end_block, 2 * STEPS_PER_TILE,
                            STEPS_PER_TILE, TILE_ROWS, OUT_DTYPE, BLOCK_P, BLOCK_Q, BLOCK_R)
     else:
         # ---- no rows (zeros stored) or more tiles: the general kernel's order, one block at a time -------
         for block in range(first_block, end_block):
             acc = tl.zeros((BLOCK_P, BLOCK_Q), tl.float32)
             for step in range(steps):
-                tile_first_row = last - (step // STEPS_PER_TILE + 1) * TILE_ROWS
-                first_row = tile_first_row - window_start + (step % STEPS_PER_TILE) * BLOCK_R
+                first_row = _step_row(end_row, step, STEPS_PER_TILE, TILE_ROWS, BLOCK_R)
                 acc = mma(tl.trans(g_desc.load([first_row, p0])), a_desc.load([first_row, block * BLOCK_Q]), acc)
             out_desc.store([expert, p0, block * BLOCK_Q], tl.reshape(round_to(acc, OUT_DTYPE), (1, BLOCK_P, BLOCK_Q)))
 
