@@ -102,6 +102,15 @@ def run_layer(backend, problem, *, ep_size=1, config=None, grad_seed=1, precisio
                             grad_seed=grad_seed)
 
 
+def peer_copy(peers, name: str, full: torch.Tensor):
+    """A peer buffer of ``peers`` (emulated ranks) holding rank r's equal share of ``full`` (dim 0)."""
+    parts = full.chunk(peers.world_size)
+    buf = peers.buffer(name, tuple(parts[0].shape), full.dtype)
+    for view, part in zip(buf.views, parts):
+        view.copy_(part)
+    return buf
+
+
 def bits(t: torch.Tensor) -> torch.Tensor:
     """The raw bit pattern, so -0.0 and +0.0 (and NaN payloads) compare as different."""
     t = t.detach().contiguous()

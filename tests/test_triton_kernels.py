@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import INTERPRET, TRITON_DEVICE as DEVICE  # the interpreter without a GPU
-from conftest import assert_bitwise_equal, bits, make_problem, rel_err
+from conftest import assert_bitwise_equal, bits, make_problem, peer_copy, rel_err
 
 from mok.comm import EmulatedPeers
 from mok.schedule import build_schedule
@@ -32,15 +32,6 @@ def routing(ep_size: int, skew: float = 0.0, seed: int = 0):
     """A routed problem and its schedule (tile 16), the same data for every test."""
     x, ids, weights, wg, wu, wd = make_problem(T, H, I, E, K, device=DEVICE, seed=seed, skew=skew)
     return x, ids, weights, (wg, wu, wd), build_schedule(ids, E, ep_size, TILE)
-
-
-def peer_copy(peers: EmulatedPeers, name: str, full: torch.Tensor):
-    """A peer buffer holding rank r's equal share of ``full`` (dim 0)."""
-    parts = full.chunk(peers.world_size)
-    buf = peers.buffer(name, tuple(parts[0].shape), full.dtype)
-    for view, part in zip(buf.views, parts):
-        view.copy_(part)
-    return buf
 
 
 def window_rows(sched, rank: int):

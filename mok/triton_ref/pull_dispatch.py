@@ -13,8 +13,20 @@ Writes
     row that table row ``start + j`` names, zeros on padding rows (so padded GEMM rows contribute nothing);
     backward also ``weight_out[j]`` (0 on padding rows).
 
+Two orders, the same bytes in the same places
+    * **by row** (``_pull_rows_kernel``): a program copies ``BLOCK_ROWS`` table rows x ``BLOCK_COLS`` columns.
+      A token with top-k > 1 is read once for each of its rows here, and its rows lie far apart in the table
+      (one per expert segment), so the rereads miss L2: at anchor-2 (top-16) a pull reads 4.3 GB to write 4.3 GB.
+    * **by token** (``_pull_token_fanout_kernel``, the default for top-k > 1): a program reads ``BLOCK_TOKENS``
+      token rows of one source rank *once* and stores each of them into every row of the window that names it,
+      found through the table's inverse map (:func:`token_fanout`). Reads drop by the rows per token that land on
+      this rank (up to top-k), and across GPUs a token crosses the link once per expert-side rank, not once per
+      expert. Padding rows, which no token names, are zeroed by a second small kernel
+      (``_zero_padding_rows_kernel``). ``MOK_PULL_ORDER=row|token`` picks one order for every top-k, for A/B
+      runs (:func:`pull_order`).
+
 Tiling
-    Pure data movement: a program copies ``BLOCK_ROWS`` table rows x ``BLOCK_COLS`` columns. Rows are bf16,
+    Pure data movement. Rows are bf16,
     fp32 or raw bytes: MXFP8 mode pulls packed rows (E4M3 codes, then the row's E8M0 scales; see
     :mod:`mok.triton_ref.mxfp8_rows`) as uint8, so the same kernel moves ``H + H/32`` bytes per row instead of
     ``2H``. Each row is one
@@ -28,13 +40,16 @@ Tiling
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
 from ..comm import PeerBuffer
 from ..schedule import RankTables
-from ._common import INTERPRETING, cdiv, check_device, next_power_of_2, peer_aligned, peer_base, tl_dtype
+from ._common import (INTERPRETING, cdiv, check_device, next_power_of_2, peer_aligned, peer_base, rows_of,
+                      tl_dtype)
 from .push_combine import sources_from
 
 
@@ -89,6 +104,125 @@ def _pull_rows_kernel(
             tl.store(weight_out_ptr + rows, weight, mask=in_window)
 
 
+@triton.jit
+def _pull_token_fanout_kernel(
+    src_ptr_table,          # int64 [R]: base address of the token buffer ([T_local, width]) on each rank
+    src_stride,             # row stride of that buffer (elements)
+    fanout_ptr,             # int32 [R * T_local * TOP_K]: table row of each (source rank, slot), -1 if none
+    window_start,           # table row of window row 0
+    out_ptr, out_stride,    # [n_rows, width] destination
+    weight_ptr_table,       # int64 [R]: base address of the fp32 router weights ([T_local * top_k]); PULL_WEIGHT
+    weight_out_ptr,         # fp32 [n_rows]; PULL_WEIGHT
+    n_rows, tokens_local, width,
+    TOP_K: tl.constexpr,
+    SRC_DTYPE: tl.constexpr, SRC_ALIGNED: tl.constexpr, PULL_WEIGHT: tl.constexpr,
+    BLOCK_TOKENS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    pid_t = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    src_rank = tl.program_id(2)
+
+    # ---- which window rows each token of this block fills (k = 0..TOP_K-1) -------------------------------
+    tokens = pid_t * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
+    token_ok = tokens < tokens_local
+    slots = src_rank * tokens_local * TOP_K + tokens * TOP_K  # this block's k = 0 slots in the inverse map
+    needed = tl.zeros((BLOCK_TOKENS,), dtype=tl.int1)
+    for k in tl.static_range(TOP_K):
+        row = tl.load(fanout_ptr + slots + k, mask=token_ok, other=-1) - window_start
+        needed = needed | ((row >= 0) & (row < n_rows))  # (row is -1 - window_start where none: negative)
+
+    # ---- read each needed token row once ----------------------------------------------------------------
+    cols = pid_c * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+    col_ok = cols < width
+    src_base = tl.load(src_ptr_table + src_rank).to(tl.pointer_type(SRC_DTYPE))
+    if SRC_ALIGNED:
+        src_base = tl.multiple_of(src_base, 16)
+    values = tl.load(src_base + tokens.to(tl.int64)[:, None] * src_stride + cols[None, :],
+                     mask=needed[:, None] & col_ok[None, :], other=0.0)
+    values = values.to(out_ptr.dtype.element_ty)
+
+    # ---- and store it into every window row that names it (the inverse map again: cached, tiny) -----------
+    for k in tl.static_range(TOP_K):
+        row = tl.load(fanout_ptr + slots + k, mask=token_ok, other=-1) - window_start
+        lands = (row >= 0) & (row < n_rows)
+        out = out_ptr + row.to(tl.int64)[:, None] * out_stride + cols[None, :]
+        tl.store(out, values, mask=lands[:, None] & col_ok[None, :])
+        if PULL_WEIGHT:  # the router weight of the (token, k) slot, once per row: column block 0
+            if pid_c == 0:
+                weight_base = tl.load(weight_ptr_table + src_rank).to(tl.pointer_type(tl.float32))
+                weight = tl.load(weight_base + tokens * TOP_K + k, mask=lands, other=0.0)
+                tl.store(weight_out_ptr + row, weight, mask=lands)
+
+
+@triton.jit
+def _zero_padding_rows_kernel(
+    table_src_rank,         # int32 [n_rows]: window of the table (source rank, -1 on padding)
+    rows_in_use_ptr,        # int32 [1]: rows in use in the whole table (segment_offsets[-1])
+    window_start,
+    out_ptr, out_stride, weight_out_ptr,
+    n_rows, width,
+    PULL_WEIGHT: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """Zeros on the window's padding rows in use (the by-token pull's other half: no token names them)."""
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    in_use = (rows < n_rows) & (window_start + rows < tl.load(rows_in_use_ptr))
+    padding = in_use & (tl.load(table_src_rank + rows, mask=in_use, other=0) < 0)
+    if tl.max(padding.to(tl.int32), axis=0) == 0:
+        return  # most blocks: real rows only
+    zeros = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=out_ptr.dtype.element_ty)
+    out_rows = out_ptr + rows.to(tl.int64)[:, None] * out_stride
+    for c0 in range(0, width, BLOCK_COLS):
+        cols = c0 + tl.arange(0, BLOCK_COLS)
+        tl.store(out_rows + cols[None, :], zeros, mask=padding[:, None] & (cols < width)[None, :])
+    if PULL_WEIGHT:
+        tl.store(weight_out_ptr + rows, tl.zeros((BLOCK_ROWS,), dtype=tl.float32), mask=padding)
+
+
+def token_fanout(table: RankTables, sources: int, tokens_local: int) -> torch.Tensor:
+    """The table's inverse map: int32 ``[sources * tokens_local * top_k]``, the table row that holds each
+    (source rank, slot), -1 for a slot routed to another rank. One scatter, on the device (no host sync)."""
+    slots = tokens_local * table.top_k
+    rank, slot = table.src_rank, table.src_slot
+    rows = torch.arange(rank.numel(), dtype=torch.int32, device=rank.device)
+    # padding and unused rows (rank -1) all go to one spare entry past the map, which nothing reads
+    key = torch.where(rank >= 0, rank.long() * slots + slot.long(), sources * slots)
+    fanout = torch.full((sources * slots + 1,), -1, dtype=torch.int32, device=rank.device)
+    return fanout.scatter_(0, key, rows)[:-1]
+
+
+def pull_order(top_k: int) -> str:
+    """"row" or "token" for a pull of a layer with ``top_k``: ``MOK_PULL_ORDER`` (read at every call, so an A/B
+    script can switch it between calls), whose default "auto" pulls by token where a token can have several
+    rows on a rank (top-k > 1)."""
+    choice = os.environ.get("MOK_PULL_ORDER", "auto")
+    if choice not in ("auto", "row", "token"):
+        raise ValueError(f"MOK_PULL_ORDER must be auto, row or token, got {choice!r}")
+    if choice != "auto":
+        return choice
+    return "token" if top_k > 1 else "row"
+
+
+def _launch_pull_by_token(table: RankTables, start: int, n_rows: int, src: PeerBuffer, out: torch.Tensor,
+                          weights: PeerBuffer | None, weight_out: torch.Tensor | None) -> None:
+    sources, tokens_local, width = src.ptr_table.numel(), src.shape[0], out.shape[1]
+    fanout = token_fanout(table, sources, tokens_local)
+    pull_weight = weights is not None
+    block_cols = min(next_power_of_2(width), 4096 if INTERPRETING else 1024)
+    block_tokens = 16
+    grid = (cdiv(tokens_local, block_tokens), cdiv(width, block_cols), sources)
+    _pull_token_fanout_kernel[grid](
+        src.ptr_table, width, fanout, start, out, out.stride(0),
+        weights.ptr_table if pull_weight else src.ptr_table, weight_out if pull_weight else out,
+        n_rows, tokens_local, width,
+        TOP_K=table.top_k, SRC_DTYPE=_row_dtype(src.dtype), SRC_ALIGNED=peer_aligned(src), PULL_WEIGHT=pull_weight,
+        BLOCK_TOKENS=block_tokens, BLOCK_COLS=block_cols, num_warps=4)
+    block_rows = 64
+    _zero_padding_rows_kernel[(cdiv(n_rows, block_rows),)](
+        rows_of(table.src_rank, slice(start, None)), table.segment_offsets[-1:], start,
+        out, out.stride(0), weight_out if pull_weight else out, n_rows, width,
+        PULL_WEIGHT=pull_weight, BLOCK_ROWS=block_rows, BLOCK_COLS=min(next_power_of_2(width), 256), num_warps=4)
+
+
 def _launch_pull(table: RankTables, start: int, n_rows: int, src: PeerBuffer, out: torch.Tensor,
                  weights: PeerBuffer | None, weight_out: torch.Tensor | None) -> None:
     if n_rows <= 0:
@@ -100,6 +234,9 @@ def _launch_pull(table: RankTables, start: int, n_rows: int, src: PeerBuffer, ou
         raise ValueError(f"pull: source rows {src.shape} and destination {tuple(out.shape)} disagree "
                          f"(need [{n_rows}+, {width}] with unit column stride)")
     check_device(out, src.ptr_table)
+    if pull_order(table.top_k) == "token":
+        _launch_pull_by_token(table, start, n_rows, src, out, weights, weight_out)
+        return
     block_cols = min(next_power_of_2(width), 4096 if INTERPRETING else 1024)
     block_rows = 64 if INTERPRETING else 16
     grid = (cdiv(n_rows, block_rows), cdiv(width, block_cols))
