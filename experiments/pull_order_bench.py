@@ -137,6 +137,43 @@ def measure(problem: PullProblem, device, rounds: int, iters: int) -> list[dict]
     return results
 
 
+# Tilings of the by-token kernel (tokens, columns, warps) that --sweep times, the default first.
+SWEEP = [(16, 1024, 4), (8, 1024, 4), (4, 1024, 4), (32, 512, 4), (16, 512, 4), (16, 2048, 8), (8, 2048, 8),
+         (4, 4096, 8), (32, 1024, 8)]
+
+
+def sweep_tilings(problem: PullProblem, device, iters: int) -> list[dict]:
+    """The x pull by token at each tiling of SWEEP (bitwise checked against the by-row pull first)."""
+    default = dict(pull_dispatch.TOKEN_PULL_TILING)
+    written = problem.real_rows * problem.shape.hidden * 2
+    in_order("row", lambda: problem.run("x"))
+    want = problem.outputs()[:problem.ep]
+    rows = []
+    try:
+        for tokens, cols, warps in SWEEP:
+            pull_dispatch.TOKEN_PULL_TILING.update(block_tokens=tokens, block_cols=cols, num_warps=warps)
+            for r in problem.rows:
+                r.fill_(float("nan"))
+            in_order("token", lambda: problem.run("x"))
+            same = all(bitwise_equal(a, b) for a, b in zip(problem.outputs()[:problem.ep], want))
+            ms = in_order("token", lambda: time_fn(lambda _: problem.run("x"), device=device, warmup=3,
+                                                   iters=iters)).median_ms
+            rows.append({"shape": problem.shape.name, "ep": problem.ep, "block_tokens": tokens, "block_cols": cols,
+                         "num_warps": warps, "ms": ms, "write_gbps": gbps(written, ms), "bitwise_equal": same})
+    finally:
+        pull_dispatch.TOKEN_PULL_TILING.update(default)
+    return rows
+
+
+def sweep_markdown(rows: list[dict]) -> str:
+    lines = ["", "## By-token tilings (x pull)", "", "| shape | EP | tokens | columns | warps | ms | write GB/s | "
+             "same bits |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['shape']} | {r['ep']} | {r['block_tokens']} | {r['block_cols']} | {r['num_warps']} | "
+                     f"{r['ms']:.3f} | {r['write_gbps']:.0f} | {r['bitwise_equal']} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(meta: dict, results: list[dict]) -> str:
     lines = ["# Pull by row vs pull by token", "",
              f"- date: {meta.get('date')}; device: {meta.get('gpu') or meta.get('device_type')}; "
@@ -159,23 +196,26 @@ def main(argv=None) -> int:
     parser.add_argument("--ep", type=int, default=1, help="emulated expert-parallel ranks")
     parser.add_argument("--rounds", type=int, default=3 if cuda else 1)
     parser.add_argument("--iters", type=int, default=20 if cuda else 2)
+    parser.add_argument("--sweep", action="store_true", help="also time the by-token kernel's tilings (SWEEP)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--md", type=Path)
     args = parser.parse_args(argv)
     device = torch.device("cuda" if cuda else "cpu")
-    results = []
+    results, sweep = [], []
     for name in args.shapes.split(","):
         problem = PullProblem(get_shape(name.strip()), args.ep, device)
         check_same_bits(problem)
         results += measure(problem, device, args.rounds, args.iters)
+        if args.sweep:
+            sweep += sweep_tilings(problem, device, args.iters)
         del problem
         if cuda:
             torch.cuda.empty_cache()
     meta = collect_metadata(device)
-    text = markdown(meta, results)
+    text = markdown(meta, results) + (sweep_markdown(sweep) if sweep else "")
     print(text)
     if args.json:
-        args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+        args.json.write_text(json.dumps({"meta": meta, "results": results, "sweep": sweep}, indent=1))
     if args.md:
         args.md.write_text(text)
     return 0

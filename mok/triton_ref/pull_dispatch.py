@@ -19,10 +19,10 @@ Two orders, the same bytes in the same places
       (one per expert segment), so the rereads miss L2: at anchor-2 (top-16) a pull reads 4.3 GB to write 4.3 GB.
     * **by token** (``_pull_token_fanout_kernel``, the default for top-k > 1): a program reads ``BLOCK_TOKENS``
       token rows of one source rank *once* and stores each of them into every row of the window that names it,
-      found through the table's inverse map (:func:`token_fanout`). Reads drop by the rows per token that land on
-      this rank (up to top-k), and across GPUs a token crosses the link once per expert-side rank, not once per
-      expert. Padding rows, which no token names, are zeroed by a second small kernel
-      (``_zero_padding_rows_kernel``). ``MOK_PULL_ORDER=row|token`` picks one order for every top-k, for A/B
+      found through the window's inverse map, which a first kernel (``_map_window_kernel``) writes from the
+      table and which is never cleared (each entry is confirmed against the table). Reads drop by the rows per
+      token that land on this rank (up to top-k), and across GPUs a token crosses the link once per expert-side
+      rank, not once per expert. The first kernel also zeroes the padding rows, which no token names. ``MOK_PULL_ORDER=row|token`` picks one order for every top-k, for A/B
       runs (:func:`pull_order`).
 
 Tiling
@@ -104,69 +104,30 @@ def _pull_rows_kernel(
             tl.store(weight_out_ptr + rows, weight, mask=in_window)
 
 
+
+# ---- the by-token order ----------------------------------------------------------------------------------
 @triton.jit
-def _pull_token_fanout_kernel(
-    src_ptr_table,          # int64 [R]: base address of the token buffer ([T_local, width]) on each rank
-    src_stride,             # row stride of that buffer (elements)
-    fanout_ptr,             # int32 [R * T_local * TOP_K]: table row of each (source rank, slot), -1 if none
-    window_start,           # table row of window row 0
-    out_ptr, out_stride,    # [n_rows, width] destination
-    weight_ptr_table,       # int64 [R]: base address of the fp32 router weights ([T_local * top_k]); PULL_WEIGHT
-    weight_out_ptr,         # fp32 [n_rows]; PULL_WEIGHT
-    n_rows, tokens_local, width,
-    TOP_K: tl.constexpr,
-    SRC_DTYPE: tl.constexpr, SRC_ALIGNED: tl.constexpr, PULL_WEIGHT: tl.constexpr,
-    BLOCK_TOKENS: tl.constexpr, BLOCK_COLS: tl.constexpr,
-):
-    pid_t = tl.program_id(0)
-    pid_c = tl.program_id(1)
-    src_rank = tl.program_id(2)
-
-    # ---- which window rows each token of this block fills (k = 0..TOP_K-1) -------------------------------
-    tokens = pid_t * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
-    token_ok = tokens < tokens_local
-    slots = src_rank * tokens_local * TOP_K + tokens * TOP_K  # this block's k = 0 slots in the inverse map
-    needed = tl.zeros((BLOCK_TOKENS,), dtype=tl.int1)
-    for k in tl.static_range(TOP_K):
-        row = tl.load(fanout_ptr + slots + k, mask=token_ok, other=-1) - window_start
-        needed = needed | ((row >= 0) & (row < n_rows))  # (row is -1 - window_start where none: negative)
-
-    # ---- read each needed token row once ----------------------------------------------------------------
-    cols = pid_c * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-    col_ok = cols < width
-    src_base = tl.load(src_ptr_table + src_rank).to(tl.pointer_type(SRC_DTYPE))
-    if SRC_ALIGNED:
-        src_base = tl.multiple_of(src_base, 16)
-    values = tl.load(src_base + tokens.to(tl.int64)[:, None] * src_stride + cols[None, :],
-                     mask=needed[:, None] & col_ok[None, :], other=0.0)
-    values = values.to(out_ptr.dtype.element_ty)
-
-    # ---- and store it into every window row that names it (the inverse map again: cached, tiny) -----------
-    for k in tl.static_range(TOP_K):
-        row = tl.load(fanout_ptr + slots + k, mask=token_ok, other=-1) - window_start
-        lands = (row >= 0) & (row < n_rows)
-        out = out_ptr + row.to(tl.int64)[:, None] * out_stride + cols[None, :]
-        tl.store(out, values, mask=lands[:, None] & col_ok[None, :])
-        if PULL_WEIGHT:  # the router weight of the (token, k) slot, once per row: column block 0
-            if pid_c == 0:
-                weight_base = tl.load(weight_ptr_table + src_rank).to(tl.pointer_type(tl.float32))
-                weight = tl.load(weight_base + tokens * TOP_K + k, mask=lands, other=0.0)
-                tl.store(weight_out_ptr + row, weight, mask=lands)
-
-
-@triton.jit
-def _zero_padding_rows_kernel(
+def _map_window_kernel(
     table_src_rank,         # int32 [n_rows]: window of the table (source rank, -1 on padding)
+    table_src_slot,         # int32 [n_rows]: window of the table (token * top_k + k, -1 on padding)
     rows_in_use_ptr,        # int32 [1]: rows in use in the whole table (segment_offsets[-1])
-    window_start,
+    fanout_ptr,             # int32 [R * slots_per_rank]: written here, (source rank, slot) -> window row
+    slots_per_rank,
     out_ptr, out_stride, weight_out_ptr,
-    n_rows, width,
+    window_start, n_rows, width,
     PULL_WEIGHT: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
 ):
-    """Zeros on the window's padding rows in use (the by-token pull's other half: no token names them)."""
+    """The by-token pull's first half, one program per ``BLOCK_ROWS`` window rows: each real row enters itself
+    in the inverse map, each padding row in use gets its zeros (no token names it, so the second half would
+    not)."""
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     in_use = (rows < n_rows) & (window_start + rows < tl.load(rows_in_use_ptr))
-    padding = in_use & (tl.load(table_src_rank + rows, mask=in_use, other=0) < 0)
+    src_rank = tl.load(table_src_rank + rows, mask=in_use, other=-1)
+    real = src_rank >= 0
+    src_slot = tl.load(table_src_slot + rows, mask=real, other=0)
+    tl.store(fanout_ptr + src_rank * slots_per_rank + src_slot, rows, mask=real)
+
+    padding = in_use & ~real
     if tl.max(padding.to(tl.int32), axis=0) == 0:
         return  # most blocks: real rows only
     zeros = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=out_ptr.dtype.element_ty)
@@ -178,16 +139,79 @@ def _zero_padding_rows_kernel(
         tl.store(weight_out_ptr + rows, tl.zeros((BLOCK_ROWS,), dtype=tl.float32), mask=padding)
 
 
-def token_fanout(table: RankTables, sources: int, tokens_local: int) -> torch.Tensor:
-    """The table's inverse map: int32 ``[sources * tokens_local * top_k]``, the table row that holds each
-    (source rank, slot), -1 for a slot routed to another rank. One scatter, on the device (no host sync)."""
-    slots = tokens_local * table.top_k
-    rank, slot = table.src_rank, table.src_slot
-    rows = torch.arange(rank.numel(), dtype=torch.int32, device=rank.device)
-    # padding and unused rows (rank -1) all go to one spare entry past the map, which nothing reads
-    key = torch.where(rank >= 0, rank.long() * slots + slot.long(), sources * slots)
-    fanout = torch.full((sources * slots + 1,), -1, dtype=torch.int32, device=rank.device)
-    return fanout.scatter_(0, key, rows)[:-1]
+@triton.jit
+def _window_row_of(fanout_ptr, table_src_rank, table_src_slot, src_rank, tokens, token_ok, k, slots_per_rank,
+                   n_rows, TOP_K: tl.constexpr):
+    """Where slot (token, k) of ``src_rank`` lies in the window, and whether it does.
+
+    The map is never cleared: an entry that this call's ``_map_window_kernel`` did not write holds whatever the
+    buffer held before. So an entry counts only if it is a row of the window *and* the table confirms that the
+    row names this slot. Both are needed and enough: every slot in the window wrote its own entry, and a stale
+    entry points at a row that names another slot (each row names one)."""
+    slot = tokens * TOP_K + k
+    row = tl.load(fanout_ptr + src_rank * slots_per_rank + slot, mask=token_ok, other=-1)
+    in_window = token_ok & (row >= 0) & (row < n_rows)
+    named_rank = tl.load(table_src_rank + row, mask=in_window, other=-1)
+    named_slot = tl.load(table_src_slot + row, mask=in_window, other=-1)
+    return row, in_window & (named_rank == src_rank) & (named_slot == slot)
+
+
+@triton.jit
+def _pull_token_fanout_kernel(
+    src_ptr_table,          # int64 [R]: base address of the token buffer ([T_local, width]) on each rank
+    src_stride,             # row stride of that buffer (elements)
+    fanout_ptr,             # int32 [R * T_local * TOP_K]: window row of each (source rank, slot), if confirmed
+    table_src_rank, table_src_slot,  # int32 [n_rows]: the window of the table, to confirm the map's entries
+    out_ptr, out_stride,    # [n_rows, width] destination
+    weight_ptr_table,       # int64 [R]: base address of the fp32 router weights ([T_local * top_k]); PULL_WEIGHT
+    weight_out_ptr,         # fp32 [n_rows]; PULL_WEIGHT
+    n_rows, tokens_local, width,
+    TOP_K: tl.constexpr,
+    SRC_DTYPE: tl.constexpr, SRC_ALIGNED: tl.constexpr, PULL_WEIGHT: tl.constexpr,
+    BLOCK_TOKENS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """The by-token pull's second half: a program reads ``BLOCK_TOKENS`` token rows of source rank
+    ``program_id(2)`` (``BLOCK_COLS`` columns of them) once, and stores each into every window row it has."""
+    pid_t = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    src_rank = tl.program_id(2)
+    slots_per_rank = tokens_local * TOP_K
+
+    # ---- which tokens of this block have a row in the window --------------------------------------------
+    tokens = pid_t * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
+    token_ok = tokens < tokens_local
+    needed = tl.zeros((BLOCK_TOKENS,), dtype=tl.int1)
+    for k in tl.static_range(TOP_K):
+        _, lands = _window_row_of(fanout_ptr, table_src_rank, table_src_slot, src_rank, tokens, token_ok, k,
+                                  slots_per_rank, n_rows, TOP_K)
+        needed = needed | lands
+
+    # ---- read each of them once ---------------------------------------------------------------------------
+    cols = pid_c * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+    col_ok = cols < width
+    src_base = tl.load(src_ptr_table + src_rank).to(tl.pointer_type(SRC_DTYPE))
+    if SRC_ALIGNED:
+        src_base = tl.multiple_of(src_base, 16)  # see peer_base
+    values = tl.load(src_base + tokens.to(tl.int64)[:, None] * src_stride + cols[None, :],
+                     mask=needed[:, None] & col_ok[None, :], other=0.0)
+    values = values.to(out_ptr.dtype.element_ty)
+
+    # ---- and store it into each of its rows (the map's entries again: L1/L2 hits) ---------------------
+    for k in tl.static_range(TOP_K):
+        row, lands = _window_row_of(fanout_ptr, table_src_rank, table_src_slot, src_rank, tokens, token_ok, k,
+                                    slots_per_rank, n_rows, TOP_K)
+        tl.store(out_ptr + row.to(tl.int64)[:, None] * out_stride + cols[None, :], values,
+                 mask=lands[:, None] & col_ok[None, :])
+        if PULL_WEIGHT:  # the router weight of the (token, k) slot, once per row: column block 0
+            if pid_c == 0:
+                weight_base = tl.load(weight_ptr_table + src_rank).to(tl.pointer_type(tl.float32))
+                weight = tl.load(weight_base + tokens * TOP_K + k, mask=lands, other=0.0)
+                tl.store(weight_out_ptr + row, weight, mask=lands)
+
+
+# The by-token kernel's tiling (tokens per program, columns per program, warps); experiments/pull_order_bench.py
+# sweeps others through this dict.
+TOKEN_PULL_TILING = {"block_tokens": 16, "block_cols": 1024, "num_warps": 4}
 
 
 def pull_order(top_k: int) -> str:
@@ -203,25 +227,30 @@ def pull_order(top_k: int) -> str:
 
 
 def _launch_pull_by_token(table: RankTables, start: int, n_rows: int, src: PeerBuffer, out: torch.Tensor,
-                          weights: PeerBuffer | None, weight_out: torch.Tensor | None) -> None:
+                          weights: PeerBuffer | None, weight_out: torch.Tensor | None,
+                          fanout: torch.Tensor | None = None) -> None:
+    """``fanout``: the map's buffer (int32, ``R * T_local * top_k``), whatever it holds; a fresh one if None."""
     sources, tokens_local, width = src.ptr_table.numel(), src.shape[0], out.shape[1]
-    fanout = token_fanout(table, sources, tokens_local)
+    slots_per_rank = tokens_local * table.top_k
+    window_rank, window_slot = sources_from(table, start)
+    if fanout is None:  # uninitialised on purpose: _window_row_of confirms every entry it uses against the table
+        fanout = torch.empty(sources * slots_per_rank, dtype=torch.int32, device=out.device)
     pull_weight = weights is not None
-    block_cols = min(next_power_of_2(width), 4096 if INTERPRETING else 1024)
-    block_tokens = 16
-    grid = (cdiv(tokens_local, block_tokens), cdiv(width, block_cols), sources)
+    weight_out = weight_out if pull_weight else out
+    block_rows = 64
+    _map_window_kernel[(cdiv(n_rows, block_rows),)](
+        window_rank, window_slot, table.segment_offsets[-1:], fanout, slots_per_rank,
+        out, out.stride(0), weight_out, start, n_rows, width,
+        PULL_WEIGHT=pull_weight, BLOCK_ROWS=block_rows, BLOCK_COLS=min(next_power_of_2(width), 256), num_warps=4)
+    tiling = TOKEN_PULL_TILING
+    block_cols = min(next_power_of_2(width), 4096 if INTERPRETING else tiling["block_cols"])
+    grid = (cdiv(tokens_local, tiling["block_tokens"]), cdiv(width, block_cols), sources)
     _pull_token_fanout_kernel[grid](
-        src.ptr_table, width, fanout, start, out, out.stride(0),
-        weights.ptr_table if pull_weight else src.ptr_table, weight_out if pull_weight else out,
+        src.ptr_table, width, fanout, window_rank, window_slot, out, out.stride(0),
+        weights.ptr_table if pull_weight else src.ptr_table, weight_out,
         n_rows, tokens_local, width,
         TOP_K=table.top_k, SRC_DTYPE=_row_dtype(src.dtype), SRC_ALIGNED=peer_aligned(src), PULL_WEIGHT=pull_weight,
-        BLOCK_TOKENS=block_tokens, BLOCK_COLS=block_cols, num_warps=4)
-    block_rows = 64
-    _zero_padding_rows_kernel[(cdiv(n_rows, block_rows),)](
-        rows_of(table.src_rank, slice(start, None)), table.segment_offsets[-1:], start,
-        out, out.stride(0), weight_out if pull_weight else out, n_rows, width,
-        PULL_WEIGHT=pull_weight, BLOCK_ROWS=block_rows, BLOCK_COLS=min(next_power_of_2(width), 256), num_warps=4)
-
+        BLOCK_TOKENS=tiling["block_tokens"], BLOCK_COLS=block_cols, num_warps=tiling["num_warps"])
 
 def _launch_pull(table: RankTables, start: int, n_rows: int, src: PeerBuffer, out: torch.Tensor,
                  weights: PeerBuffer | None, weight_out: torch.Tensor | None) -> None:
