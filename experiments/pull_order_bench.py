@@ -138,8 +138,8 @@ def measure(problem: PullProblem, device, rounds: int, iters: int) -> list[dict]
 
 
 # Tilings of the by-token kernel (tokens, columns, warps) that --sweep times, the default first.
-SWEEP = [(16, 1024, 4), (8, 1024, 4), (4, 1024, 4), (32, 512, 4), (16, 512, 4), (16, 2048, 8), (8, 2048, 8),
-         (4, 4096, 8), (32, 1024, 8)]
+SWEEP = [(4, 4096, 8), (16, 1024, 4), (8, 1024, 4), (4, 1024, 4), (2, 1024, 4), (4, 2048, 4), (2, 4096, 8),
+         (1, 4096, 4), (8, 4096, 8)]
 
 
 def sweep_tilings(problem: PullProblem, device, iters: int) -> list[dict]:

@@ -108,30 +108,6 @@ def test_pull_reverse_combine_by_token_matches_by_row(order, ep_size):
             assert bool((got["token"][1][:used][real] != 0).all()), f"{what}: every real row has its weight"
 
 
-@pytest.mark.parametrize("start", [0, TILE])
-def test_by_token_ignores_whatever_the_map_held(start):
-    """The inverse map is never cleared. Filled beforehand with rows of the window that name other slots (and
-    with out-of-window values), the pull must still write exactly the by-row pull's rows."""
-    x, weights, sched = schedule(ep_size=2, top_k=4, skew=1.0)
-    peers = EmulatedPeers(2, DEVICE)
-    grad = peer_copy(peers, "grad", x.to(torch.float32))
-    wbuf = peer_copy(peers, "w", weights.reshape(-1).float())
-    gen = torch.Generator().manual_seed(11)
-    for rank in range(2):
-        table = sched.rank(rank)
-        n_rows = table.capacity - start
-        used = max(min(table.rows_used() - start, n_rows), 0)
-        want_g, want_w = poisoned((n_rows, H), torch.float32), poisoned((n_rows,), torch.float32)
-        pull_rows(table, start, start + n_rows, grad, want_g, by_token=True)
-        pull_rows(table, start, start + n_rows, wbuf, want_w, by_token=False)
-        stale = torch.randint(-3, n_rows + 3, (2 * (T // 2) * 4,), generator=gen, dtype=torch.int32).to(DEVICE)
-        got_g, got_w = poisoned((n_rows, H), torch.float32), poisoned((n_rows,), torch.float32)
-        pull_dispatch._launch_pull_by_token(table, start, n_rows, grad, got_g, wbuf, got_w, fanout=stale)
-        assert_bitwise_equal(got_g[:used], want_g[:used], f"rank {rank}: rows")
-        assert_bitwise_equal(got_w[:used], want_w[:used], f"rank {rank}: weights")
-        assert bool(torch.isnan(got_g[used:]).all()), "rows past the rows in use must be left alone"
-
-
 def test_pull_order_auto_and_bad_values(order):
     assert pull_dispatch.pull_order(1) == "row" and pull_dispatch.pull_order(8) == "token"
     order("row")

@@ -20,7 +20,7 @@ Two orders, the same bytes in the same places
     * **by token** (``_pull_token_fanout_kernel``, the default for top-k > 1): a program reads ``BLOCK_TOKENS``
       token rows of one source rank *once* and stores each of them into every row of the window that names it,
       found through the window's inverse map, which a first kernel (``_map_window_kernel``) writes from the
-      table and which is never cleared (each entry is confirmed against the table). Reads drop by the rows per
+      table. Reads drop by the rows per
       token that land on this rank (up to top-k), and across GPUs a token crosses the link once per expert-side
       rank, not once per expert. The first kernel also zeroes the padding rows, which no token names. ``MOK_PULL_ORDER=row|token`` picks one order for every top-k, for A/B
       runs (:func:`pull_order`).
@@ -140,28 +140,17 @@ def _map_window_kernel(
 
 
 @triton.jit
-def _window_row_of(fanout_ptr, table_src_rank, table_src_slot, src_rank, tokens, token_ok, k, slots_per_rank,
-                   n_rows, TOP_K: tl.constexpr):
-    """Where slot (token, k) of ``src_rank`` lies in the window, and whether it does.
-
-    The map is never cleared: an entry that this call's ``_map_window_kernel`` did not write holds whatever the
-    buffer held before. So an entry counts only if it is a row of the window *and* the table confirms that the
-    row names this slot. Both are needed and enough: every slot in the window wrote its own entry, and a stale
-    entry points at a row that names another slot (each row names one)."""
-    slot = tokens * TOP_K + k
-    row = tl.load(fanout_ptr + src_rank * slots_per_rank + slot, mask=token_ok, other=-1)
-    in_window = token_ok & (row >= 0) & (row < n_rows)
-    named_rank = tl.load(table_src_rank + row, mask=in_window, other=-1)
-    named_slot = tl.load(table_src_slot + row, mask=in_window, other=-1)
-    return row, in_window & (named_rank == src_rank) & (named_slot == slot)
+def _window_row_of(fanout_ptr, src_rank, tokens, token_ok, k, slots_per_rank, n_rows, TOP_K: tl.constexpr):
+    """Where slot (token, k) of ``src_rank`` lies in the window, and whether it does (-1 in the map: not here)."""
+    row = tl.load(fanout_ptr + src_rank * slots_per_rank + tokens * TOP_K + k, mask=token_ok, other=-1)
+    return row, token_ok & (row >= 0) & (row < n_rows)
 
 
 @triton.jit
 def _pull_token_fanout_kernel(
     src_ptr_table,          # int64 [R]: base address of the token buffer ([T_local, width]) on each rank
     src_stride,             # row stride of that buffer (elements)
-    fanout_ptr,             # int32 [R * T_local * TOP_K]: window row of each (source rank, slot), if confirmed
-    table_src_rank, table_src_slot,  # int32 [n_rows]: the window of the table, to confirm the map's entries
+    fanout_ptr,             # int32 [R * T_local * TOP_K]: window row of each (source rank, slot), -1 if none
     out_ptr, out_stride,    # [n_rows, width] destination
     weight_ptr_table,       # int64 [R]: base address of the fp32 router weights ([T_local * top_k]); PULL_WEIGHT
     weight_out_ptr,         # fp32 [n_rows]; PULL_WEIGHT
@@ -182,8 +171,7 @@ def _pull_token_fanout_kernel(
     token_ok = tokens < tokens_local
     needed = tl.zeros((BLOCK_TOKENS,), dtype=tl.int1)
     for k in tl.static_range(TOP_K):
-        _, lands = _window_row_of(fanout_ptr, table_src_rank, table_src_slot, src_rank, tokens, token_ok, k,
-                                  slots_per_rank, n_rows, TOP_K)
+        _, lands = _window_row_of(fanout_ptr, src_rank, tokens, token_ok, k, slots_per_rank, n_rows, TOP_K)
         needed = needed | lands
 
     # ---- read each of them once ---------------------------------------------------------------------------
@@ -196,10 +184,9 @@ def _pull_token_fanout_kernel(
                      mask=needed[:, None] & col_ok[None, :], other=0.0)
     values = values.to(out_ptr.dtype.element_ty)
 
-    # ---- and store it into each of its rows (the map's entries again: L1/L2 hits) ---------------------
+    # ---- and store it into each of its rows (the map's entries again: L1 hits) -----------------------------
     for k in tl.static_range(TOP_K):
-        row, lands = _window_row_of(fanout_ptr, table_src_rank, table_src_slot, src_rank, tokens, token_ok, k,
-                                    slots_per_rank, n_rows, TOP_K)
+        row, lands = _window_row_of(fanout_ptr, src_rank, tokens, token_ok, k, slots_per_rank, n_rows, TOP_K)
         tl.store(out_ptr + row.to(tl.int64)[:, None] * out_stride + cols[None, :], values,
                  mask=lands[:, None] & col_ok[None, :])
         if PULL_WEIGHT:  # the router weight of the (token, k) slot, once per row: column block 0
@@ -210,8 +197,9 @@ def _pull_token_fanout_kernel(
 
 
 # The by-token kernel's tiling (tokens per program, columns per program, warps); experiments/pull_order_bench.py
-# sweeps others through this dict.
-TOKEN_PULL_TILING = {"block_tokens": 16, "block_cols": 1024, "num_warps": 4}
+# sweeps others through this dict. Few tokens per program: more programs in flight, whose stores overlap (round 29's
+# sweeps: 4 tokens beat 16 by 1.2-1.9x at every anchor).
+TOKEN_PULL_TILING = {"block_tokens": 4, "block_cols": 4096, "num_warps": 8}
 
 
 def pull_order(top_k: int) -> str:
@@ -227,14 +215,13 @@ def pull_order(top_k: int) -> str:
 
 
 def _launch_pull_by_token(table: RankTables, start: int, n_rows: int, src: PeerBuffer, out: torch.Tensor,
-                          weights: PeerBuffer | None, weight_out: torch.Tensor | None,
-                          fanout: torch.Tensor | None = None) -> None:
-    """``fanout``: the map's buffer (int32, ``R * T_local * top_k``), whatever it holds; a fresh one if None."""
+                          weights: PeerBuffer | None, weight_out: torch.Tensor | None) -> None:
     sources, tokens_local, width = src.ptr_table.numel(), src.shape[0], out.shape[1]
     slots_per_rank = tokens_local * table.top_k
     window_rank, window_slot = sources_from(table, start)
-    if fanout is None:  # uninitialised on purpose: _window_row_of confirms every entry it uses against the table
-        fanout = torch.empty(sources * slots_per_rank, dtype=torch.int32, device=out.device)
+    # NOTE: cleared (one fill) rather than confirmed against the table at every use: the confirmation's two
+    # scattered loads per (token, k), before the row load, made the pull 2x slower (round 29, call 3).
+    fanout = torch.full((sources * slots_per_rank,), -1, dtype=torch.int32, device=out.device)
     pull_weight = weights is not None
     weight_out = weight_out if pull_weight else out
     block_rows = 64
@@ -246,7 +233,7 @@ def _launch_pull_by_token(table: RankTables, start: int, n_rows: int, src: PeerB
     block_cols = min(next_power_of_2(width), 4096 if INTERPRETING else tiling["block_cols"])
     grid = (cdiv(tokens_local, tiling["block_tokens"]), cdiv(width, block_cols), sources)
     _pull_token_fanout_kernel[grid](
-        src.ptr_table, width, fanout, window_rank, window_slot, out, out.stride(0),
+        src.ptr_table, width, fanout, out, out.stride(0),
         weights.ptr_table if pull_weight else src.ptr_table, weight_out,
         n_rows, tokens_local, width,
         TOP_K=table.top_k, SRC_DTYPE=_row_dtype(src.dtype), SRC_ALIGNED=peer_aligned(src), PULL_WEIGHT=pull_weight,
