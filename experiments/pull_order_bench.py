@@ -177,7 +177,7 @@ def sweep_markdown(rows: list[dict]) -> str:
 def markdown(meta: dict, results: list[dict]) -> str:
     lines = ["# Pull by row vs pull by token", "",
              f"- date: {meta.get('date')}; device: {meta.get('gpu') or meta.get('device_type')}; "
-             f"commit: {meta.get('commit')}",
+             f"commit: {meta.get('git_commit')}",
              "- one pull of every table row in use (EP ranks emulated, each pulls its own table); median of the "
              "round medians; the two orders bitwise equal (checked first)", "",
              "| shape | top-k | EP | pull | order | ms | GB written | GB read | write GB/s | moved GB/s | x row |",

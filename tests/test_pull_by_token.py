@@ -8,11 +8,13 @@ CPU: under TRITON_INTERPRET=1 at tiny shapes; GPU: the same tests on CUDA. Outpu
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from conftest import TRITON_DEVICE as DEVICE
-from conftest import assert_bitwise_equal, make_problem, peer_copy
+from conftest import assert_all_bitwise, assert_bitwise_equal, make_problem, peer_copy, run_layer
 
 from mok.comm import EmulatedPeers
 from mok.schedule import build_schedule
@@ -109,13 +111,19 @@ def test_pull_reverse_combine_by_token_matches_by_row(order, ep_size):
 
 
 def test_pull_order_auto_and_bad_values(order):
-    assert pull_dispatch.pull_order(1) == "row" and pull_dispatch.pull_order(8) == "token"
-    order("row")
-    assert pull_dispatch.pull_order(8) == "row"
+    peers = EmulatedPeers(1, DEVICE)
+    small = peers.buffer("small", (1024, 1024), torch.bfloat16)    # 2 MB per column block: rereads hit L2
+    large = peers.buffer("large", (16384, 1024), torch.bfloat16)   # 32 MB: more than a quarter of 50 MB
+    assert pull_dispatch.pull_order(1, large) == "row"
+    assert pull_dispatch.pull_order(8, large) == "token"
+    assert pull_dispatch.pull_order(8, small) == "row"
+    remote = dataclasses.replace(small, remote=True)
+    assert pull_dispatch.pull_order(8, remote) == "token" and pull_dispatch.pull_order(1, remote) == "row"
+    order("token")
+    assert pull_dispatch.pull_order(1, small) == "token"
     order("columns")
     with pytest.raises(ValueError, match="MOK_PULL_ORDER"):
-        pull_dispatch.pull_order(8)
-
+        pull_dispatch.pull_order(8, small)
 
 
 @pytest.mark.gpu
@@ -145,3 +153,26 @@ def test_orders_agree_at_a_realistic_shape(order, ep_size, top_k):
         for what, a, b in zip(("dO rows", "weights", "x rows"), got["token"], got["row"]):
             assert_bitwise_equal(a, b, f"rank {rank}: {what}")
         assert bool(torch.isfinite(got["token"][0]).all()), "every row in use written"
+
+
+@pytest.mark.parametrize("ep_size", [1, 2])
+def test_triton_layer_same_bits_in_both_orders(order, ep_size):
+    """The whole Triton layer, forward and backward (its pulls: x forward, x again and dO + weights backward),
+    pulling by token and by row: every output and gradient the same bits."""
+    problem = make_problem(64, 64, 32, 8, 4, device=DEVICE, seed=5, skew=0.5)
+    got = {}
+    for name in ("row", "token"):
+        order(name)
+        got[name] = run_layer("triton", problem, ep_size=ep_size)
+    assert_all_bitwise(got["token"], got["row"], f"EP {ep_size}: by token vs by row")
+
+
+@pytest.mark.gpu
+def test_cuda_layer_same_bits_in_both_orders(order):
+    """The `cuda` backend's backward pulls the token rows again and the dO rows: both orders, the same bits."""
+    problem = make_problem(2048, 512, 256, 32, 8, dtype=torch.bfloat16, device="cuda", seed=6)
+    got = {}
+    for name in ("row", "token"):
+        order(name)
+        got[name] = run_layer("cuda", problem, ep_size=2)
+    assert_all_bitwise(got["token"], got["row"], "cuda, EP 2: by token vs by row")

@@ -98,7 +98,7 @@ class NvshmemPeers(PeerGroup):
         local = _nvshmem.tensor(shape, dtype=dtype)
         views = [local if r == self.rank else _nvshmem.get_peer_tensor(local, r) for r in range(self.world_size)]
         ptrs = torch.tensor([v.data_ptr() for v in views], dtype=torch.int64, device=self.device)
-        buf = PeerBuffer(name, shape, dtype, views, ptrs)
+        buf = PeerBuffer(name, shape, dtype, views, ptrs, remote=self.world_size > 1)
         self._buffers[name], self._locals[name] = buf, local
         return buf
 

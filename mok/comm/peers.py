@@ -25,7 +25,9 @@ class PeerBuffer:
 
     ``views[r]`` is rank r's buffer as a tensor this process can read and write (every rank when emulated;
     on real GPUs, the local buffer and the peers' mapped ones). ``ptr_table`` is an int64 tensor of the ranks'
-    base addresses on the kernel's device, for kernels that pick the peer at run time.
+    base addresses on the kernel's device, for kernels that pick the peer at run time. ``remote``: some views
+    are other GPUs' memory, reached over the link (what a kernel saves by reading a row once is then link
+    traffic; mok.triton_ref.pull_dispatch.pull_order).
     """
 
     name: str
@@ -33,6 +35,7 @@ class PeerBuffer:
     dtype: torch.dtype
     views: list[torch.Tensor]
     ptr_table: torch.Tensor = field(repr=False)
+    remote: bool = False
 
     def __getitem__(self, rank: int) -> torch.Tensor:
         return self.views[rank]

@@ -144,7 +144,7 @@ class SymmetricMemoryPeers(PeerGroup):
                  for r in range(self.world_size)]
         addresses = [v.data_ptr() for v in views]
         ptrs = torch.tensor(addresses, dtype=torch.int64, device=self.device)
-        buf = PeerBuffer(name, shape, dtype, views, ptrs)
+        buf = PeerBuffer(name, shape, dtype, views, ptrs, remote=self.world_size > 1)
         self._buffers[name] = buf
         self.handles[name] = handle
         return buf
@@ -200,7 +200,7 @@ class HostSharedPeers(PeerGroup):
         dist.barrier(group=self.group)  # every rank's file exists before anyone maps a peer's
         views = [local if r == self.rank else mapped(r) for r in range(self.world_size)]
         ptrs = torch.tensor([v.data_ptr() for v in views], dtype=torch.int64)
-        buf = PeerBuffer(name, shape, dtype, views, ptrs)
+        buf = PeerBuffer(name, shape, dtype, views, ptrs, remote=self.world_size > 1)
         self._buffers[name] = buf
         return buf
 

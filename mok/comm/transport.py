@@ -164,7 +164,7 @@ class TritonPeerTransport(PeerTransport):
                              grad_out: torch.Tensor, weight_out: torch.Tensor) -> None:
         start, end = windows[rank]
         flat_weights = PeerBuffer(weight_src.name, weight_src.shape[:1], weight_src.dtype,
-                                  [v.view(-1) for v in weight_src.views], weight_src.ptr_table)
+                                  [v.view(-1) for v in weight_src.views], weight_src.ptr_table, weight_src.remote)
         self._pull_dispatch.pull_reverse_combine(self.tables[rank], start, max(end - start, 0), grad_src,
                                                  flat_weights, grad_out, weight_out)
 
