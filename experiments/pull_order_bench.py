@@ -174,6 +174,39 @@ def sweep_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(doc: dict, path: Path | None = None):
+    """Both orders side by side per shape and EP (the x pull): time, and the bytes each must read. Returns the
+    figure; saved to ``path`` if given."""
+    import matplotlib
+    if path is not None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in doc["results"] if r["pull"] == "x"]
+    cases = list(dict.fromkeys((r["shape"], r["ep"]) for r in rows))
+    labels = [f"{shape}\nEP {ep}" for shape, ep in cases]
+    fig, (ax_ms, ax_gb) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for offset, order in ((-0.2, "row"), (0.2, "token")):
+        picked = [next(r for r in rows if (r["shape"], r["ep"], r["order"]) == (*case, order)) for case in cases]
+        xs = [i + offset for i in range(len(cases))]
+        ax_ms.bar(xs, [r["ms"] for r in picked], width=0.4, label=f"by {order}")
+        ax_gb.bar(xs, [r["read_gb"] for r in picked], width=0.4, label=f"by {order}")
+        if order == "token":
+            for x, r in zip(xs, picked):
+                ax_ms.annotate(f"{r['speedup_vs_row']:.2f}x", (x, r["ms"]), ha="center", va="bottom", fontsize=8)
+    for ax, title in ((ax_ms, "one pull of x (ms)"), (ax_gb, "source rows requested (GB; by row, rereads can hit L2)")):
+        ax.set_xticks(range(len(cases)), labels, fontsize=8)
+        ax.set_title(title)
+        ax.legend()
+    meta = doc.get("meta", {})
+    fig.suptitle(f"Pull by row vs by token: {meta.get('gpu') or meta.get('device_type')}, "
+                 f"commit {meta.get('git_commit')}, {str(meta.get('date', ''))[:10]}")
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig
+
+
 def markdown(meta: dict, results: list[dict]) -> str:
     lines = ["# Pull by row vs pull by token", "",
              f"- date: {meta.get('date')}; device: {meta.get('gpu') or meta.get('device_type')}; "
@@ -198,6 +231,7 @@ def main(argv=None) -> int:
     parser.add_argument("--iters", type=int, default=20 if cuda else 2)
     parser.add_argument("--sweep", action="store_true", help="also time the by-token kernel's tilings (SWEEP)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--plot", type=Path, help="a PNG of both orders per shape")
     parser.add_argument("--md", type=Path)
     args = parser.parse_args(argv)
     device = torch.device("cuda" if cuda else "cpu")
@@ -218,6 +252,8 @@ def main(argv=None) -> int:
         args.json.write_text(json.dumps({"meta": meta, "results": results, "sweep": sweep}, indent=1))
     if args.md:
         args.md.write_text(text)
+    if args.plot:
+        plot({"meta": meta, "results": results}, args.plot)
     return 0
 
 

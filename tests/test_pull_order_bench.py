@@ -11,9 +11,10 @@ from conftest import load_experiment
 def test_pull_order_bench_runs_and_reports(tmp_path, monkeypatch):
     bench = load_experiment("pull_order_bench.py")
     monkeypatch.setattr(bench, "SWEEP", bench.SWEEP[:2])
-    out_json, out_md = tmp_path / "pull.json", tmp_path / "pull.md"
+    out_json, out_md, out_png = tmp_path / "pull.json", tmp_path / "pull.md", tmp_path / "pull.png"
     assert bench.main(["--shapes", "tiny-wide", "--ep", "2", "--rounds", "1", "--iters", "1", "--sweep",
-                       "--json", str(out_json), "--md", str(out_md)]) == 0
+                       "--json", str(out_json), "--md", str(out_md), "--plot", str(out_png)]) == 0
+    assert out_png.stat().st_size > 0
     report = json.loads(out_json.read_text())
     rows = report["results"]
     assert {(r["pull"], r["order"]) for r in rows} == {(p, o) for p in bench.PULLS for o in bench.ORDERS}
