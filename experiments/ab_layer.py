@@ -1,5 +1,5 @@
-"""EXPERIMENT: the whole layer (``mok.moe``, ``backend="cuda"``) under two settings of the backend's environment
-switches, timed in rotation and compared bit for bit.
+"""EXPERIMENT: the whole layer (``mok.moe``, ``backend="cuda"``, or ``--backend triton``) under two settings of the
+backend's environment switches, timed in rotation and compared bit for bit.
 
 :mod:`ab_kernels` times the megakernel alone. That can mislead when a change also costs host time outside the kernel:
 round 19's TMA down store made the kernel 0.960x the time of the push at anchor-1, but the layer only 0.995x, because
@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backward", action="store_true",
                         help="with --router: time the forward and the backward (the gradients of x, the router "
                              "weights and the expert weights), a training step's layer")
+    parser.add_argument("--backend", choices=["cuda", "triton"], default="cuda",
+                        help="the layer's backend (triton: for switches of the Triton pipeline, e.g. MOK_PULL_ORDER)")
     parser.add_argument("shapes", nargs="*", default=["anchor-2", "anchor-1"])
     args = parser.parse_args(argv)
     if (args.backward or args.router_weights != "bf16") and not args.router:
@@ -110,10 +112,10 @@ def main(argv: list[str] | None = None) -> None:
                 with environment(sides[label], names):
                     if args.router:
                         if args.backward:
-                            return problem.forward_backward("cuda", j)[0]  # (x's gradient: compared below)
-                        return problem.forward("cuda", j)
+                            return problem.forward_backward(args.backend, j)[0]  # (x's gradient: compared below)
+                        return problem.forward(args.backend, j)
                     with torch.set_grad_enabled(args.grad):
-                        return mok.moe(*problem.args(j), backend="cuda", check_inputs=False)
+                        return mok.moe(*problem.args(j), backend=args.backend, check_inputs=False)
             return call
 
         fns = {label: side(label) for label in sides}
