@@ -15,27 +15,27 @@ Writes
 
 Two orders, the same bytes in the same places
     * **by row** (``_pull_rows_kernel``): a program copies ``BLOCK_ROWS`` table rows x ``BLOCK_COLS`` columns.
-      A token with top-k > 1 is read once for each of its rows here, and its rows lie far apart in the table
-      (one per expert segment), so the rereads miss L2: at anchor-2 (top-16) a pull reads 4.3 GB to write 4.3 GB.
-    * **by token** (``_pull_token_fanout_kernel``, the default for top-k > 1): a program reads ``BLOCK_TOKENS``
-      token rows of one source rank *once* and stores each of them into every row of the window that names it,
-      found through the window's inverse map, which a first kernel (``_map_window_kernel``) writes from the
-      table. Reads drop by the rows per
-      token that land on this rank (up to top-k), and across GPUs a token crosses the link once per expert-side
-      rank, not once per expert. The first kernel also zeroes the padding rows, which no token names. ``MOK_PULL_ORDER=row|token`` picks one order for every top-k, for A/B
-      runs (:func:`pull_order`).
+      A token with top-k > 1 is read once for each of its rows on the rank, and those rows lie far apart in the
+      table (one per expert segment): once the sources outgrow L2 the rereads come from HBM (anchor-2, top-16:
+      a pull reads 4.3 GB to write 4.3 GB).
+    * **by token** (``_pull_token_fanout_kernel``): a program reads ``BLOCK_TOKENS`` token rows of one source
+      rank *once* and stores each of them into every row of the window that names it, found through the
+      window's inverse map, which a first kernel (``_map_window_kernel``) writes from the table; that kernel
+      also zeroes the padding rows, which no token names. Reads drop by the rows per token that land on this
+      rank (up to top-k), and across GPUs a token crosses the link once per expert-side rank, not once per
+      expert. Round 29 on the H200: 1.29-1.50x the by-row pull at anchors 1-3.
+    :func:`pull_order` picks one (by token for top-k > 1 where it pays); ``MOK_PULL_ORDER=row|token`` forces it.
 
 Tiling
-    Pure data movement. Rows are bf16,
-    fp32 or raw bytes: MXFP8 mode pulls packed rows (E4M3 codes, then the row's E8M0 scales; see
-    :mod:`mok.triton_ref.mxfp8_rows`) as uint8, so the same kernel moves ``H + H/32`` bytes per row instead of
-    ``2H``. Each row is one
-    contiguous run on its source rank, so the loads are coalesced along columns whichever peer each row comes
-    from; splitting columns gives enough programs to keep every SM's memory pipe busy and bounds registers.
-    Programs whose rows all lie past the rank's rows in use (``segment_offsets[-1]``, read on the device) exit
-    at once, so the grid can cover the whole window without a host synchronisation. A peer's base address is
-    loaded from memory, so the kernel is told (after a host-side check) that it is 16-byte aligned: that keeps
-    16-byte vector loads (:func:`mok.triton_ref._common.peer_base`).
+    Pure data movement. Rows are bf16, fp32 or raw bytes: MXFP8 mode pulls packed rows (E4M3 codes, then the
+    row's E8M0 scales; see :mod:`mok.triton_ref.mxfp8_rows`) as uint8, so the same kernels move ``H + H/32``
+    bytes per row instead of ``2H``. Each row is one contiguous run on its source rank, so the loads are
+    coalesced along columns whichever peer each row comes from; splitting columns gives enough programs to keep
+    every SM's memory pipe busy and bounds registers. By row, programs whose rows all lie past the rank's rows
+    in use (``segment_offsets[-1]``, read on the device) exit at once, so the grid can cover the whole window
+    without a host synchronisation. A peer's base address is loaded from memory, so the kernel is told (after a
+    host-side check) that it is 16-byte aligned: that keeps 16-byte vector loads
+    (:func:`mok.triton_ref._common.peer_base`).
 """
 
 from __future__ import annotations
@@ -49,8 +49,7 @@ import triton.language as tl
 
 from ..comm import PeerBuffer
 from ..schedule import RankTables
-from ._common import (INTERPRETING, cdiv, check_device, next_power_of_2, peer_aligned, peer_base, rows_of,
-                      tl_dtype)
+from ._common import INTERPRETING, cdiv, check_device, next_power_of_2, peer_aligned, peer_base, tl_dtype
 from .push_combine import sources_from
 
 
@@ -103,7 +102,6 @@ def _pull_rows_kernel(
             weight_base = peer_base(weight_ptr_table, src_rank, real, tl.float32, False)
             weight = tl.load(weight_base + src_slot, mask=real, other=0.0)
             tl.store(weight_out_ptr + rows, weight, mask=in_window)
-
 
 
 # ---- the by-token order ----------------------------------------------------------------------------------
@@ -198,8 +196,7 @@ def _pull_token_fanout_kernel(
 
 
 # The by-token kernel's tiling (tokens per program, columns per program, warps); experiments/pull_order_bench.py
-# sweeps others through this dict. Few tokens per program: more programs in flight, whose stores overlap (round 29's
-# sweeps: 4 tokens beat 16 by 1.2-1.9x at every anchor).
+# sweeps others through this dict. Round 29's call 4: nine tilings within 2% of each other at every anchor.
 TOKEN_PULL_TILING = {"block_tokens": 4, "block_cols": 4096, "num_warps": 8}
 
 
@@ -261,6 +258,7 @@ def _launch_pull_by_token(table: RankTables, start: int, n_rows: int, src: PeerB
         n_rows, tokens_local, width,
         TOP_K=table.top_k, SRC_DTYPE=_row_dtype(src.dtype), SRC_ALIGNED=peer_aligned(src), PULL_WEIGHT=pull_weight,
         BLOCK_TOKENS=tiling["block_tokens"], BLOCK_COLS=block_cols, num_warps=tiling["num_warps"])
+
 
 def _launch_pull(table: RankTables, start: int, n_rows: int, src: PeerBuffer, out: torch.Tensor,
                  weights: PeerBuffer | None, weight_out: torch.Tensor | None) -> None:
