@@ -26,8 +26,8 @@ class PeerBuffer:
     ``views[r]`` is rank r's buffer as a tensor this process can read and write (every rank when emulated;
     on real GPUs, the local buffer and the peers' mapped ones). ``ptr_table`` is an int64 tensor of the ranks'
     base addresses on the kernel's device, for kernels that pick the peer at run time. ``remote``: some views
-    are other GPUs' memory, reached over the link (what a kernel saves by reading a row once is then link
-    traffic; mok.triton_ref.pull_dispatch.pull_order).
+    are other ranks' memory, on another GPU (NVLink) or in another process (host shared memory): what a kernel
+    saves by reading a row once is then link traffic (mok.triton_ref.pull_dispatch.pull_order).
     """
 
     name: str

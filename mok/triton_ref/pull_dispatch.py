@@ -205,7 +205,8 @@ def pull_order(top_k: int, src: PeerBuffer | None = None) -> str:
     call, so an A/B script can switch it between calls), or by default ("auto"):
 
     * top-k 1: by row (a token has one row: nothing to share);
-    * sources on other GPUs (``src.remote``): by token, which sends each token over the link once per rank;
+    * sources on other ranks' devices (``src.remote``): by token, which reads each token over the link once per
+      rank;
     * local sources: by token where the by-row order's rereads would miss L2. It sweeps the sources one
       1,024-column block at a time, so its rereads hit L2 while a block of all source rows fits in a quarter of
       it (the rows written stream through L2 too). Round 29 (H200, EP 1): by token 1.29-1.50x where the block is
@@ -222,7 +223,7 @@ def pull_order(top_k: int, src: PeerBuffer | None = None) -> str:
     if src is None or src.remote:
         return "token"
     tokens = src.ptr_table.numel() * src.shape[0]
-    block_bytes = tokens * min(src.shape[1], 1024) * torch.empty((), dtype=src.dtype).element_size()
+    block_bytes = tokens * min(src.shape[1], 1024) * src.dtype.itemsize
     return "token" if block_bytes * 4 >= _l2_bytes(src.ptr_table.device) else "row"
 
 
