@@ -9,8 +9,8 @@
 #     MOK_DEADLINE_S=540 MOK_BENCH_ARGS="--backends torch,cuda --passes fwd,bwd --sonic-backward --stacks-every 45" \
 #     bash experiments/gpu_run.sh
 #
-# Call B (nvidia-h200, about 2 minutes): where the anchor-2 and anchor-5 backwards go after the pull by token
-# (round 28's call 9: pulls 3.97 of 19.66 ms at anchor-2; by token the pulls alone measured 2.6 ms in round 29's call 4).
+# Call B (nvidia-h200, about 2 minutes): where the anchor-2 and anchor-5 backwards go per backend after the pull by token
+# (round 29's call 9 did anchor-2 for cuda only: 18.19 ms of kernels, pulls 2.56, wgrad 5.82, dx 4.98).
 export PYTHONPATH=$PWD TORCH_EXTENSIONS_DIR=$PWD/build/mok-cache/torch_extensions TRITON_CACHE_DIR=$PWD/build/mok-cache/triton MOK_GIT_COMMIT=${MOK_GIT_COMMIT:-unknown}
 K=$OUT/k; mkdir -p $K
 for s in anchor-2 anchor-5; do timeout 150 python3 experiments/profile_backward.py $s --router --backends cuda,triton > $K/profile_$s.log 2>&1; echo $s rc=$?; grep -A14 "backward wall" $K/profile_$s.log | grep -v "^---" | cut -c1-60,130-175 | head -32; done
