@@ -196,11 +196,12 @@ def _pull_token_fanout_kernel(
 
 
 # The by-token kernel's tiling (tokens per program, columns per program, warps); experiments/pull_order_bench.py
-# sweeps others through this dict. Round 29's call 4: nine tilings within 2% of each other at every anchor.
+# sweeps others through this dict. Round 29's call 4: nine tilings span 2-8% per shape; this one is within 2% of
+# the best at every shape swept.
 TOKEN_PULL_TILING = {"block_tokens": 4, "block_cols": 4096, "num_warps": 8}
 
 
-def pull_order(top_k: int, src: PeerBuffer | None = None) -> str:
+def pull_order(top_k: int, src: PeerBuffer) -> str:
     """"row" or "token" for a pull of ``src``'s rows in a layer with ``top_k``: ``MOK_PULL_ORDER`` (read at every
     call, so an A/B script can switch it between calls), or by default ("auto"):
 
@@ -220,7 +221,7 @@ def pull_order(top_k: int, src: PeerBuffer | None = None) -> str:
         return choice
     if top_k == 1:
         return "row"
-    if src is None or src.remote:
+    if src.remote:
         return "token"
     tokens = src.ptr_table.numel() * src.shape[0]
     block_bytes = tokens * min(src.shape[1], 1024) * src.dtype.itemsize
@@ -240,6 +241,8 @@ def _launch_pull_by_token(table: RankTables, start: int, n_rows: int, src: PeerB
     sources, tokens_local, width = src.ptr_table.numel(), src.shape[0], out.shape[1]
     slots_per_rank = tokens_local * table.top_k
     window_rank, window_slot = sources_from(table, start)
+    # The window's own inverse map, not mok.schedule's dest_row: the megakernel's tables (KernelSchedule) have none,
+    # and this one names window rows only, which is what the fan-out kernel writes.
     # NOTE: cleared (one fill) rather than confirmed against the table at every use: the confirmation's two
     # scattered loads per (token, k), before the row load, made the pull 2x slower (round 29, call 3).
     fanout = torch.full((sources * slots_per_rank,), -1, dtype=torch.int32, device=out.device)
