@@ -49,12 +49,14 @@
 #   MOK_CUDA_BENCH        shapes the cuda stage times the megakernel on (default "kimi-k2.7/ep64 anchor-4")
 #   MOK_TUNE_ARGS         extra arguments for experiments/tune_triton.py
 #   MOK_SONIC_SHAPES      opt-in SonicMoE for these bench shapes. Its GEMMs compile and autotune on first use
-#                         (round 7, H200: the five anchors, forward only, took 403 s in all; its backward gave
-#                         nothing within 460 s at anchor-2 in round 26, so the bench times SonicMoE forward only
+#                         (round 7, H200: the five anchors, forward only, took 403 s in all; a shape's forward
+#                         and backward about 9 minutes, round 30, so the bench times SonicMoE forward only
 #                         unless MOK_BENCH_ARGS has --sonic-backward): use a call of its own, e.g. MOK_STAGES=bench
 #                         MOK_BENCH_SHAPES=anchors
 #                         MOK_SONIC_SHAPES=anchor-1,...,anchor-5 MOK_BENCH_ARGS="--backends torch,cuda --passes fwd".
-#                         Needs the bundle in .carry/sonic (carry it): see ../shared/tools/sonic_bundle.sh
+#                         Needs the bundle in .carry/sonic (carry it): see ../shared/tools/sonic_bundle.sh. Its
+#                         compiled GEMMs come back as quack_cache.tgz: carried as .carry/quack_cache.tgz they
+#                         spare a later call the compilation (round 30: anchor-5's forward and backward in 283 s)
 #   MOK_PIP_INSTALL=1     pip install -e . (default: PYTHONPATH=. , which needs no install)
 #   MOK_PYTEST_ARGS       extra pytest arguments (e.g. "-k triton" or "tests/test_triton_gpu.py")
 #   MOK_GIT_COMMIT        recorded as the commit in every result (the GPU copy of the tree has no .git)
@@ -133,6 +135,14 @@ if [ -n "${MOK_SONIC_SHAPES:-}" ]; then
     # per core here), keep the .o files and the choices on disk (kept while the machine stays warm).
     export QUACK_CACHE_DIR=${QUACK_CACHE_DIR:-$ROOT/build/mok-cache/quack} QUACK_CACHE_AUTOTUNING=1
     export QUACK_COMPILE_WORKERS=${QUACK_COMPILE_WORKERS:-$(nproc)}
+    # Without a saved choice quack compiles every candidate (round 30: 70-115 s per GEMM, about 9 minutes for a
+    # shape's forward and backward); with one it compiles only the chosen config, or loads its .o file. An earlier
+    # call's cache, which this script returns as $DEST/quack_cache.tgz, seeds it when carried as
+    # .carry/quack_cache.tgz.
+    if [ -f .carry/quack_cache.tgz ]; then
+      mkdir -p "$QUACK_CACHE_DIR" && tar xzf .carry/quack_cache.tgz -C "$QUACK_CACHE_DIR" \
+        && echo "=== setup: quack cache seeded ($(find "$QUACK_CACHE_DIR" -name '*.o' | wc -l) compiled GEMMs)"
+    fi
     python3 -c "import sonicmoe; print('SonicMoE', getattr(sonicmoe, '__version__', '?'), 'imports')" \
       && SONIC_ARGS=(--sonic --sonic-shapes "$MOK_SONIC_SHAPES")
     echo "=== setup: SonicMoE unpacked in $(( $(date +%s) - t0 ))s"
@@ -299,3 +309,7 @@ fi
 grep -hE "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$OUT/logs/tests.log" 2>/dev/null | tail -n 8
 for row in "${SUMMARY[@]}"; do echo "stage $row"; done
 tar czf "$DEST/gpu_results.tgz" -C "$WORK" . && echo "packed: $DEST/gpu_results.tgz ($(du -h "$DEST/gpu_results.tgz" | cut -f1))"
+if [ "${SONIC_ARGS[0]}" = --sonic ] && [ -d "${QUACK_CACHE_DIR:-}" ]; then  # for the next call's .carry/quack_cache.tgz
+  (cd "$QUACK_CACHE_DIR" && find . -type f ! -name '*.lock' | tar czf "$DEST/quack_cache.tgz" -T -) \
+    && echo "packed: $DEST/quack_cache.tgz ($(du -h "$DEST/quack_cache.tgz" | cut -f1))"
+fi

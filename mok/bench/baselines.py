@@ -15,8 +15,12 @@
 activation_function, add_bias, std)`` constructor and its ``forward(hidden_states, kernel_backend_moe=...) ->
 (out, aux_loss)`` (sonic-moe 0.1.2.post1; in training mode the forward also computes the switch auxiliary loss,
 part of what is timed). Its forward has run on the H200 since round 7. Its ``fwd+bwd`` was first tried in round 26
-(call 5) and gave no result at anchor-2 within 460 s, so the bench times SonicMoE forward only unless
-``--sonic-backward`` is given.
+(call 5) and gave no result at anchor-2 within 460 s; round 30 found why: its backward adds four GEMMs to the
+forward's two, and quack compiles and times every candidate of each (9 or 22 configs, 70-115 s per GEMM with 16
+workers) unless it finds a saved choice, so one new shape's forward and backward compile for about 9 minutes. With the
+compiled GEMMs carried from an earlier call (``experiments/gpu_run.sh``, ``.carry/quack_cache.tgz``) anchor-5 ran
+side by side in 283 s (``experiments/results/h200_2026-12-01_round30``). The bench still times SonicMoE forward only
+unless ``--sonic-backward`` is given.
 
 The GPU machine cannot reach a package registry: ``../shared/tools/sonic_bundle.sh`` packs SonicMoE into
 ``.carry/sonic`` and ``experiments/gpu_run.sh`` unpacks it onto ``PYTHONPATH``.

@@ -84,9 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only these shapes get SonicMoE (its JIT costs minutes per shape); default: "
                         "$MOK_SONIC_SHAPES, else every shape")
     p.add_argument("--sonic-backward", action="store_true",
-                   help="also time SonicMoE's fwd+bwd; by default SonicMoE is timed forward only (round 26's first "
-                        "try gave nothing within 460 s at anchor-2, likely its backward GEMMs' compile and "
-                        "autotune on first use)")
+                   help="also time SonicMoE's fwd+bwd; by default SonicMoE is timed forward only (its backward's "
+                        "GEMMs compile every autotuning candidate on first use: about 9 minutes per new shape "
+                        "for forward and backward, round 30)")
     p.add_argument("--tokens-scale", type=float, default=1.0, help="multiply every shape's token count")
     p.add_argument("--router", choices=("include", "exclude"), default="include",
                    help="time the router inside the layer (as SonicMoE does) or start from given routing")
