@@ -1,7 +1,8 @@
 """EXPERIMENT: where the GPU waits inside one training step: the kernels of one profiled forward + backward of the
 bench's layer (router inside, input set 0), launched as the bench launches them (no synchronisation between the two
 passes), read from the GPU's own timeline. Per pass: its span on the GPU, the time some kernel (or copy) ran, the
-time none did, and the longest gaps with the kernels on either side.
+time none did, and the longest idle stretches with the kernels on either side (the wait for a pass's first launch
+included).
 
 Why: at anchor-5 the bench reads the `cuda` backward at 24.6 ms (``median(fwd+bwd) - median(fwd)``, round 30) while
 the kernels of one profiled backward add up to 21.07 ms (round 27). ``profile_backward.py``'s "wall" starts from a
@@ -38,36 +39,45 @@ class Gap:
     after: str
 
 
-def gpu_busy(kernels: list[Kernel], start: float, end: float) -> float:
-    """Microseconds of [start, end) in which at least one of ``kernels`` ran (overlapping kernels, e.g. on two
-    streams, counted once)."""
-    busy, covered_to = 0.0, start
+def idle_stretches(kernels: list[Kernel], start: float, end: float) -> list[Gap]:
+    """Every stretch of [start, end) in which none of ``kernels`` ran, in time order (overlapping kernels, e.g. on
+    two streams, cover the time once). The stretch before the first kernel (the GPU waiting for the host's first
+    launch) counts too: its ``before`` is "(start)", and the last one's ``after`` is "(end)" if nothing follows."""
+    gaps, covered_to, last_name = [], start, "(start)"
     for k in sorted(kernels, key=lambda k: k.start):
-        lo, hi = max(k.start, covered_to), min(k.end, end)
-        if hi > lo:
-            busy += hi - lo
-        covered_to = max(covered_to, min(k.end, end))
-    return busy
+        if k.start >= end:
+            break
+        if k.start > covered_to:
+            gaps.append(Gap(k.start - covered_to, covered_to, last_name, k.name))
+        if k.end > covered_to:
+            covered_to, last_name = min(k.end, end), k.name
+    if covered_to < end:
+        gaps.append(Gap(end - covered_to, covered_to, last_name, "(end)"))
+    return gaps
+
+
+def gpu_busy(kernels: list[Kernel], start: float, end: float) -> float:
+    """Microseconds of [start, end) in which at least one of ``kernels`` ran."""
+    return end - start - sum(g.length for g in idle_stretches(kernels, start, end))
 
 
 def longest_gaps(kernels: list[Kernel], count: int) -> list[Gap]:
     """The ``count`` longest stretches with no kernel running, between the first kernel's start and the last one's
     end, longest first."""
-    gaps, last_end, last_name = [], None, ""
-    for k in sorted(kernels, key=lambda k: k.start):
-        if last_end is not None and k.start > last_end:
-            gaps.append(Gap(k.start - last_end, last_end, last_name, k.name))
-        if last_end is None or k.end >= last_end:
-            last_end, last_name = k.end, k.name
+    if not kernels:
+        return []
+    gaps = idle_stretches(kernels, min(k.start for k in kernels), max(k.end for k in kernels))
     return sorted(gaps, key=lambda g: -g.length)[:count]
 
 
 def pass_summary(kernels: list[Kernel], start: float, end: float, count: int) -> dict:
-    """A pass's span [start, end) on the GPU: its kernels' busy and idle time and longest gaps (us)."""
-    inside = [k for k in kernels if k.start >= start and k.start < end]
-    busy = gpu_busy(inside, start, end)
-    return {"span_us": end - start, "busy_us": busy, "idle_us": end - start - busy, "kernels": len(inside),
-            "gaps": [asdict(g) for g in longest_gaps(inside, count)]}
+    """A pass's span [start, end) on the GPU: its kernels' busy and idle time and longest idle stretches (us), the
+    wait for its first launch included."""
+    inside = [k for k in kernels if start <= k.start < end]
+    gaps = idle_stretches(inside, start, end)
+    idle = sum(g.length for g in gaps)
+    return {"span_us": end - start, "busy_us": end - start - idle, "idle_us": idle, "kernels": len(inside),
+            "gaps": [asdict(g) for g in sorted(gaps, key=lambda g: -g.length)[:count]]}
 
 
 def profile_step(problem, backend: str, warmup: int = 3):

@@ -14,7 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "experiments"))
 
-from step_gaps import Kernel, gpu_busy, longest_gaps, pass_summary  # noqa: E402
+from step_gaps import Kernel, gpu_busy, idle_stretches, longest_gaps, pass_summary  # noqa: E402
 
 
 def test_busy_time_counts_overlapping_kernels_once_and_clips_to_the_window():
@@ -39,6 +39,12 @@ def test_a_pass_summary_adds_up():
     assert (fwd["kernels"], fwd["busy_us"], fwd["idle_us"]) == (2, 8, 4)
     assert (bwd["kernels"], bwd["busy_us"], bwd["idle_us"]) == (2, 13, 5)
     assert [g["length"] for g in bwd["gaps"]] == [5]
+    assert sorted(g["length"] for g in fwd["gaps"]) == [2, 2]  # between f1 and f2, and after f2 to the pass's end
+
+
+def test_the_wait_for_the_first_launch_is_an_idle_stretch():
+    gaps = idle_stretches([Kernel("k1", 3, 5), Kernel("k2", 5, 9)], 0, 10)
+    assert [(g.length, g.at, g.before, g.after) for g in gaps] == [(3, 0, "(start)", "k1"), (1, 9, "k2", "(end)")]
 
 
 @pytest.mark.gpu
