@@ -55,32 +55,101 @@ def test_time_fn_rotates_input_sets():
     assert timing.iters == 5 and timing.method == "host-clock" and timing.median_ms >= 0
 
 
-def test_time_interleaved_rotates_the_order_every_round():
-    """Every version runs first in some round (a fixed order favours whoever follows the slowest), each call
-    rotates the input sets, and every version gets rounds x calls timings."""
+def _series(order):
+    """The labels of consecutive runs of one label in ``order`` (a list of (label, set index))."""
+    labels = [label for label, _ in order]
+    return [label for i, label in enumerate(labels) if i == 0 or labels[i - 1] != label]
+
+
+@pytest.mark.parametrize("labels", [["A"], ["A", "B"], ["A", "B", "C"], ["A", "B", "C", "D", "E"]])
+@pytest.mark.parametrize("rounds", [1, 2, 5])
+def test_balanced_series_order_puts_every_label_after_every_other_equally_often(labels, rounds):
+    """Each ordered pair of different labels is one step of the order exactly as often as any other (the step from
+    ``previous`` to the first series included), no label follows itself, and each label runs ``rounds`` series
+    rounded up to a multiple of the other labels' count."""
+    from collections import Counter
+
+    n = len(labels)
+    for previous in labels:
+        order = harness.balanced_series_order(labels, rounds, previous=previous)
+        per_label = rounds if n == 1 else -(-rounds // (n - 1)) * (n - 1)
+        assert Counter(order) == {label: per_label for label in labels}
+        if n == 1:
+            continue
+        steps = Counter(zip([previous] + order[:-1], order))
+        assert all(a != b for a, b in steps)
+        assert set(steps) == {(a, b) for a in labels for b in labels if a != b}
+        assert len(set(steps.values())) == 1
+        assert order[-1] == previous  # a closed walk: the next cycle would follow on
+
+
+def test_balanced_series_order_corrects_the_shifted_rotation():
+    """Round 31: the rotation shifted by one label per round (the harness's order before) put the third label after
+    the second in 4 of 5 rounds; the balanced order puts it after each of the other two equally often."""
+    from collections import Counter
+
+    labels = ["torch", "sonicmoe", "cuda"]
+    shifted = [label for r in range(5) for label in labels[r % 3:] + labels[:r % 3]]
+    before_cuda = Counter(shifted[i - 1] for i in range(1, len(shifted)) if shifted[i] == "cuda")
+    assert before_cuda == {"sonicmoe": 4, "torch": 1}
+    order = harness.balanced_series_order(labels, 5, previous="cuda")
+    before_cuda = Counter(p for p, label in zip(["cuda"] + order[:-1], order) if label == "cuda")
+    assert before_cuda == {"sonicmoe": 3, "torch": 3}
+
+
+def test_time_interleaved_runs_series_in_the_balanced_order():
+    """Each call rotates the input sets, the series follow :func:`harness.balanced_series_order`, and every version
+    gets (rounds rounded up) x calls timings."""
     order = []
     fns = {label: (lambda j, label=label: order.append((label, j))) for label in ("A", "B", "C")}
     timings = harness.time_interleaved(fns, device="cpu", n_sets=2, rounds=3, calls=2)
-    firsts = [order[6 * r][0] for r in range(3)]
-    assert firsts == ["A", "B", "C"]
-    assert order[:6] == [("A", 0), ("A", 1), ("B", 0), ("B", 1), ("C", 0), ("C", 1)]
-    assert order[6:12] == [("B", 0), ("B", 1), ("C", 0), ("C", 1), ("A", 0), ("A", 1)]
-    assert {label: t.iters for label, t in timings.items()} == {"A": 6, "B": 6, "C": 6}
+    assert _series(order) == harness.balanced_series_order(["A", "B", "C"], 3)
+    assert order[:4] == [("A", 0), ("A", 1), ("B", 0), ("B", 1)]
+    assert {label: t.iters for label, t in timings.items()} == {"A": 8, "B": 8, "C": 8}
     assert all(t.method == "host-clock" for t in timings.values())
 
 
-def test_time_rotated_warms_every_label_then_rotates_series_of_calls():
-    """Each label is warmed up first; then in every round each label runs its ``calls`` back to back, the order
-    rotated by one label per round, and each label gets rounds x calls timings."""
+def test_time_rotated_warms_every_label_then_runs_balanced_series_of_calls():
+    """Each label is warmed up first, the last label last; then series of ``calls`` back to back in the balanced
+    order that starts after the last warmed label, each label getting (rounds rounded up) x calls timings."""
     order = []
     fns = {label: (lambda j, label=label: order.append((label, j))) for label in ("A", "B", "C")}
     timings = harness.time_rotated(fns, device="cpu", n_sets=2, warmup=1, rounds=3, calls=2)
     assert order[:3] == [("A", 0), ("B", 0), ("C", 0)]  # warm-up
     timed = order[3:]
-    assert [timed[6 * r][0] for r in range(3)] == ["A", "B", "C"]
-    assert timed[6:12] == [("B", 0), ("B", 1), ("C", 0), ("C", 1), ("A", 0), ("A", 1)]
-    assert {label: t.iters for label, t in timings.items()} == {"A": 6, "B": 6, "C": 6}
-    assert all(t.method == "host-clock, rotated across backends" for t in timings.values())
+    assert _series(timed) == harness.balanced_series_order(["A", "B", "C"], 3, previous="C")
+    assert timed[:2] == [("A", 0), ("A", 1)]
+    assert {label: t.iters for label, t in timings.items()} == {"A": 8, "B": 8, "C": 8}
+    assert all(t.method == "host-clock, rotated across backends (balanced)" for t in timings.values())
+
+
+def _marking(pause_s: float = 0.002, mark=lambda call: True):
+    """A fake forward + backward: sleeps ``pause_s`` for its 'forward', marks its backward's start when ``mark(call)``,
+    sleeps ``pause_s`` again."""
+    import time
+
+    count = []
+
+    def step(_):
+        time.sleep(pause_s)
+        if mark(len(count)):
+            harness.mark_backward_start()
+        time.sleep(pause_s)
+        count.append(1)
+    return step
+
+
+def test_a_series_whose_calls_mark_their_backward_times_it_directly():
+    """Every call marks once: the Timing's ``backward`` holds each call's time from the mark on (the second half
+    here); a call without a mark, or a series of plain calls, gives none; marks outside a series are ignored."""
+    harness.mark_backward_start()  # outside a timed series: nothing happens
+    timing = harness.time_fn(_marking(), device="cpu", warmup=1, iters=5)
+    assert timing.backward is not None and timing.backward.iters == 5
+    assert 1.5 <= timing.backward.median_ms < timing.median_ms
+    assert harness.time_fn(_marking(mark=lambda call: call != 3), device="cpu", warmup=0, iters=5).backward is None
+    assert harness.time_fn(lambda _: None, device="cpu", warmup=0, iters=3).backward is None
+    rotated = harness.time_rotated({"a": _marking(), "b": lambda _: None}, device="cpu", warmup=1, rounds=2, calls=2)
+    assert rotated["a"].backward is not None and rotated["a"].backward.iters == 4 and rotated["b"].backward is None
 
 
 def test_time_fn_sizes_the_series_from_the_last_warmup_call():
@@ -180,6 +249,11 @@ def test_interleaved_run_times_every_backend_and_records_a_failing_one(tmp_path,
     assert fwd["ms"] > 0 and fwd["iters"] == 4 and "torch" in fwd["ratios"]  # 2 rounds x ceil(3 / 2) calls
     assert all(r["error"] for r in doc["results"] if r["backend"] == "failing")
     assert "rotation" in doc["settings"]["timing"]
+    # LayerProblem.forward_backward marks its backward's start: the bwd records carry the direct time too.
+    for rec in (r for r in timed if r["pass"] == "bwd" and r["ms"]):
+        assert 0 < rec["direct_ms"] and rec["direct_tflops"] > 0
+    if any(r.get("direct_ms") for r in timed):
+        assert "(direct " in (tmp_path / "bench_latest.md").read_text()
 
 
 def register_failing_backend(monkeypatch) -> None:
@@ -244,6 +318,8 @@ def test_gpu_bench_records_cuda_event_timings(tmp_path, capsys, monkeypatch):
     assert doc["metadata"]["gpu"] and doc["metadata"]["sm_count"] > 0
     assert "CUDA events" in doc["settings"]["timing"]
     assert all(r["ms"] and r["ms"] > 0 and r["tflops"] > 0 for r in doc["results"])
+    bwd = [r for r in doc["results"] if r["pass"] == "bwd"]
+    assert bwd and all(0 < r["direct_ms"] for r in bwd)  # CUDA events at the backward's start
     assert (tmp_path / "bench_latest.png").is_file()
 
 

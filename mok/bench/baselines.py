@@ -33,6 +33,7 @@ from typing import Callable
 import torch
 
 from ..config import MoEShape
+from .harness import mark_backward_start
 
 SONIC_NAME = "sonicmoe"
 SONIC_NOTE = "SonicMoE's whole layer, its own router included"
@@ -87,6 +88,7 @@ class SonicLayer:
 
     def forward_backward(self, i: int):
         out = self.forward(i)
+        mark_backward_start()  # the bench's direct backward time starts here
         return torch.autograd.grad(out, [self.xs[i], *self.params], self.grads[i])
 
     def calls(self) -> dict[str, Callable[[int], object]]:

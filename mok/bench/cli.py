@@ -68,11 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seconds", type=float, default=20.0,
                    help="cap on one timed series: fewer iterations (at least 3) for slow calls")
     p.add_argument("--interleave", action="store_true",
-                   help="time a shape's backends in rotation (harness.time_rotated: rounds of back-to-back calls, "
-                        "the order rotated) instead of one backend after another, so the machine's drift favours "
-                        "none of them in the ratios")
-    p.add_argument("--rounds", type=int, default=5, help="--interleave: rounds (each backend's calls are split "
-                                                          "over them)")
+                   help="time a shape's backends in rotation (harness.time_rotated: series of back-to-back calls, "
+                        "every backend after every other equally often) instead of one backend after another, so "
+                        "neither the machine's drift nor the heat a neighbour leaves favours one in the ratios")
+    p.add_argument("--rounds", type=int, default=5, help="--interleave: series per backend (each backend's calls are "
+                                                          "split over them; rounded up to a multiple of the other "
+                                                          "backends' count)")
     p.add_argument("--out", default=None, help="result folder (default experiments/results)")
     p.add_argument("--no-save", action="store_true", help="print only")
     sonic = p.add_mutually_exclusive_group()
@@ -319,13 +320,19 @@ def run_rotated(shape: MoEShape, names: list[str], precision: str, passes: list[
 
 def backward_record(shape: MoEShape, name: str, precision: str, fwd: harness.Timing, both: harness.Timing,
                     note: str | None) -> dict[str, Any]:
-    """The bwd record: median(fwd+bwd) - median(fwd), or an error-free record saying the difference was noise."""
+    """The bwd record: median(fwd+bwd) - median(fwd), or an error-free record saying the difference was noise.
+    Where the fwd+bwd calls marked their backward's start (``harness.mark_backward_start``), the record also
+    holds ``direct_ms`` / ``direct_tflops``: the median of each call's time from that mark to its end."""
     bwd_ms = both.median_ms - fwd.median_ms
     if bwd_ms > 0:
         # The spread of a difference of medians is not the difference of spreads: keep fwd+bwd's own.
         bwd = harness.Timing(bwd_ms, both.p10_ms - fwd.median_ms, both.p90_ms - fwd.median_ms, both.iters,
                              both.method + ", (fwd+bwd)-fwd")
-        return harness.make_record(shape, name, precision, "bwd", bwd, note=note)
+        record = harness.make_record(shape, name, precision, "bwd", bwd, note=note)
+        if both.backward is not None:
+            record["direct_ms"] = both.backward.median_ms
+            record["direct_tflops"] = harness.tflops(record["flops"], both.backward.median_ms)
+        return record
     # timing noise larger than the backward itself (tiny shapes on a busy CPU)
     return harness.make_record(shape, name, precision, "bwd", None,
                                note=f"backward not resolved: fwd+bwd {both.median_ms:.4f} ms <= fwd "
@@ -463,7 +470,8 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
         "timing": ("CUDA events" if device.type == "cuda" else "host clock") + f", median of up to {args.iters} "
                   f"calls after {args.warmup} warm-up calls, rotating {args.sets} input sets; autograd enabled; "
                   "bwd = median(fwd+bwd) - median(fwd)" +
-                  (f"; a shape's backends timed in rotation (up to {args.rounds} rounds of back-to-back calls)"
+                  (f"; a shape's backends timed in rotation (up to {args.rounds} series of back-to-back calls "
+                   "each, rounded up; every backend after every other equally often)"
                    if args.interleave else "; one backend after another"),
         "router_note": ("mok backends are timed with the router (x @ W_r^T, softmax top-k) inside the layer, "
                         "as SonicMoE always is" if args.router == "include" else

@@ -125,6 +125,9 @@ class Timing:
     p90_ms: float
     iters: int
     method: str  # "cuda-events" or "host-clock"
+    # Where every call marked the start of its backward (:func:`mark_backward_start`): the same calls from the mark
+    # to their end, i.e. the backward's own time inside the training step.
+    backward: "Timing | None" = None
 
 
 def _percentile(sorted_vals: list[float], q: float) -> float:
@@ -133,13 +136,15 @@ def _percentile(sorted_vals: list[float], q: float) -> float:
     return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
 
 
-def summarize(times_ms: list[float], method: str) -> Timing:
-    """Median and p10/p90 of a list of per-call times."""
+def summarize(times_ms: list[float], method: str, backward_ms: list[float] | None = None) -> Timing:
+    """Median and p10/p90 of a list of per-call times (and of their backward parts, when every call marked one)."""
     if not times_ms:
         raise ValueError("no timings to summarize")
     ordered = sorted(times_ms)
+    backward = (summarize(backward_ms, method + ", from the backward's start")
+                if backward_ms and len(backward_ms) == len(times_ms) else None)
     return Timing(statistics.median(ordered), _percentile(ordered, 0.1), _percentile(ordered, 0.9),
-                  len(ordered), method)
+                  len(ordered), method, backward)
 
 
 def time_fn(fn: Callable[[int], Any], *, device: torch.device | str, n_sets: int = 1, warmup: int = 5,
@@ -174,8 +179,8 @@ def time_fn(fn: Callable[[int], Any], *, device: torch.device | str, n_sets: int
     if max_seconds is not None and last > 0:
         iters = max(min_iters, min(iters, int(max_seconds / last)))
 
-    times = _back_to_back_ms(fn, device, iters, n_sets)
-    return summarize(times, "cuda-events" if is_cuda else "host-clock")
+    times, backward = _series_ms(fn, device, iters, n_sets)
+    return summarize(times, "cuda-events" if is_cuda else "host-clock", backward)
 
 
 def time_graph_ms(fn: Callable[[], Any], iters: int, warmup: int = 2, repeats: int = 16) -> float:
@@ -199,55 +204,135 @@ def time_graph_ms(fn: Callable[[], Any], iters: int, warmup: int = 2, repeats: i
     return time_fn(lambda _: graph.replay(), device="cuda", warmup=warmup, iters=iters).median_ms / repeats
 
 
-def _back_to_back_ms(fn: Callable[[int], Any], device: torch.device, calls: int, n_sets: int) -> list[float]:
+# The boundaries marked inside the series being timed: (on CUDA?, [CUDA event or host time, ...]); None otherwise.
+_BACKWARD_MARKS: tuple[bool, list] | None = None
+
+
+def mark_backward_start() -> None:
+    """Mark where a timed forward + backward call's backward begins: call it after the forward's launches and
+    before the backward's. While :func:`time_fn` or :func:`time_rotated` times a series, this records a CUDA event
+    on the current stream (or the host clock), and the series' :class:`Timing` gets ``backward``: each call's time
+    from the mark to its end. That is the backward's own time inside the step, in the step's own power state,
+    where ``median(fwd+bwd) - median(fwd)`` subtracts a forward timed in another series (round 31: at anchor-5
+    the GPU ran the `cuda` backward's kernels for 22.0 ms with no idle stretch, while the difference read 24.9).
+    Outside a timed series it does nothing."""
+    if _BACKWARD_MARKS is None:
+        return
+    on_cuda, points = _BACKWARD_MARKS
+    if on_cuda:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        points.append(event)
+    else:
+        points.append(time.perf_counter())
+
+
+def _series_ms(fn: Callable[[int], Any], device: torch.device, calls: int,
+               n_sets: int) -> tuple[list[float], list[float] | None]:
     """``calls`` calls of ``fn(call % n_sets)`` in a row, each timed in ms: on CUDA by events around it, with no
-    synchronisation until the last (the host may run ahead, as in training), else by the host clock."""
-    if device.type == "cuda":
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-        for call in range(calls):
-            starts[call].record()
-            fn(call % n_sets)
-            ends[call].record()
-        torch.cuda.synchronize(device)
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    times = []
-    for call in range(calls):
-        began = time.perf_counter()
-        fn(call % n_sets)
-        times.append((time.perf_counter() - began) * 1e3)
-    return times
+    synchronisation until the last (the host may run ahead, as in training), else by the host clock. Second: each
+    call's time from its :func:`mark_backward_start` to its end, if every call marked exactly once (else None)."""
+    global _BACKWARD_MARKS
+    on_cuda = device.type == "cuda"
+    points: list = []
+    marks_after: list[int] = []  # marks recorded by the end of each call
+    _BACKWARD_MARKS = (on_cuda, points)
+    try:
+        if on_cuda:
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+            for call in range(calls):
+                starts[call].record()
+                fn(call % n_sets)
+                ends[call].record()
+                marks_after.append(len(points))
+            torch.cuda.synchronize(device)
+            times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        else:
+            starts, ends = [], []
+            for call in range(calls):
+                starts.append(time.perf_counter())
+                fn(call % n_sets)
+                ends.append(time.perf_counter())
+                marks_after.append(len(points))
+            times = [(e - s) * 1e3 for s, e in zip(starts, ends)]
+    finally:
+        _BACKWARD_MARKS = None
+    if marks_after != list(range(1, calls + 1)):
+        return times, None
+    if on_cuda:
+        return times, [p.elapsed_time(e) for p, e in zip(points, ends)]
+    return times, [(e - p) * 1e3 for p, e in zip(points, ends)]
+
+
+def _back_to_back_ms(fn: Callable[[int], Any], device: torch.device, calls: int, n_sets: int) -> list[float]:
+    """:func:`_series_ms`'s per-call times only."""
+    return _series_ms(fn, device, calls, n_sets)[0]
+
+
+def balanced_series_order(labels: list[str], rounds: int, previous: str | None = None) -> list[str]:
+    """The order in which ``labels`` run their series: every label runs after every other label equally often and
+    never right after itself, each label ``rounds`` times rounded up to a multiple of ``len(labels) - 1``.
+
+    Why: the H200 remembers what ran before. A series right after a power-hungry backend runs at a lower clock
+    for tens of milliseconds (round 31's call 2, ``experiments/rotation_probe.py``: `cuda`'s anchor-5 calls after
+    torch 9.3-10.1 ms, after `cuda` itself or SonicMoE 10.2-11.1 ms). Rotating a fixed order by one label per round
+    put `cuda` after SonicMoE in 4 of 5 rounds and SonicMoE after torch, the coolest backend, in 3 of 5, which read
+    `cuda`'s anchor-2 forward 7% slower than runs without SonicMoE. Here every ordered pair of labels is one step
+    of a closed walk through all of them (an Eulerian circuit of the complete directed graph), which starts and
+    ends at ``previous`` (the label that ran just before, e.g. the last one warmed up; default the last label), so
+    the step from ``previous`` to the first series counts as one of the pairs.
+    """
+    n = len(labels)
+    if n == 0 or rounds < 1:
+        return []
+    if n == 1:
+        return list(labels) * rounds
+    start = labels.index(previous) if previous in labels else n - 1
+    # Hierholzer's algorithm: walk unused edges until stuck, then back up, splicing the detours into the circuit.
+    unused = {a: [b for b in range(n) if b != a] for a in range(n)}
+    stack, circuit = [start], []
+    while stack:
+        here = stack[-1]
+        if unused[here]:
+            stack.append(unused[here].pop(0))
+        else:
+            circuit.append(stack.pop())
+    one_cycle = circuit[::-1][1:]  # n (n - 1) series, ending at ``start``: the next cycle follows on
+    cycles = -(-rounds // (n - 1))
+    return [labels[i] for i in one_cycle * cycles]
 
 
 def time_interleaved(fns: dict[str, Callable[[int], Any]], *, device: torch.device | str, n_sets: int = 2,
                      rounds: int = 8, calls: int = 3) -> dict[str, Timing]:
-    """Time several versions of one computation against each other: ``rounds`` rounds, each running every
-    ``fns[label](set_index)`` ``calls`` times in a row, the order rotated by one label per round.
+    """Time several versions of one computation against each other: series of ``calls`` calls of one
+    ``fns[label](set_index)`` in a row, each label ``rounds`` series (rounded up, see
+    :func:`balanced_series_order`), in an order where every label follows every other equally often.
 
     For A/B comparisons of a few percent. Separate series (``time_fn`` one after another) take in whatever
-    the machine drifts by between them; a fixed order inside each round favours whichever version runs
-    after the slowest one (on the H200, up to 5% at large layers, mok/cuda/README.md "Round 8"). No warm-up:
-    call each function once before. CUDA devices are timed with CUDA events per call, others with a host clock.
+    the machine drifts by between them; a fixed order favours whichever version runs after the slowest one
+    (on the H200, up to 5% at large layers, mok/cuda/README.md "Round 8"), and so does an order in which one
+    label follows another more often than the rest (round 31). No warm-up: call each function once before, the
+    last label last. CUDA devices are timed with CUDA events per call, synchronised after each; others with a
+    host clock.
     """
     device = torch.device(device)
     is_cuda = device.type == "cuda"
     labels = list(fns)
     times: dict[str, list[float]] = {label: [] for label in labels}
-    for round_ in range(rounds):
-        shift = round_ % len(labels)
-        for label in labels[shift:] + labels[:shift]:
-            for call in range(calls):
-                if is_cuda:
-                    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    fns[label](call % n_sets)
-                    stop.record()
-                    stop.synchronize()
-                    times[label].append(start.elapsed_time(stop))
-                else:
-                    began = time.perf_counter()
-                    fns[label](call % n_sets)
-                    times[label].append((time.perf_counter() - began) * 1e3)
+    for label in balanced_series_order(labels, rounds):
+        for call in range(calls):
+            if is_cuda:
+                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fns[label](call % n_sets)
+                stop.record()
+                stop.synchronize()
+                times[label].append(start.elapsed_time(stop))
+            else:
+                began = time.perf_counter()
+                fns[label](call % n_sets)
+                times[label].append((time.perf_counter() - began) * 1e3)
     method = "cuda-events" if is_cuda else "host-clock"
     return {label: summarize(values, method) for label, values in times.items()}
 
@@ -256,14 +341,17 @@ def time_rotated(fns: dict[str, Callable[[int], Any]], *, device: torch.device |
                  warmup: int = 5, rounds: int = 5, calls: int = 4) -> dict[str, Timing]:
     """Time several backends' versions of one layer call side by side, for same-run ratios.
 
-    After ``warmup`` calls of each, ``rounds`` rounds in which every ``fns[label](set_index)`` runs ``calls`` calls
-    back to back as :func:`time_fn` times them (CUDA events around each call and no synchronisation inside the
-    series, so the host can run ahead of the GPU), the labels' order rotated by one each round. Each label's median
-    is then over ``rounds * calls`` calls that alternated in time with the other labels', so a drift of the machine
-    favours no label (an H200 at its 700 W limit moves its SM clock within seconds: round 16's A/B clock logs show
-    medians of 1,395-1,980 MHz by shape and minima down to 1,080 MHz). :func:`time_fn`'s series
-    one after another took in whatever the machine drifted by between them (mok/cuda/README.md, round 16: 5% at
-    anchor-2 from call to call). :func:`time_interleaved` synchronises after every call instead, for kernels alone.
+    After ``warmup`` calls of each (in the labels' order), series of ``calls`` calls of one label back to back as
+    :func:`time_fn` times them (CUDA events around each call and no synchronisation inside the series, so the host
+    can run ahead of the GPU), each label ``rounds`` series (rounded up to a multiple of the other labels' count),
+    in an order where every label runs after every other label equally often and never after itself
+    (:func:`balanced_series_order`). Each label's median is then over calls that alternated in time with the other
+    labels' and followed each of them alike, so neither the machine's drift (an H200 at its 700 W limit moves its
+    SM clock within seconds: round 16's A/B clock logs show medians of 1,395-1,980 MHz by shape and minima down to
+    1,080 MHz) nor the heat a neighbour leaves behind (round 31: a series after a power-hungry backend runs up to
+    10% slower) favours a label. :func:`time_fn`'s series one after another took in whatever the machine drifted
+    by between them (mok/cuda/README.md, round 16: 5% at anchor-2 from call to call). :func:`time_interleaved`
+    synchronises after every call instead, for kernels alone.
     """
     device = torch.device(device)
     is_cuda = device.type == "cuda"
@@ -275,12 +363,13 @@ def time_rotated(fns: dict[str, Callable[[int], Any]], *, device: torch.device |
     if is_cuda:
         torch.cuda.synchronize(device)
     times: dict[str, list[float]] = {label: [] for label in labels}
-    for round_ in range(rounds):
-        shift = round_ % len(labels)
-        for label in labels[shift:] + labels[:shift]:
-            times[label] += _back_to_back_ms(fns[label], device, calls, n_sets)
-    method = ("cuda-events" if is_cuda else "host-clock") + ", rotated across backends"
-    return {label: summarize(values, method) for label, values in times.items()}
+    backward: dict[str, list[float] | None] = {label: [] for label in labels}
+    for label in balanced_series_order(labels, rounds, previous=labels[-1]):
+        series, marked = _series_ms(fns[label], device, calls, n_sets)
+        times[label] += series
+        backward[label] = None if marked is None or backward[label] is None else backward[label] + marked
+    method = ("cuda-events" if is_cuda else "host-clock") + ", rotated across backends (balanced)"
+    return {label: summarize(values, method, backward[label]) for label, values in times.items()}
 
 
 def free_memory(device: torch.device) -> None:
@@ -429,8 +518,9 @@ def format_line(rec: dict[str, Any]) -> str:
         return f"{head}  n/a ({rec.get('note') or 'not timed'})"
     ratios = "  ".join(f"{v:5.2f}x {k}" for k, v in sorted(rec["ratios"].items()) if k != rec["backend"])
     note = f"  ({rec['note']})" if rec.get("note") else ""
+    direct = f"  [direct {rec['direct_ms']:.4f} ms, {rec['direct_tflops']:.1f} TFLOP/s]" if rec.get("direct_ms") else ""
     return (f"{head} {rec['ms']:10.4f} ms {rec['tflops']:8.1f} TFLOP/s {rec['gbps']:8.1f} GB/s  {ratios}"
-            f"{note}").rstrip()
+            f"{direct}{note}").rstrip()
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -470,7 +560,8 @@ def markdown_report(doc: dict[str, Any]) -> str:
             elif rec.get("error"):
                 cells += ["error: " + rec["error"][:60].replace("|", "/")] + ["-"] * (2 + len(baselines))
             else:
-                cells += [_fmt(rec["ms"], ".3f"), _fmt(rec["tflops"], ".1f"), _fmt(rec["gbps"], ".0f")]
+                direct = f" (direct {rec['direct_ms']:.3f})" if rec.get("direct_ms") else ""
+                cells += [_fmt(rec["ms"], ".3f") + direct, _fmt(rec["tflops"], ".1f"), _fmt(rec["gbps"], ".0f")]
                 cells += [_fmt(rec["ratios"].get(b), ".2f") for b in baselines]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Geometric means over shapes", ""]
@@ -480,6 +571,9 @@ def markdown_report(doc: dict[str, Any]) -> str:
         for key, entry in entries.items():
             lines.append(f"| {backend} | {key} | {entry['shapes']} | {_fmt(entry['tflops'], '.1f')} | "
                          + " | ".join(_fmt(entry.get(f"vs_{b}"), ".2f") for b in baselines) + " |")
+    if any(r.get("direct_ms") for r in records):
+        lines += ["", "bwd ms (direct ...): the median of each fwd+bwd call's time from its backward's start to its "
+                  "end (harness.mark_backward_start), beside median(fwd+bwd) - median(fwd)."]
     notes = [r for r in records if r.get("note")]
     if notes:
         lines += ["", "Notes: " + "; ".join(sorted({f"{r['backend']}: {r['note']}" for r in notes}))]

@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 import mok
+from mok.bench.harness import mark_backward_start
 from mok.config import MoEShape, MoKConfig
 
 _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "mxfp8": torch.bfloat16}
@@ -109,8 +110,11 @@ class LayerProblem:
                        ep_size=self.ep_size, precision=self.precision, config=self.config, check_inputs=False)
 
     def forward_backward(self, backend: str, i: int):
-        """The layer and the gradients of x, the router (weights) and the expert weights, on set ``i``."""
-        return self.backward(self.forward(backend, i), i)
+        """The layer and the gradients of x, the router (weights) and the expert weights, on set ``i`` (the
+        backward's start marked for the bench's direct backward time)."""
+        out = self.forward(backend, i)
+        mark_backward_start()
+        return self.backward(out, i)
 
     def backward(self, out: torch.Tensor, i: int):
         """The gradients of x, the router (weights) and the expert weights from ``out``, :meth:`forward`'s output
