@@ -622,6 +622,7 @@ def write_png(doc: dict[str, Any], path: Path) -> Path | None:
         shapes = list(dict.fromkeys(f"{r['shape']}\n{r['precision']}" for r in recs))
         backends = list(dict.fromkeys(r["backend"] for r in recs))
         width = 0.8 / max(1, len(backends))
+        direct_xs, direct_ys = [], []
         for b_idx, backend in enumerate(backends):
             xs, ys = [], []
             for s_idx, label in enumerate(shapes):
@@ -629,11 +630,17 @@ def write_png(doc: dict[str, Any], path: Path) -> Path | None:
                     if r["backend"] == backend and f"{r['shape']}\n{r['precision']}" == label:
                         xs.append(s_idx + (b_idx - (len(backends) - 1) / 2) * width)
                         ys.append(r["tflops"])
+                        if r.get("direct_tflops"):
+                            direct_xs.append(xs[-1])
+                            direct_ys.append(r["direct_tflops"])
             ax.bar(xs, ys, width=width, label=backend)
+        if direct_ys:  # the backward timed from its own start inside each step (mark_backward_start)
+            ax.scatter(direct_xs, direct_ys, marker="_", s=max(40.0, 400 * width), color="black", zorder=3,
+                       label="direct")
         ax.set_xticks(range(len(shapes)))
         ax.set_xticklabels(shapes, fontsize=7)
         ax.set_ylabel(f"{pass_} TFLOP/s")
-        ax.legend(fontsize=7, ncol=len(backends))
+        ax.legend(fontsize=7, ncol=len(backends) + 1)
         ax.grid(axis="y", alpha=0.3)
     meta = doc["metadata"]
     fig.suptitle(f"mok bench on {meta.get('gpu') or meta['device_type']}, {meta['date'][:10]}, "
