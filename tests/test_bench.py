@@ -152,6 +152,24 @@ def test_a_series_whose_calls_mark_their_backward_times_it_directly():
     assert rotated["a"].backward is not None and rotated["a"].backward.iters == 4 and rotated["b"].backward is None
 
 
+def test_the_layer_problem_marks_its_backward_and_the_bwd_record_keeps_the_direct_time():
+    """``LayerProblem.forward_backward`` marks its backward's start, so a timed series of it has a ``backward``;
+    ``backward_record`` turns that into ``direct_ms`` / ``direct_tflops`` beside the difference of medians."""
+    from mok.bench.cli import backward_record
+    from mok.bench.problems import LayerProblem
+
+    shape = MoEShape("tiny", 64, 64, 32, 8, 2)
+    problem = LayerProblem(shape, "fp32", torch.device("cpu"), n_sets=1, router=False)
+    both = harness.time_fn(problem.calls("torch")["fwd+bwd"], device="cpu", warmup=1, iters=3)
+    assert both.backward is not None and both.backward.iters == 3 and 0 < both.backward.median_ms < both.median_ms
+    fwd = harness.Timing(both.median_ms / 4, 0, 0, 3, "host-clock")  # a forward shorter than the step: resolved
+    record = backward_record(shape, "torch", "fp32", fwd, both, None)
+    assert record["direct_ms"] == both.backward.median_ms
+    assert record["direct_tflops"] == pytest.approx(harness.tflops(record["flops"], both.backward.median_ms))
+    plain = harness.Timing(both.median_ms, both.p10_ms, both.p90_ms, 3, "host-clock")  # no marks: no direct time
+    assert "direct_ms" not in backward_record(shape, "torch", "fp32", fwd, plain, None)
+
+
 def test_time_fn_sizes_the_series_from_the_last_warmup_call():
     """A slow first call (compilation) must not cut the series to ``min_iters``."""
     import time

@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interleave", action="store_true",
                    help="time a shape's backends in rotation (harness.time_rotated: series of back-to-back calls, "
                         "every backend after every other equally often) instead of one backend after another, so "
-                        "neither the machine's drift nor the heat a neighbour leaves favours one in the ratios")
+                        "neither the machine's drift nor the slowdown a power-hungry neighbour leaves favours one "
+                        "in the ratios")
     p.add_argument("--rounds", type=int, default=5, help="--interleave: series per backend (each backend's calls are "
                                                           "split over them; rounded up to a multiple of the other "
                                                           "backends' count)")

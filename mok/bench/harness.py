@@ -274,11 +274,12 @@ def balanced_series_order(labels: list[str], rounds: int, previous: str | None =
     """The order in which ``labels`` run their series: every label runs after every other label equally often and
     never right after itself, each label ``rounds`` times rounded up to a multiple of ``len(labels) - 1``.
 
-    Why: the H200 remembers what ran before. A series right after a power-hungry backend runs at a lower clock
-    for tens of milliseconds (round 31's call 2, ``experiments/rotation_probe.py``: `cuda`'s anchor-5 calls after
-    torch 9.3-10.1 ms, after `cuda` itself or SonicMoE 10.2-11.1 ms). Rotating a fixed order by one label per round
-    put `cuda` after SonicMoE in 4 of 5 rounds and SonicMoE after torch, the coolest backend, in 3 of 5, which read
-    `cuda`'s anchor-2 forward 7% slower than runs without SonicMoE. Here every ordered pair of labels is one step
+    Why: the H200 remembers what ran before. A whole series right after a power-hungry backend runs slower, likely
+    at a lower clock under the 700 W limit (round 31's call 2, ``experiments/rotation_probe.py``: `cuda`'s anchor-5
+    calls after torch 9.3-10.1 ms, after `cuda` itself or SonicMoE 10.2-11.1 ms; the clock was not sampled per call).
+    Rotating a fixed order by one label per round put `cuda` after SonicMoE in 4 of 5 rounds and SonicMoE after
+    torch, the least power-hungry backend, in 3 of 5, which read `cuda`'s anchor-2 forward 7% slower than runs
+    without SonicMoE. Here every ordered pair of labels is one step
     of a closed walk through all of them (an Eulerian circuit of the complete directed graph), which starts and
     ends at ``previous`` (the label that ran just before, e.g. the last one warmed up; default the last label), so
     the step from ``previous`` to the first series counts as one of the pairs.
@@ -348,7 +349,7 @@ def time_rotated(fns: dict[str, Callable[[int], Any]], *, device: torch.device |
     (:func:`balanced_series_order`). Each label's median is then over calls that alternated in time with the other
     labels' and followed each of them alike, so neither the machine's drift (an H200 at its 700 W limit moves its
     SM clock within seconds: round 16's A/B clock logs show medians of 1,395-1,980 MHz by shape and minima down to
-    1,080 MHz) nor the heat a neighbour leaves behind (round 31: a series after a power-hungry backend runs up to
+    1,080 MHz) nor the slowdown a neighbour leaves behind (round 31: a series after a power-hungry backend runs up to
     10% slower) favours a label. :func:`time_fn`'s series one after another took in whatever the machine drifted
     by between them (mok/cuda/README.md, round 16: 5% at anchor-2 from call to call). :func:`time_interleaved`
     synchronises after every call instead, for kernels alone.
