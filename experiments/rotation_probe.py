@@ -23,7 +23,8 @@ SonicMoE in 4 of 5 rounds and SonicMoE after torch in 3 of 5; ``harness.balanced
 order) puts every label after every other equally often.
 
     python3 experiments/rotation_probe.py anchor-2 anchor-5 [--backends torch,cuda] [--no-sonic] [--json out.json]
-        [--order balanced|shifted]
+        [--order balanced|shifted] [--plot out.png]
+    python3 experiments/rotation_probe.py --replot out.json --plot out.png      # the plot again, on any machine
 """
 from __future__ import annotations
 
@@ -128,16 +129,71 @@ def timed_rotation(fns: dict, phase: str, device, rounds: int, calls: int, n_set
     return out
 
 
+def plot_predecessors(report: list[dict], path: str, phases: tuple[str, ...] = ("alone", "rotation")) -> str | None:
+    """One panel per (shape, backend): every call of ``phases``, grouped by the backend whose series ran just before
+    its own (the series' first calls hollow); ``None`` without matplotlib. What round 31's bias looks like: the
+    groups after a power-hungry backend sit higher."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    panels = []
+    for entry in report:
+        calls = [c for c in entry["calls"] if c["phase"] in phases and c["after"] != "(start)"]
+        for label in dict.fromkeys(c["label"] for c in calls):
+            panels.append((entry["shape"], label, [c for c in calls if c["label"] == label]))
+    if not panels:
+        return None
+    columns = max(1, len({label for _, label, _ in panels}))
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 3.0 * rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (shape, label, calls) in zip(axes.flat, panels):
+        befores = sorted({c["after"] for c in calls})
+        for x, before in enumerate(befores):
+            group = [c for c in calls if c["after"] == before]
+            for first in (True, False):
+                ys = [c["ms"] for c in group if (c["position"] == 0) == first]
+                xs = [x + 0.08 * ((i % 5) - 2) for i in range(len(ys))]  # a little spread, no randomness
+                ax.scatter(xs, ys, s=16, facecolors="none" if first else "C0", edgecolors="C0",
+                           label=("first call of a series" if first else "later calls") if x == 0 else None)
+            later = [c["ms"] for c in group if c["position"] > 0]
+            if later:
+                ax.hlines(statistics.median(later), x - 0.3, x + 0.3, color="black", linewidth=1)
+        ax.set_xticks(range(len(befores)))
+        ax.set_xticklabels([f"after {b}" for b in befores], fontsize=7)
+        ax.set_title(f"{label} at {shape}", fontsize=8)
+        ax.set_ylabel("ms per call", fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.grid(axis="y", alpha=0.3)
+    axes.flat[0].legend(fontsize=6)
+    fig.suptitle("each call by the backend whose series ran just before (bar: median of the later calls)", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("shapes", nargs="+")
+    parser.add_argument("shapes", nargs="*")
     parser.add_argument("--backends", default="torch,cuda")
     parser.add_argument("--no-sonic", action="store_true", help="only the 'alone' phase twice (a control)")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--calls", type=int, default=4)
     parser.add_argument("--order", default="balanced", choices=("balanced", "shifted"))
     parser.add_argument("--json", default=None)
+    parser.add_argument("--plot", default=None, help="also draw every call by the backend before its series (PNG)")
+    parser.add_argument("--replot", default=None, metavar="JSON",
+                        help="only draw --plot from an earlier run's --json (no GPU needed)")
     args = parser.parse_args()
+    if args.replot:
+        with open(args.replot) as f:
+            print(plot_predecessors(json.load(f), args.plot or "rotation_probe.png"))
+        return
 
     import torch  # noqa: PLC0415
 
@@ -193,6 +249,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
+    if args.plot:
+        plot_predecessors(report, args.plot)
 
 
 if __name__ == "__main__":

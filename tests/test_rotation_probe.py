@@ -41,3 +41,17 @@ def test_summary_splits_first_calls_by_the_label_before_them():
     assert row["first_in_series_ms"] == pytest.approx(8.5) and row["later_in_series_ms"] == pytest.approx(7.25)
     assert row["first_after_ms"] == {"sonicmoe": 9.0, "torch": 8.0}
     assert "first_after_ms" not in summary["alone"]["cuda"]  # one predecessor only: nothing to split
+
+
+def test_the_plot_draws_one_panel_per_shape_and_backend_from_a_saved_report(tmp_path):
+    pytest.importorskip("matplotlib")
+    C = probe.CallTime
+    calls = [C("rotation", label, r, pos, after, 5.0 + r + pos)
+             for r, (label, after) in enumerate([("cuda", "torch"), ("torch", "cuda"), ("cuda", "sonicmoe")])
+             for pos in range(3)]
+    calls.append(C("rotation", "sonicmoe", 3, 0, "(start)", 9.0))  # no predecessor: left out of the plot
+    report = [{"shape": "anchor-2", "calls": [probe.asdict(c) for c in calls]}]
+    path = probe.plot_predecessors(report, str(tmp_path / "p.png"))
+    assert path and (tmp_path / "p.png").stat().st_size > 1000
+    assert probe.plot_predecessors([{"shape": "x", "calls": []}], str(tmp_path / "none.png")) is None
+    assert not (tmp_path / "none.png").exists()

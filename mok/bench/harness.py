@@ -213,9 +213,9 @@ def mark_backward_start() -> None:
     before the backward's. While :func:`time_fn` or :func:`time_rotated` times a series, this records a CUDA event
     on the current stream (or the host clock), and the series' :class:`Timing` gets ``backward``: each call's time
     from the mark to its end. That is the backward's own time inside the step, in the step's own power state,
-    where ``median(fwd+bwd) - median(fwd)`` subtracts a forward timed in another series (round 31: at anchor-5
-    the GPU ran the `cuda` backward's kernels for 22.0 ms with no idle stretch, while the difference read 24.9).
-    Outside a timed series it does nothing."""
+    where ``median(fwd+bwd) - median(fwd)`` subtracts a forward timed in another series (round 31's call 5: the
+    two agreed within 0.5% for `cuda` at anchor-5, 24.17 against 24.29 ms, and differed by up to 8% elsewhere:
+    SonicMoE's anchor-2 backward 12.73 direct, 13.80 by difference). Outside a timed series it does nothing."""
     if _BACKWARD_MARKS is None:
         return
     on_cuda, points = _BACKWARD_MARKS
