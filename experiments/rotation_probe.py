@@ -117,11 +117,11 @@ def timed_rotation(fns: dict, phase: str, device, rounds: int, calls: int, n_set
     (``round``: the series' index)."""
     import torch  # noqa: PLC0415
 
-    from mok.bench.harness import _back_to_back_ms  # noqa: PLC0415 (the bench's own series)
+    from mok.bench.harness import _series_ms  # noqa: PLC0415 (the bench's own series)
 
     out, before = [], "(start)"
     for index, label in enumerate(series_order(list(fns), rounds, order)):
-        times = _back_to_back_ms(fns[label], torch.device(device), calls, n_sets)
+        times, _ = _series_ms(fns[label], torch.device(device), calls, n_sets)
         out += [CallTime(phase, label, index, pos, before, ms) for pos, ms in enumerate(times)]
         before = label
     if torch.device(device).type == "cuda":

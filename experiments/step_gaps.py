@@ -142,8 +142,9 @@ def main() -> None:
                 r = row[part]
                 print(f"{shape.name} {backend} {part}: span {r['span_us'] / 1e3:.3f} ms, GPU busy "
                       f"{r['busy_us'] / 1e3:.3f} ms, idle {r['idle_us'] / 1e3:.3f} ms, {r['kernels']} activities")
-            for g in row["backward"]["gaps"]:
-                print(f"    backward gap {g['length']:9.1f} us after {g['before'][:60]} before {g['after'][:60]}")
+            for part in ("forward", "backward"):  # the forward's gaps are the host's launches (round 31)
+                for g in row[part]["gaps"]:
+                    print(f"    {part:8s} gap {g['length']:9.1f} us after {g['before'][:60]} before {g['after'][:60]}")
         del problem
         torch.cuda.empty_cache()
     if args.json:

@@ -265,11 +265,6 @@ def _series_ms(fn: Callable[[int], Any], device: torch.device, calls: int,
     return times, [(e - p) * 1e3 for p, e in zip(points, ends)]
 
 
-def _back_to_back_ms(fn: Callable[[int], Any], device: torch.device, calls: int, n_sets: int) -> list[float]:
-    """:func:`_series_ms`'s per-call times only."""
-    return _series_ms(fn, device, calls, n_sets)[0]
-
-
 def balanced_series_order(labels: list[str], rounds: int, previous: str | None = None) -> list[str]:
     """The order in which ``labels`` run their series: every label runs after every other label equally often and
     never right after itself, each label ``rounds`` times rounded up to a multiple of ``len(labels) - 1``.
