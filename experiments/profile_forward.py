@@ -11,13 +11,19 @@
    call, and the longest idle gaps with the kernels on either side (a gap is the GPU waiting for the host);
 3. with ``--sync-debug``: every host synchronisation of one call, with the mok lines that caused it.
 
+``sonicmoe`` is a backend name too (round 32): SonicMoE's whole layer (:class:`mok.bench.baselines.SonicLayer`,
+its own router inside), profiled the same way, so its kernels can be set beside the megakernel's. ``--json``
+keeps every backend's times and kernel table.
+
 Run on the H200 from the repository root::
 
-    python3 experiments/profile_forward.py anchor-2 kimi-k2.7/ep64 [--backends cuda,torch] [--sync-debug]
+    python3 experiments/profile_forward.py anchor-2 kimi-k2.7/ep64 [--backends cuda,torch,sonicmoe] [--sync-debug]
+        [--json results.json]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -43,35 +49,43 @@ def merged_busy(intervals: list[tuple[float, float, str]]) -> tuple[float, list[
     return busy, sorted(gaps, reverse=True)
 
 
-def bench_times(problem, backend: str, iters: int) -> dict[str, float]:
-    """Median ms of the bench's forward, of the same under no_grad, and (router problems) without the router."""
+def kernel_table(intervals: list[tuple[float, float, str]], calls: int) -> list[dict]:
+    """Per kernel name, its GPU time per call (the unit of ``intervals``) and launches per call, most time first."""
+    per_name: dict[str, list[float]] = {}
+    for start, end, name in intervals:
+        per_name.setdefault(name, []).append(end - start)
+    rows = [{"name": name, "time_per_call": sum(durations) / calls, "launches_per_call": len(durations) / calls}
+            for name, durations in per_name.items()]
+    return sorted(rows, key=lambda row: -row["time_per_call"])
+
+
+def bench_times(fwd, device, n_sets: int, iters: int) -> dict[str, float]:
+    """Median ms of a forward ``fwd(i)`` as the bench calls it, and of the same under no_grad."""
     import torch  # noqa: PLC0415 (main only: the CPU tests import this file)
 
     from mok.bench.harness import time_fn  # noqa: PLC0415
-
-    fwd = problem.calls(backend)["fwd"]
 
     def no_grad(i):
         with torch.no_grad():
             return fwd(i)
 
-    times = {"bench fwd": time_fn(fwd, device=problem.device, n_sets=len(problem.xs), warmup=3, iters=iters),
-             "no_grad": time_fn(no_grad, device=problem.device, n_sets=len(problem.xs), warmup=3, iters=iters)}
+    times = {"bench fwd": time_fn(fwd, device=device, n_sets=n_sets, warmup=3, iters=iters),
+             "no_grad": time_fn(no_grad, device=device, n_sets=n_sets, warmup=3, iters=iters)}
     return {label: timing.median_ms for label, timing in times.items()}
 
 
-def profile_calls(problem, backend: str, calls: int) -> None:
-    """Profiles ``calls`` back-to-back bench forwards; prints kernels per call and the GPU's idle gaps."""
+def profile_calls(fwd, n_sets: int, calls: int) -> dict:
+    """Profiles ``calls`` back-to-back forwards ``fwd(i)``; prints kernels per call and the GPU's idle gaps, and
+    returns them (us per call)."""
     import torch  # noqa: PLC0415
     from torch.autograd import DeviceType  # noqa: PLC0415
     from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
 
-    fwd = problem.calls(backend)["fwd"]
     for i in range(3):
-        fwd(i % len(problem.xs))
+        fwd(i % n_sets)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
-        outs = [fwd(i % len(problem.xs)) for i in range(calls)]
+        outs = [fwd(i % n_sets) for i in range(calls)]
         torch.cuda.synchronize()
     del outs
     kernels = [e for e in prof.events()
@@ -81,12 +95,10 @@ def profile_calls(problem, backend: str, calls: int) -> None:
     span_us = max(end for _, end, _ in intervals) - min(start for start, _, _ in intervals)
     print(f"  profiled {calls} calls back to back: GPU span {span_us / calls / 1e3:.3f} ms per call, "
           f"busy {busy_us / calls / 1e3:.3f} ms, idle {(span_us - busy_us) / calls / 1e3:.3f} ms")
-    per_name: dict[str, list[float]] = {}
-    for start, end, name in intervals:
-        per_name.setdefault(name, []).append(end - start)
+    table = kernel_table(intervals, calls)
     print("  kernels by GPU time per call (us, launches per call):")
-    for name, durations in sorted(per_name.items(), key=lambda kv: -sum(kv[1]))[:14]:
-        print(f"    {sum(durations) / calls:10.1f}  {len(durations) / calls:4.1f}  {name[:100]}")
+    for row in table[:14]:
+        print(f"    {row['time_per_call']:10.1f}  {row['launches_per_call']:4.1f}  {row['name'][:100]}")
     print("  longest idle gaps (us, kernel before -> kernel after):")
     for length, before, after in gaps[:6]:
         print(f"    {length:10.1f}  {before[:50]} -> {after[:50]}")
@@ -94,6 +106,8 @@ def profile_calls(problem, backend: str, calls: int) -> None:
     # where the profiler recorded them (torch 2.11 on the H200 printed the operators without a source column).
     print(prof.key_averages(group_by_stack_n=3).table(sort_by="self_device_time_total", row_limit=16,
                                                       max_name_column_width=40, max_src_column_width=90))
+    return {"span_us": span_us / calls, "busy_us": busy_us / calls, "kernels_us": table,
+            "gaps_us": [list(g) for g in gaps[:6]]}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -104,32 +118,50 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=4, help="calls in the profiled series")
     parser.add_argument("--sync-debug", action="store_true",
                         help="also list the host synchronisations of one bench forward, with where they came from")
+    parser.add_argument("--json", type=Path, help="write every backend's times and kernel table here")
     args = parser.parse_args(argv)
 
     import torch  # noqa: PLC0415
 
+    from mok.bench.baselines import SONIC_NAME, SonicLayer  # noqa: PLC0415
     from mok.bench.harness import free_memory, layer_flops, tflops  # noqa: PLC0415
     from mok.bench.problems import LayerProblem  # noqa: PLC0415
     from mok.config import get_shape  # noqa: PLC0415
     from profile_backward import report_syncs  # noqa: PLC0415
 
     device = torch.device("cuda")
+    records = []
     for name in args.shapes:
         shape = get_shape(name)
         flops = layer_flops(shape, "fwd")
         with_router = LayerProblem(shape, "bf16", device, router=True)
         without_router = LayerProblem(shape, "bf16", device, router=False)
         for backend in args.backends.split(","):
-            times = bench_times(with_router, backend, args.iters)
-            times["no router (no_grad)"] = bench_times(without_router, backend, args.iters)["no_grad"]
+            if backend == SONIC_NAME:  # SonicMoE's layer routes itself: no "without the router" reading
+                sonic = SonicLayer(shape, device)
+                fwd, n_sets = sonic.forward, len(sonic.xs)
+                times = bench_times(fwd, device, n_sets, args.iters)
+            else:
+                fwd, n_sets = with_router.calls(backend)["fwd"], len(with_router.xs)
+                times = bench_times(fwd, device, n_sets, args.iters)
+                times["no router (no_grad)"] = bench_times(without_router.calls(backend)["fwd"], device,
+                                                           len(without_router.xs), args.iters)["no_grad"]
             print(f"{name} {backend}: " + ", ".join(f"{label} {ms:.3f} ms ({tflops(flops, ms):.1f} TFLOP/s)"
                                                     for label, ms in times.items()))
-            profile_calls(with_router, backend, args.calls)
-            if args.sync_debug:
-                fwd = with_router.calls(backend)["fwd"]
+            profiled = profile_calls(fwd, n_sets, args.calls)
+            records.append({"shape": name, "backend": backend, "times_ms": times, **profiled})
+            if args.sync_debug and backend != SONIC_NAME:
                 report_syncs(f"  {name} {backend}: one bench forward", lambda: fwd(1))
+            if backend == SONIC_NAME:
+                del sonic
+            del fwd
+            free_memory(device)
         del with_router, without_router
         free_memory(device)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "records": records}, indent=1))
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -35,3 +35,9 @@ def test_no_intervals():
 def test_needs_a_shape():
     with pytest.raises(SystemExit):
         load_script().main([])
+
+
+def test_kernel_table_sums_each_name_per_call_most_time_first():
+    table = load_script().kernel_table([(0, 4, "gemm"), (4, 5, "topk"), (10, 16, "gemm"), (16, 18, "topk")], calls=2)
+    assert table == [{"name": "gemm", "time_per_call": 5.0, "launches_per_call": 1.0},
+                     {"name": "topk", "time_per_call": 1.5, "launches_per_call": 1.0}]
