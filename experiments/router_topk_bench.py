@@ -42,6 +42,49 @@ def packed_key_topk_kernel(logits_ptr, ids_ptr, num_tokens, num_experts, stride_
         key = tl.where(key == best[:, None], retired, key)
 
 
+@triton.jit
+def sorted_key_topk_kernel(logits_ptr, ids_ptr, num_tokens, num_experts, stride_token,
+                           TOP_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr,
+                           BLOCK_K: tl.constexpr, USE_TOPK: tl.constexpr):
+    """Candidates (round 32): the packed keys above, sorted once (``tl.sort``, a bitonic network in registers) or
+    cut to the first BLOCK_K by ``tl.topk`` (BLOCK_K = TOP_K rounded up to a power of two), instead of TOP_K rounds
+    of a row maximum. Keys are distinct (the column is in them), so any sort gives the one order the tie rule
+    asks for."""
+    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.arange(0, BLOCK_E)
+    row_ok = rows < num_tokens
+    real = row_ok[:, None] & (cols[None, :] < num_experts)
+    values = tl.load(logits_ptr + rows[:, None].to(tl.int64) * stride_token + cols[None, :], mask=real,
+                     other=0.0).to(tl.float32)
+    values = tl.where(values == 0.0, 0.0, values)
+    bits = values.to(tl.int32, bitcast=True)
+    ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    retired = -9223372036854775807 - 1
+    key = (ordered.to(tl.int64) << 32) | (BLOCK_E - 1 - cols[None, :]).to(tl.int64)
+    key = tl.where(real, key, retired)
+    if USE_TOPK:
+        best = tl.topk(key, BLOCK_K, dim=1)
+        slot = tl.arange(0, BLOCK_K)
+    else:
+        best = tl.sort(key, dim=1, descending=True)
+        slot = cols
+    choice = BLOCK_E - 1 - (best & 0xFFFFFFFF).to(tl.int32)
+    tl.store(ids_ptr + rows[:, None].to(tl.int64) * TOP_K + slot[None, :], choice,
+             mask=row_ok[:, None] & (slot[None, :] < TOP_K))
+
+
+def sorted_key_topk(logits, top_k: int, block_t: int, num_warps: int, use_topk: bool):
+    import torch  # noqa: PLC0415
+
+    tokens, experts = logits.shape
+    ids = torch.empty(tokens, top_k, dtype=torch.int32, device=logits.device)
+    sorted_key_topk_kernel[(triton.cdiv(tokens, block_t),)](
+        logits, ids, tokens, experts, logits.stride(0), TOP_K=top_k, BLOCK_T=block_t,
+        BLOCK_E=triton.next_power_of_2(experts), BLOCK_K=triton.next_power_of_2(top_k), USE_TOPK=use_topk,
+        num_warps=num_warps)
+    return ids
+
+
 def packed_key_topk(logits, top_k: int, block_t: int, num_warps: int):
     import torch  # noqa: PLC0415
 
@@ -87,6 +130,12 @@ def main(argv: list[str] | None = None) -> None:
         for block_t, warps in [(16, 4), (4, 1), (8, 2)]:
             methods[f"packed-key candidate, {block_t} rows x {warps} warps"] = (
                 lambda i, b=block_t, w=warps: packed_key_topk(logits, top_k, b, w))
+        for block_t, warps in [(1, 1), (2, 1), (4, 1), (8, 2), (16, 4)]:
+            methods[f"sorted-key candidate, {block_t} rows x {warps} warps"] = (
+                lambda i, b=block_t, w=warps: sorted_key_topk(logits, top_k, b, w, False))
+            if hasattr(tl, "topk"):
+                methods[f"tl.topk candidate, {block_t} rows x {warps} warps"] = (
+                    lambda i, b=block_t, w=warps: sorted_key_topk(logits, top_k, b, w, True))
         for label, fn in methods.items():
             us = time_fn(fn, device="cuda", warmup=3, iters=args.iters).median_ms * 1e3
             same = ""

@@ -87,6 +87,20 @@ def test_the_experiments_packed_key_candidate_matches_too():
     assert bench.parse_shape("32768x256x16") == (32768, 256, 16)
 
 
+def test_the_experiments_sorted_key_candidates_match_too():
+    """router_topk_bench.py's round-32 candidates (the int64 keys sorted whole, or cut by tl.topk where Triton has
+    it) keep the same ids, ties, -0.0 and -inf rows included."""
+    bench = load_experiment("router_topk_bench.py")
+    gen = torch.Generator().manual_seed(6)
+    logits = torch.randint(-2, 3, (40, 12), generator=gen).float()
+    logits[0] = float("-inf")
+    logits[1, :4] = -0.0
+    for use_topk in (False, True) if hasattr(bench.tl, "topk") else (False,):
+        for block_t in (1, 4):
+            got = bench.sorted_key_topk(logits.to(TRITON_DEVICE), 5, block_t, 1, use_topk).cpu()
+            assert torch.equal(got, sorted_ids(logits, 5)), (use_topk, block_t)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # route(method="fused"): the same kernel also weighs the chosen experts
 # ------------------------------------------------------------------------------------------------------------
