@@ -17,29 +17,34 @@ TILINGS = [(16, 4), (4, 1), (8, 1), (8, 2), (16, 2), (32, 4), (2, 1)]
 
 
 @triton.jit
-def packed_key_topk_kernel(logits_ptr, ids_ptr, num_tokens, num_experts, stride_token,
-                           TOP_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
-    """A candidate: one int64 maximum per round instead of a float maximum and an int minimum. The key is the
-    logit's bits made to order like the float (negative values' magnitude bits flipped; -0.0 made +0.0 first, as
-    they compare equal) in the high word, and BLOCK_E - 1 - column in the low word (equal logits: lower column
-    wins)."""
-    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    cols = tl.arange(0, BLOCK_E)
-    row_ok = rows < num_tokens
+def packed_keys(logits_ptr, rows, cols, row_ok, num_experts, stride_token, BLOCK_E: tl.constexpr):
+    """The ``[rows, cols]`` logits as int64 keys that order like (logit, lower column first): the logit's bits made
+    to order like the float (negative values' magnitude bits flipped; -0.0 made +0.0 first, as they compare equal)
+    in the high word, BLOCK_E - 1 - column in the low word; padding columns and rows get the smallest int64."""
     real = row_ok[:, None] & (cols[None, :] < num_experts)
     values = tl.load(logits_ptr + rows[:, None].to(tl.int64) * stride_token + cols[None, :], mask=real,
                      other=0.0).to(tl.float32)
     values = tl.where(values == 0.0, 0.0, values)
     bits = values.to(tl.int32, bitcast=True)
     ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    retired = -9223372036854775807 - 1
     key = (ordered.to(tl.int64) << 32) | (BLOCK_E - 1 - cols[None, :]).to(tl.int64)
-    key = tl.where(real, key, retired)
+    return tl.where(real, key, -9223372036854775807 - 1)
+
+
+@triton.jit
+def packed_key_topk_kernel(logits_ptr, ids_ptr, num_tokens, num_experts, stride_token,
+                           TOP_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
+    """A candidate: one int64 maximum per round (:func:`packed_keys`) instead of a float maximum and an int
+    minimum."""
+    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.arange(0, BLOCK_E)
+    row_ok = rows < num_tokens
+    key = packed_keys(logits_ptr, rows, cols, row_ok, num_experts, stride_token, BLOCK_E)
     for j in tl.static_range(TOP_K):
         best = tl.max(key, axis=1)
         choice = BLOCK_E - 1 - (best & 0xFFFFFFFF).to(tl.int32)
         tl.store(ids_ptr + rows.to(tl.int64) * TOP_K + j, choice, mask=row_ok)
-        key = tl.where(key == best[:, None], retired, key)
+        key = tl.where(key == best[:, None], -9223372036854775807 - 1, key)
 
 
 @triton.jit
@@ -53,15 +58,7 @@ def sorted_key_topk_kernel(logits_ptr, ids_ptr, num_tokens, num_experts, stride_
     rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     cols = tl.arange(0, BLOCK_E)
     row_ok = rows < num_tokens
-    real = row_ok[:, None] & (cols[None, :] < num_experts)
-    values = tl.load(logits_ptr + rows[:, None].to(tl.int64) * stride_token + cols[None, :], mask=real,
-                     other=0.0).to(tl.float32)
-    values = tl.where(values == 0.0, 0.0, values)
-    bits = values.to(tl.int32, bitcast=True)
-    ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    retired = -9223372036854775807 - 1
-    key = (ordered.to(tl.int64) << 32) | (BLOCK_E - 1 - cols[None, :]).to(tl.int64)
-    key = tl.where(real, key, retired)
+    key = packed_keys(logits_ptr, rows, cols, row_ok, num_experts, stride_token, BLOCK_E)
     if USE_TOPK:
         best = tl.topk(key, BLOCK_K, dim=1)
         slot = tl.arange(0, BLOCK_K)
