@@ -13,6 +13,8 @@ Every run starts after ``--rest`` seconds of idle GPU, so each backend starts fr
 alternates between repeats (A B C, then C B A, ...), so no backend always runs first.
 
     python3 experiments/energy_per_layer.py anchor-2 anchor-5 --backends cuda,sonicmoe,torch [--json out.json]
+        [--plot out.png]
+    python3 experiments/energy_per_layer.py --replot out.json --plot out.png      # the plot again, on any machine
 
 ``sonicmoe`` runs SonicMoE's whole layer (its own router), the mok backends the bench's layer (router inside), as
 in ``python -m mok.bench``. Needs a CUDA GPU and nvidia-smi; the arithmetic (:func:`run_row`) runs anywhere.
@@ -49,6 +51,41 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot_runs(rows: list[dict], path: str) -> str | None:
+    """Per shape, two panels' worth in one row: each run's energy per call (J) by backend, and its work per clock
+    (TFLOP/s per GHz) against its SM clock, so a backend slower for its clock and one slower for its work per clock
+    look different. ``None`` without matplotlib or without rows."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    shapes = list(dict.fromkeys(r["shape"] for r in rows))
+    if not shapes:
+        return None
+    backends = list(dict.fromkeys(r["backend"] for r in rows))
+    fig, axes = plt.subplots(2, len(shapes), figsize=(3.8 * len(shapes), 6.4), squeeze=False)
+    for col, shape in enumerate(shapes):
+        mine = [r for r in rows if r["shape"] == shape]
+        energy, per_clock = axes[0][col], axes[1][col]
+        for b, backend in enumerate(backends):
+            runs = [r for r in mine if r["backend"] == backend]
+            energy.scatter([b] * len(runs), [r["joules"] for r in runs], color=f"C{b}")
+            per_clock.scatter([r["sm_mhz"] for r in runs], [r["tflops_per_ghz"] for r in runs], color=f"C{b}",
+                              label=backend)
+        energy.set_xticks(range(len(backends)), backends)
+        energy.set_title(shape)
+        energy.set_ylabel("J per forward")
+        per_clock.set_xlabel("median SM clock (MHz)")
+        per_clock.set_ylabel("TFLOP/s per GHz")
+        per_clock.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def timed_run(fwd, n_sets: int, seconds: float) -> tuple[float, float, float]:
     """``fwd(i)`` back to back for about ``seconds``: (ms per call by CUDA events over the whole loop, unix start,
     unix stop)."""
@@ -70,14 +107,24 @@ def timed_run(fwd, n_sets: int, seconds: float) -> tuple[float, float, float]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("shapes", nargs="+")
+    parser.add_argument("shapes", nargs="*")
     parser.add_argument("--backends", default="cuda,sonicmoe,torch")
     parser.add_argument("--seconds", type=float, default=4.0, help="length of one run")
     parser.add_argument("--rest", type=float, default=3.0, help="idle seconds before each run")
     parser.add_argument("--settle", type=float, default=1.0, help="first seconds of a run left out of the medians")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--plot", default=None, help="also draw the runs (PNG)")
+    parser.add_argument("--replot", type=Path, default=None, metavar="JSON",
+                        help="only draw --plot from an earlier run's --json (no GPU needed)")
     args = parser.parse_args(argv)
+    if args.replot is not None:
+        if not args.plot:
+            parser.error("--replot needs --plot")
+        print(plot_runs(json.loads(args.replot.read_text())["rows"], args.plot) or "nothing drawn")
+        return
+    if not args.shapes:
+        parser.error("give at least one shape (or --replot)")
 
     import torch  # noqa: PLC0415
 
@@ -90,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     log = (args.json.with_suffix(".smi.csv") if args.json else Path("energy_per_layer.smi.csv")).resolve()
     log.parent.mkdir(parents=True, exist_ok=True)
     sampler = start_clock_sampler(log)
-    rows = []
+    runs = []  # (shape, backend, repeat, ms per call, unix start, unix stop, FLOPs)
     try:
         for name in args.shapes:
             shape = get_shape(name)
@@ -113,21 +160,27 @@ def main(argv: list[str] | None = None) -> None:
                     fwd, n_sets = calls[backend]
                     time.sleep(args.rest)
                     ms, t0, t1 = timed_run(fwd, n_sets, args.seconds)
-                    time.sleep(0.2)  # the sampler's last samples of the run reach the file
-                    row = run_row(name, backend, ms, read_clock_log(log), t0 + args.settle, t1, flops)
-                    rows.append({**row, "repeat": repeat})
-                    print(f"{name} {backend} (repeat {repeat}): {ms:.3f} ms, {row['sm_mhz']:.0f} MHz, "
-                          f"{row['watts']:.0f} W, {row['joules']:.2f} J per call", flush=True)
+                    runs.append((name, backend, repeat, ms, t0, t1, flops))
+                    print(f"{name} {backend} (repeat {repeat}): {ms:.3f} ms per call", flush=True)
             del calls, problem
             free_memory(device)
+        time.sleep(0.5)
     finally:
         sampler.terminate()
+        sampler.wait()
+    # The log is read once the sampler has stopped: nvidia-smi writes it in bursts, so a read right after a run
+    # can miss that run's samples (round 32's call 9 read none for 7 of its 18 runs that way).
+    samples = read_clock_log(log)
+    rows = [{**run_row(name, backend, ms, samples, t0 + args.settle, t1, flops), "repeat": repeat,
+             "window": [t0, t1]} for name, backend, repeat, ms, t0, t1, flops in runs]
     print()
     print(format_table(rows))
     if args.json:
         args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "args": vars(args) | {"json": str(args.json)},
                                          "rows": rows}, indent=1))
         print(f"wrote {args.json}")
+    if args.plot:
+        print(f"wrote {plot_runs(rows, args.plot)}")
 
 
 if __name__ == "__main__":

@@ -37,3 +37,16 @@ def test_a_run_without_samples_says_so_with_nan():
 def test_needs_a_shape():
     with pytest.raises(SystemExit):
         load_script().main([])
+
+
+def test_replot_draws_an_earlier_runs_json(tmp_path):
+    pytest.importorskip("matplotlib")
+    script = load_script()
+    samples = [(1.5, 1500.0, 690.0), (2.5, 1600.0, 700.0)]
+    rows = [script.run_row(shape, backend, ms, samples, 1.0, 3.0, 3.2e12)
+            for shape in ("anchor-2", "anchor-5") for backend, ms in (("cuda", 8.0), ("sonicmoe", 7.5))]
+    (tmp_path / "runs.json").write_text(__import__("json").dumps({"rows": rows}))
+    script.main(["--replot", str(tmp_path / "runs.json"), "--plot", str(tmp_path / "runs.png")])
+    assert (tmp_path / "runs.png").stat().st_size > 0
+    with pytest.raises(SystemExit):
+        script.main(["--replot", str(tmp_path / "runs.json")])  # --replot without --plot
