@@ -51,16 +51,12 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot_runs(rows: list[dict], path: str) -> str | None:
-    """Per shape, two panels' worth in one row: each run's energy per call (J) by backend, and its work per clock
-    (TFLOP/s per GHz) against its SM clock, so a backend slower for its clock and one slower for its work per clock
-    look different. ``None`` without matplotlib or without rows."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
+def draw_runs(rows: list[dict]):
+    """Per shape, a column of two panels: each run's energy per call (J) by backend, and its work per clock (TFLOP/s
+    per GHz) against its SM clock, so a backend slower for its clock and one slower for its work per clock look
+    different. The matplotlib figure, or ``None`` without rows."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (only to draw)
+
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
     if not shapes:
         return None
@@ -81,6 +77,20 @@ def plot_runs(rows: list[dict], path: str) -> str | None:
         per_clock.set_ylabel("TFLOP/s per GHz")
         per_clock.legend(fontsize=7)
     fig.tight_layout()
+    return fig
+
+
+def plot_runs(rows: list[dict], path: str) -> str | None:
+    """:func:`draw_runs` saved as a PNG at ``path``; ``None`` without matplotlib or without rows."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig = draw_runs(rows)
+    if fig is None:
+        return None
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

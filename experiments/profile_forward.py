@@ -59,6 +59,35 @@ def kernel_table(intervals: list[tuple[float, float, str]], calls: int) -> list[
     return sorted(rows, key=lambda row: -row["time_per_call"])
 
 
+# The layer's pieces, by kernel name (first match wins; round 32's profiles of the megakernel and SonicMoE 0.1.2):
+# every other kernel is the router and the routing. The megakernel is one kernel: :func:`layer_pieces` splits it by
+# its task timeline instead.
+KERNEL_PIECES = (("gate/up GEMM", ("GemmGated",)), ("down GEMM", ("GemmDefault",)),
+                 ("weighted sum", ("token_gather_sum",)), ("megakernel", ("sm90_moe_forward_kernel",)))
+TIMELINE_PIECES = {"dispatch": "dispatch", "gate_up": "gate/up GEMM", "down": "down GEMM", "combine": "weighted sum"}
+OTHER_PIECE = "router and routing"
+
+
+def layer_pieces(kernels: list[dict], timeline_kinds: dict | None = None) -> dict[str, float]:
+    """GPU time per forward of each piece of a layer (the unit of ``kernels``' ``time_per_call``, a
+    :func:`kernel_table`), in :data:`KERNEL_PIECES`' order, then the router and routing. With ``timeline_kinds``
+    (a task timeline's ``summary["kinds"]``, experiments/task_timeline.py) the megakernel's time is split by each
+    kind's share of its CTAs' time."""
+    pieces: dict[str, float] = {}
+    for row in kernels:
+        piece = next((name for name, marks in KERNEL_PIECES if any(m in row["name"] for m in marks)), OTHER_PIECE)
+        pieces[piece] = pieces.get(piece, 0.0) + row["time_per_call"]
+    mega = pieces.pop("megakernel", None)
+    if mega is not None and timeline_kinds:
+        for kind, info in timeline_kinds.items():
+            piece = TIMELINE_PIECES[kind]
+            pieces[piece] = pieces.get(piece, 0.0) + mega * info["share"]
+    elif mega is not None:
+        pieces["megakernel"] = mega
+    order = [name for name, _ in KERNEL_PIECES] + ["dispatch", OTHER_PIECE]
+    return {name: pieces[name] for name in sorted(pieces, key=order.index)}
+
+
 def bench_times(fwd, device, n_sets: int, iters: int) -> dict[str, float]:
     """Median ms of a forward ``fwd(i)`` as the bench calls it, and of the same under no_grad."""
     import torch  # noqa: PLC0415 (main only: the CPU tests import this file)

@@ -41,3 +41,20 @@ def test_kernel_table_sums_each_name_per_call_most_time_first():
     table = load_script().kernel_table([(0, 4, "gemm"), (4, 5, "topk"), (10, 16, "gemm"), (16, 18, "topk")], calls=2)
     assert table == [{"name": "gemm", "time_per_call": 5.0, "launches_per_call": 1.0},
                      {"name": "topk", "time_per_call": 1.5, "launches_per_call": 1.0}]
+
+
+def test_layer_pieces_group_kernels_and_split_the_megakernel_by_its_timeline():
+    script = load_script()
+    sonic = [{"name": "kernel_cutlass_kernel_quackgemm_actGemmGatedSm90_x", "time_per_call": 3.6},
+             {"name": "kernel_cutlass_kernel_quackgemm_default_epiGemmDefaultSm90_x", "time_per_call": 2.2},
+             {"name": "token_gather_sum_kernel", "time_per_call": 1.0},
+             {"name": "nvjet_sm90_tst_128x256", "time_per_call": 0.1}, {"name": "softmax", "time_per_call": 0.05}]
+    assert script.layer_pieces(sonic) == {"gate/up GEMM": 3.6, "down GEMM": 2.2, "weighted sum": 1.0,
+                                          "router and routing": 0.15000000000000002}
+    mega = [{"name": "void mok::sm90::sm90_moe_forward_kernel<...>", "time_per_call": 10.0},
+            {"name": "router_topk_kernel", "time_per_call": 0.2}]
+    kinds = {"gate_up": {"share": 0.5}, "down": {"share": 0.3}, "combine": {"share": 0.15}, "dispatch": {"share": 0.05}}
+    pieces = script.layer_pieces(mega, kinds)
+    assert list(pieces) == ["gate/up GEMM", "down GEMM", "weighted sum", "dispatch", "router and routing"]
+    assert pieces["gate/up GEMM"] == 5.0 and pieces["dispatch"] == 0.5 and pieces["router and routing"] == 0.2
+    assert script.layer_pieces(mega) == {"megakernel": 10.0, "router and routing": 0.2}  # no timeline: kept whole
