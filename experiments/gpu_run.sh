@@ -32,6 +32,9 @@
 #   timeline   experiments/task_timeline.py $MOK_TIMELINE_ARGS at $MOK_TIMELINE_SHAPES (default "anchor-2 anchor-5
 #              kimi-k2.7/ep64"): the megakernel's task timeline, per kind of task its share of the SMs' time, rate,
 #              dependency waits, and the tail
+#   energy     experiments/energy_per_layer.py at $MOK_ENERGY_SHAPES (default "anchor-2 anchor-5"), backends
+#              $MOK_ENERGY_BACKENDS (default cuda,torch; add sonicmoe with MOK_SONIC_SHAPES set): each forward back
+#              to back from a rested GPU with the SM clock and power sampled: ms, MHz, W and J per forward
 #   pushpull   experiments/push_pull.py (push vs pull kernels; the notebook stage measures this too)
 #   notebooks  notebooks/*.ipynb in full mode (re-measured: MOK_NOTEBOOK_REFRESH=1), executed copies in $OUT/notebooks
 #   train      experiments/train_tiny_moe.py (tokens/s per backend; bitwise loss curves, EP 1 vs EP 4)
@@ -41,7 +44,7 @@
 #   MOK_DEADLINE_S        seconds from start by which every stage must be done (default 560: the call's hard
 #                         limit is 600 s, and the summary and file transfer need the rest)
 #   MOK_TIMEOUT_<STAGE>   cap for one stage in seconds (TESTS 240, BENCH 300 or 540 with SonicMoE, CUDA 200,
-#                         SANITIZE 200, BREAKDOWN 150, TUNE 200, ROOFLINE 200, TIMELINE 150, PUSHPULL 120,
+#                         SANITIZE 200, BREAKDOWN 150, TUNE 200, ROOFLINE 200, TIMELINE 150, ENERGY 240, PUSHPULL 120,
 #                         NOTEBOOKS 300, TRAIN 180); a stage also never runs past the deadline
 #   MOK_BENCH_SHAPES      shapes for the bench stage (presets/groups, see python3 -m mok.bench --help)
 #   MOK_BENCH_ARGS        extra arguments for the bench stage (e.g. "--iters 50 --backends torch,triton"; add
@@ -243,7 +246,8 @@ for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
     fwdprofile)
       # experiments/profile_forward.py: what the bench's forward spends beyond the megakernel (round 16).
       run_stage fwdprofile "${MOK_TIMEOUT_FWDPROFILE:-200}" bash -c "python3 -m mok.cuda.build --jit \
-        && python3 experiments/profile_forward.py --sync-debug ${MOK_FWDPROFILE_SHAPES:-anchor-2 kimi-k2.7/ep64}" ;;
+        && python3 experiments/profile_forward.py --sync-debug --backends ${MOK_FWDPROFILE_BACKENDS:-cuda,torch} \
+           ${MOK_FWDPROFILE_SHAPES:-anchor-2 kimi-k2.7/ep64}" ;;
     profile)
       # experiments/profile_backward.py: host vs kernel time of one training backward per backend, and where the
       # backward synchronises with the host, at $MOK_PROFILE_SHAPES (default: the qwen slice, the host-bound one).
@@ -273,6 +277,12 @@ for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
       run_stage timeline "${MOK_TIMEOUT_TIMELINE:-150}" bash -c "python3 -m mok.cuda.build --jit \
         && python3 experiments/task_timeline.py ${MOK_TIMELINE_ARGS:-} \
            ${MOK_TIMELINE_SHAPES:-anchor-2 anchor-5 kimi-k2.7/ep64}" ;;
+    energy)
+      # Round 32: experiments/energy_per_layer.py: ms, SM clock, power and joules per forward, per backend.
+      run_stage energy "${MOK_TIMEOUT_ENERGY:-240}" bash -c "python3 -m mok.cuda.build --jit \
+        && python3 experiments/energy_per_layer.py ${MOK_ENERGY_SHAPES:-anchor-2 anchor-5} \
+           --backends ${MOK_ENERGY_BACKENDS:-cuda,torch} --json $OUT/results/energy_per_layer.json \
+           --plot $OUT/results/energy_per_layer.png" ;;
     pushpull)
       run_stage pushpull "${MOK_TIMEOUT_PUSHPULL:-120}" python3 experiments/push_pull.py ;;
     notebooks)
