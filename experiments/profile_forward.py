@@ -65,6 +65,7 @@ def kernel_table(intervals: list[tuple[float, float, str]], calls: int) -> list[
 KERNEL_PIECES = (("gate/up GEMM", ("GemmGated",)), ("down GEMM", ("GemmDefault",)),
                  ("weighted sum", ("token_gather_sum",)), ("megakernel", ("sm90_moe_forward_kernel",)))
 TIMELINE_PIECES = {"dispatch": "dispatch", "gate_up": "gate/up GEMM", "down": "down GEMM", "combine": "weighted sum"}
+IDLE_PIECE = "megakernel head and tail"  # its CTAs' time before their first task and after their last
 OTHER_PIECE = "router and routing"
 
 
@@ -72,7 +73,8 @@ def layer_pieces(kernels: list[dict], timeline_kinds: dict | None = None) -> dic
     """GPU time per forward of each piece of a layer (the unit of ``kernels``' ``time_per_call``, a
     :func:`kernel_table`), in :data:`KERNEL_PIECES`' order, then the router and routing. With ``timeline_kinds``
     (a task timeline's ``summary["kinds"]``, experiments/task_timeline.py) the megakernel's time is split by each
-    kind's share of its CTAs' time."""
+    kind's share of its CTAs' time, and what no task holds (CTAs before their first task and after their last) is
+    its head and tail, so the pieces add up to the kernels' time."""
     pieces: dict[str, float] = {}
     for row in kernels:
         piece = next((name for name, marks in KERNEL_PIECES if any(m in row["name"] for m in marks)), OTHER_PIECE)
@@ -82,9 +84,10 @@ def layer_pieces(kernels: list[dict], timeline_kinds: dict | None = None) -> dic
         for kind, info in timeline_kinds.items():
             piece = TIMELINE_PIECES[kind]
             pieces[piece] = pieces.get(piece, 0.0) + mega * info["share"]
+        pieces[IDLE_PIECE] = mega * (1.0 - sum(info["share"] for info in timeline_kinds.values()))
     elif mega is not None:
         pieces["megakernel"] = mega
-    order = [name for name, _ in KERNEL_PIECES] + ["dispatch", OTHER_PIECE]
+    order = [name for name, _ in KERNEL_PIECES] + ["dispatch", IDLE_PIECE, OTHER_PIECE]
     return {name: pieces[name] for name in sorted(pieces, key=order.index)}
 
 
@@ -105,7 +108,8 @@ def bench_times(fwd, device, n_sets: int, iters: int) -> dict[str, float]:
 
 def profile_calls(fwd, n_sets: int, calls: int) -> dict:
     """Profiles ``calls`` back-to-back forwards ``fwd(i)``; prints kernels per call and the GPU's idle gaps, and
-    returns them (us per call)."""
+    returns them: span, busy time and each kernel's time per call, and the longest gaps (each one's own length), in
+    us."""
     import torch  # noqa: PLC0415
     from torch.autograd import DeviceType  # noqa: PLC0415
     from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
@@ -179,7 +183,9 @@ def main(argv: list[str] | None = None) -> None:
                                                     for label, ms in times.items()))
             profiled = profile_calls(fwd, n_sets, args.calls)
             records.append({"shape": name, "backend": backend, "times_ms": times, **profiled})
-            if args.sync_debug and backend != SONIC_NAME:
+            if args.sync_debug and backend == SONIC_NAME:
+                print(f"  {name} {backend}: --sync-debug lists mok's own synchronisations only; skipped")
+            elif args.sync_debug:
                 report_syncs(f"  {name} {backend}: one bench forward", lambda: fwd(1))
             if backend == SONIC_NAME:
                 del sonic

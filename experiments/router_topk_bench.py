@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 TILINGS = [(16, 4), (4, 1), (8, 1), (8, 2), (16, 2), (32, 4), (2, 1)]
+RETIRED: tl.constexpr = tl.constexpr(-9223372036854775807 - 1)  # the smallest int64: a key no round can pick
 
 
 @triton.jit
@@ -28,7 +29,7 @@ def packed_keys(logits_ptr, rows, cols, row_ok, num_experts, stride_token, BLOCK
     bits = values.to(tl.int32, bitcast=True)
     ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
     key = (ordered.to(tl.int64) << 32) | (BLOCK_E - 1 - cols[None, :]).to(tl.int64)
-    return tl.where(real, key, -9223372036854775807 - 1)
+    return tl.where(real, key, RETIRED)
 
 
 @triton.jit
@@ -44,7 +45,7 @@ def packed_key_topk_kernel(logits_ptr, ids_ptr, num_tokens, num_experts, stride_
         best = tl.max(key, axis=1)
         choice = BLOCK_E - 1 - (best & 0xFFFFFFFF).to(tl.int32)
         tl.store(ids_ptr + rows.to(tl.int64) * TOP_K + j, choice, mask=row_ok)
-        key = tl.where(key == best[:, None], -9223372036854775807 - 1, key)
+        key = tl.where(key == best[:, None], RETIRED, key)
 
 
 @triton.jit
