@@ -10,7 +10,8 @@
 # Call B (nvidia-h200, about 5 minutes): energy per forward at anchor-4 and the kimi and qwen slices, cuda / SonicMoE
 # (anchor-4 only) / torch, so every target shape has its clock and work per clock (round 32: anchors 2, 3, 5):
 #   MOK_STAGES=energy MOK_ENERGY_SHAPES="anchor-4 kimi-k2.7/ep64 qwen3.5-397b/ep64" bash experiments/gpu_run.sh
-# (the stage was added after the last call: the script itself ran in calls 9-10, the stage's lines have not run yet).
+# (the stage was added after the last call, and the script's settle window after call 10: run it first, small,
+#  e.g. MOK_ENERGY_SHAPES=anchor-2 MOK_ENERGY_BACKENDS=cuda,torch, and check every run has samples).
 #
 # Leads, by what round 32 measured (mok/cuda/README.md, "Round 32" and "What is left"):
 # - anchor-2 (work per clock 18% below SonicMoE's at an 11% higher clock): the short-K down tasks (about 2 us of
