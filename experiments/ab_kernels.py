@@ -22,6 +22,7 @@ options to :func:`mok.cuda.backend.prepare` for both), e.g. the early combine ag
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import shutil
 import statistics
@@ -84,9 +85,11 @@ def smi_index() -> str:
 
 def read_clock_log(path: Path) -> list[tuple[float, float, float]]:
     """(unix time, SM clock MHz, power W) samples of an ``nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw
-    --format=csv,noheader,nounits`` log; unreadable lines are skipped."""
+    --format=csv,noheader,nounits`` log, gzipped (``.gz``, as the results folders keep them) or not; unreadable lines
+    are skipped."""
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
     samples = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) < 3:
             continue

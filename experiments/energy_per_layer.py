@@ -25,7 +25,6 @@ in ``python -m mok.bench``. Needs a CUDA GPU and nvidia-smi; the arithmetic, the
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 import tempfile
@@ -96,16 +95,6 @@ def reread_rows(old_rows: list[dict], samples: list[tuple[float, float, float]],
     return [{**run_row(r["shape"], r["backend"], r["ms"], samples, start + edge, stop - edge,
                        r["tflops"] * r["ms"] * 1e9), "repeat": r.get("repeat", 0)}
             for r, (start, stop) in zip(old_rows, windows)]
-
-
-def read_log(path: Path) -> list[tuple[float, float, float]]:
-    """:func:`ab_kernels.read_clock_log` of a log, gzipped or not."""
-    if path.suffix != ".gz":
-        return read_clock_log(path)
-    with tempfile.TemporaryDirectory() as tmp:
-        plain = Path(tmp) / path.stem
-        plain.write_bytes(gzip.decompress(path.read_bytes()))
-        return read_clock_log(plain)
 
 
 def format_table(rows: list[dict]) -> str:
@@ -249,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.reread is not None:
         if args.runs is None:
             parser.error("--reread needs --runs")
-        rows = reread_rows(json.loads(args.runs.read_text())["rows"], read_log(args.reread))
+        rows = reread_rows(json.loads(args.runs.read_text())["rows"], read_clock_log(args.reread))
         write_outputs(rows, {"reread": str(args.reread), "runs": str(args.runs)}, args)
         return
     if not args.shapes:

@@ -21,7 +21,8 @@
 #              interleaved, bitwise compared)
 #   ablayer    experiments/ab_layer.py $MOK_ABLAYER_ARGS (the whole layer under two settings of MOK_* switches, in
 #              rotation, bitwise compared: host costs included)
-#   fwdprofile experiments/profile_forward.py --sync-debug at $MOK_FWDPROFILE_SHAPES: the bench's forward (router,
+#   fwdprofile experiments/profile_forward.py --sync-debug at $MOK_FWDPROFILE_SHAPES, backends
+#              $MOK_FWDPROFILE_BACKENDS (default cuda,torch; sonicmoe as for energy): the bench's forward (router,
 #              autograd) against no_grad and no router, its kernels per call and the GPU's idle gaps
 #   profile    experiments/profile_backward.py --sync-debug at $MOK_PROFILE_SHAPES: host vs kernel time of a backward
 #   roofline   experiments/mainloop_roofline_probe.cu and experiments/mainloop_gap.py: the bare GEMM mainloop (loads
@@ -33,8 +34,8 @@
 #              kimi-k2.7/ep64"): the megakernel's task timeline, per kind of task its share of the SMs' time, rate,
 #              dependency waits, and the tail
 #   energy     experiments/energy_per_layer.py at $MOK_ENERGY_SHAPES (default "anchor-2 anchor-5"), backends
-#              $MOK_ENERGY_BACKENDS (default cuda,torch; add sonicmoe with MOK_SONIC_SHAPES set): each forward back
-#              to back from a rested GPU with the SM clock and power sampled: ms, MHz, W and J per forward
+#              $MOK_ENERGY_BACKENDS (default cuda,torch; naming sonicmoe unpacks it, with .carry/sonic carried): each
+#              forward back to back from a rested GPU with the SM clock and power sampled: ms, MHz, W and J per forward
 #   pushpull   experiments/push_pull.py (push vs pull kernels; the notebook stage measures this too)
 #   notebooks  notebooks/*.ipynb in full mode (re-measured: MOK_NOTEBOOK_REFRESH=1), executed copies in $OUT/notebooks
 #   train      experiments/train_tiny_moe.py (tokens/s per backend; bitwise loss curves, EP 1 vs EP 4)
@@ -125,8 +126,11 @@ if [ "${MOK_PIP_INSTALL:-0}" = 1 ]; then
 else
   export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 fi
+# SonicMoE is unpacked when the bench times it (MOK_SONIC_SHAPES) or a stage's backends name it (the energy and
+# fwdprofile stages: MOK_ENERGY_BACKENDS, MOK_FWDPROFILE_BACKENDS), so no call has to unpack it by hand.
 SONIC_ARGS=(--no-sonic)
-if [ -n "${MOK_SONIC_SHAPES:-}" ]; then
+SONIC_READY=0
+if [ -n "${MOK_SONIC_SHAPES:-}" ] || [[ "${MOK_ENERGY_BACKENDS:-},${MOK_FWDPROFILE_BACKENDS:-}" == *sonicmoe* ]]; then
   if [ -f .carry/sonic/libs_base.tar.xz ]; then
     t0=$(date +%s)
     if [ ! -d /tmp/sonic/sonicmoe ]; then
@@ -147,10 +151,11 @@ if [ -n "${MOK_SONIC_SHAPES:-}" ]; then
         && echo "=== setup: quack cache seeded ($(find "$QUACK_CACHE_DIR" -name '*.o' | wc -l) compiled GEMMs)"
     fi
     python3 -c "import sonicmoe; print('SonicMoE', getattr(sonicmoe, '__version__', '?'), 'imports')" \
-      && SONIC_ARGS=(--sonic --sonic-shapes "$MOK_SONIC_SHAPES")
+      && SONIC_READY=1
+    [ "$SONIC_READY" = 1 ] && [ -n "${MOK_SONIC_SHAPES:-}" ] && SONIC_ARGS=(--sonic --sonic-shapes "$MOK_SONIC_SHAPES")
     echo "=== setup: SonicMoE unpacked in $(( $(date +%s) - t0 ))s"
   else
-    echo "=== setup: MOK_SONIC_SHAPES is set but .carry/sonic/libs_base.tar.xz is missing: SonicMoE skipped"
+    echo "=== setup: SonicMoE is asked for but .carry/sonic/libs_base.tar.xz is missing: SonicMoE skipped"
   fi
 fi
 echo "=== setup: done at +$(elapsed)s"
@@ -319,7 +324,7 @@ fi
 grep -hE "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$OUT/logs/tests.log" 2>/dev/null | tail -n 8
 for row in "${SUMMARY[@]}"; do echo "stage $row"; done
 tar czf "$DEST/gpu_results.tgz" -C "$WORK" . && echo "packed: $DEST/gpu_results.tgz ($(du -h "$DEST/gpu_results.tgz" | cut -f1))"
-if [ "${SONIC_ARGS[0]}" = --sonic ] && [ -d "${QUACK_CACHE_DIR:-}" ]; then  # for the next call's .carry/quack_cache.tgz
+if [ "$SONIC_READY" = 1 ] && [ -d "${QUACK_CACHE_DIR:-}" ]; then  # for the next call's .carry/quack_cache.tgz
   (cd "$QUACK_CACHE_DIR" && find . -type f ! -name '*.lock' | tar czf "$DEST/quack_cache.tgz" -T -) \
     && echo "packed: $DEST/quack_cache.tgz ($(du -h "$DEST/quack_cache.tgz" | cut -f1))"
 fi

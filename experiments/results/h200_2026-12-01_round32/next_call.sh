@@ -10,6 +10,7 @@
 # Call B (nvidia-h200, about 5 minutes): energy per forward at anchor-4 and the kimi and qwen slices, cuda / SonicMoE
 # (anchor-4 only) / torch, so every target shape has its clock and work per clock (round 32: anchors 2, 3, 5):
 #   MOK_STAGES=energy MOK_ENERGY_SHAPES="anchor-4 kimi-k2.7/ep64 qwen3.5-397b/ep64" bash experiments/gpu_run.sh
+# (MOK_ENERGY_BACKENDS=cuda,sonicmoe,torch unpacks SonicMoE itself; carry .carry/sonic and .carry/quack_cache.tgz)
 # (the stage was added after the last call, and the script's settle window after call 10: run it first, small,
 #  e.g. MOK_ENERGY_SHAPES=anchor-2 MOK_ENERGY_BACKENDS=cuda,torch, and check every run has samples).
 #
