@@ -1,10 +1,12 @@
 """EXPERIMENT: the router's top-k selection (mok/triton_ref/router_topk.py) by tiling, beside torch.sort (what
 mok.route used before round 16) and torch.topk (fast, but its order of equal values is unspecified).
 
-For each shape, times the kernel at several (token rows per program, warps) tilings, checks that every tiling gives
-the sort's ids, and prints a table (median of CUDA-event timed calls after a warm-up). Run on the H200::
+For each shape, times the kernel at its default tilings (all of them, and the Triton candidates of rounds 16 and
+32, with ``--candidates``) and mok's CUDA top-k (mok/cuda/csrc/router_topk.cu, round 33), checks that every one gives
+the sort's ids, and prints a table: the median of CUDA-event timed calls after a warm-up, each call alone and in a
+CUDA graph of 16. Run on the H200::
 
-    python3 experiments/router_topk_bench.py [--shapes 32768x256x16 16384x384x8]
+    python3 experiments/router_topk_bench.py [--shapes 32768x256x16 16384x384x8] [--candidates]
 """
 from __future__ import annotations
 
@@ -106,15 +108,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=["32768x256x16", "16384x384x8", "65536x128x8", "4096x64x6"])
     parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--candidates", action="store_true",
+                        help="also the Triton candidates of rounds 16 and 32 (packed keys, sorts, tl.topk)")
     args = parser.parse_args(argv)
 
     import torch  # noqa: PLC0415 (main only: the CPU tests import this file)
 
-    from mok.bench.harness import time_fn  # noqa: PLC0415
-    from mok.triton_ref.router_topk import router_topk_ids  # noqa: PLC0415
+    from mok.bench.harness import time_fn, time_graph_ms  # noqa: PLC0415
+    from mok.cuda.router_topk import router_topk as cuda_router_topk  # noqa: PLC0415
+    from mok.triton_ref.router_topk import router_topk_ids, router_topk_weights  # noqa: PLC0415
 
-    print("| shape (T x E x k) | method | us | GB/s of logits read | ids as the stable sort's |")
-    print("|---|---|---|---|---|")
+    # "us": one call timed alone (its host launch included, as a lone kernel pays it); "GPU us": 16 calls captured in
+    # a CUDA graph, per call (the kernel's own time, as inside a layer whose host runs ahead).
+    print("| shape (T x E x k) | method | us | GPU us | GB/s of logits read (GPU) | ids as the stable sort's |")
+    print("|---|---|---|---|---|---|")
     for text in args.shapes:
         tokens, experts, top_k = parse_shape(text)
         gen = torch.Generator(device="cuda").manual_seed(tokens + experts)
@@ -122,13 +129,18 @@ def main(argv: list[str] | None = None) -> None:
         want = torch.sort(logits, dim=-1, descending=True, stable=True).indices[:, :top_k].to(torch.int32)
         methods = {"torch.sort (stable)": lambda i: torch.sort(logits, dim=-1, descending=True, stable=True),
                    "torch.topk": lambda i: torch.topk(logits, top_k, dim=-1)}
-        for block_t, warps in TILINGS:
+        methods["kernel + softmax weights (mok.route's fused method)"] = (
+            lambda i: router_topk_weights(logits, top_k)[1])
+        methods["CUDA kernel (mok/cuda/csrc/router_topk.cu)"] = (
+            lambda i: cuda_router_topk(logits, top_k, scoring=None)[1])
+        methods["CUDA kernel + softmax weights"] = lambda i: cuda_router_topk(logits, top_k)[1]
+        for block_t, warps in TILINGS if args.candidates else TILINGS[:2]:
             methods[f"kernel, {block_t} rows x {warps} warps"] = (
                 lambda i, b=block_t, w=warps: router_topk_ids(logits, top_k, block_t=b, num_warps=w))
-        for block_t, warps in [(16, 4), (4, 1), (8, 2)]:
+        for block_t, warps in [(16, 4), (4, 1), (8, 2)] if args.candidates else []:
             methods[f"packed-key candidate, {block_t} rows x {warps} warps"] = (
                 lambda i, b=block_t, w=warps: packed_key_topk(logits, top_k, b, w))
-        for block_t, warps in [(1, 1), (2, 1), (4, 1), (8, 2), (16, 4)]:
+        for block_t, warps in [(1, 1), (2, 1), (4, 1), (8, 2), (16, 4)] if args.candidates else []:
             methods[f"sorted-key candidate, {block_t} rows x {warps} warps"] = (
                 lambda i, b=block_t, w=warps: sorted_key_topk(logits, top_k, b, w, False))
             if hasattr(tl, "topk"):
@@ -136,10 +148,11 @@ def main(argv: list[str] | None = None) -> None:
                     lambda i, b=block_t, w=warps: sorted_key_topk(logits, top_k, b, w, True))
         for label, fn in methods.items():
             us = time_fn(fn, device="cuda", warmup=3, iters=args.iters).median_ms * 1e3
+            gpu_us = time_graph_ms(lambda: fn(0), iters=max(5, args.iters // 5)) * 1e3
             same = ""
             if not label.startswith("torch"):
                 same = "yes" if torch.equal(fn(0), want) else "NO"
-            print(f"| {text} | {label} | {us:.1f} | {logits.numel() * 4 / us / 1e3:.0f} | {same} |")
+            print(f"| {text} | {label} | {us:.1f} | {gpu_us:.1f} | {logits.numel() * 4 / gpu_us / 1e3:.0f} | {same} |")
 
 
 if __name__ == "__main__":

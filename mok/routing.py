@@ -27,7 +27,9 @@ def route(logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", renorma
             otherwise (round 25's call 1 on the H200: 3.0-4.4 us instead of
             19.5-22.7 at the EP-64 slices, the layer with its router 0.91-1.00x the time).
             Default ``MOK_ROUTE``, else ``"auto"`` (``MOK_ROUTE=fused`` falls back to ``"torch"`` where the kernel
-            cannot run). The ids are the same either way; the weights agree to a few units in the last place (same
+            cannot run). On Hopper the fused method's selection may run in mok's CUDA top-k instead of the Triton
+            kernel (``MOK_ROUTE_TOPK``, :mod:`mok.cuda.router_topk`): the same ids and weights, bit for bit. The
+            ids are the same for both methods; the weights agree to a few units in the last place (same
             mathematics, other rounding), and each method's are the same bits on every call.
         backward: the fused method's backward: ``"kernel"``
             (:func:`mok.triton_ref.router_topk_backward.router_topk_backward`: one launch instead of a dozen and a
@@ -103,9 +105,7 @@ class _FusedRoute(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, top_k, scoring, renormalize, backward):
-        from .triton_ref.router_topk import router_topk_weights  # noqa: PLC0415 (Triton only when used)
-
-        weights, ids = router_topk_weights(logits.detach(), top_k, scoring=scoring, renormalize=renormalize)
+        weights, ids = _fused_select(logits.detach(), top_k, scoring, renormalize)
         ctx.save_for_backward(logits, ids)
         ctx.scoring, ctx.renormalize, ctx.backward_method = scoring, renormalize, backward
         ctx.mark_non_differentiable(ids)
@@ -128,12 +128,32 @@ class _FusedRoute(torch.autograd.Function):
         return grad, None, None, None, None
 
 
+def _fused_select(logits: torch.Tensor, top_k: int, scoring: str,
+                  renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused method's ``(weights, ids)``: the CUDA top-k where ``MOK_ROUTE_TOPK`` and its limits allow
+    (:mod:`mok.cuda.router_topk`: the same bits, faster on wide routers), else the Triton kernel."""
+    if logits.is_cuda:
+        from .cuda.router_topk import select_topk  # noqa: PLC0415
+
+        selected = select_topk(logits, top_k, (scoring, renormalize))
+        if selected is not None:
+            return selected
+    from .triton_ref.router_topk import router_topk_weights  # noqa: PLC0415 (Triton only when used)
+
+    return router_topk_weights(logits, top_k, scoring=scoring, renormalize=renormalize)
+
+
 def _topk_ids(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """``[T, top_k]`` int32 ids of each row's largest fp32 logits, equal ones in ascending id. On a GPU a selection
     kernel (:mod:`mok.triton_ref.router_topk`); elsewhere, or for very wide routers, a stable descending sort, which
     gives the same ids (the CPU tests check the kernel against it)."""
     if logits.is_cuda:
-        from .triton_ref.router_topk import MAX_EXPERTS, router_topk_ids
+        from .cuda.router_topk import select_topk  # noqa: PLC0415
+        from .triton_ref.router_topk import MAX_EXPERTS, router_topk_ids  # noqa: PLC0415
+
+        selected = select_topk(logits, top_k, None)
+        if selected is not None:
+            return selected[1]
         if logits.shape[1] <= MAX_EXPERTS:
             return router_topk_ids(logits, top_k)
     return torch.sort(logits, dim=-1, descending=True, stable=True).indices[:, :top_k].to(torch.int32)

@@ -37,6 +37,7 @@ INCLUDE_DIR = PACKAGE_DIR / "include"
 CSRC_DIR = PACKAGE_DIR / "csrc"
 KERNEL_SOURCE = CSRC_DIR / "sm90_moe_forward.cu"
 SCHEDULE_SOURCE = CSRC_DIR / "schedule_tables.cu"
+ROUTER_TOPK_SOURCE = CSRC_DIR / "router_topk.cu"
 BINDING_SOURCE = CSRC_DIR / "binding.cpp"
 
 ARCH_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a"]
@@ -114,7 +115,8 @@ def load_extension(verbose: bool | None = None, source_root: Path | str | None =
     csrc = root / "csrc"
     # NOTE: an explicit -gencode keeps torch from adding its own arch flags (a plain sm_90 pass would
     # reject wgmma and setmaxnreg), and -std in the nvcc flags keeps it from adding another.
-    sources = [csrc / KERNEL_SOURCE.name, csrc / SCHEDULE_SOURCE.name, csrc / BINDING_SOURCE.name]
+    sources = [csrc / KERNEL_SOURCE.name, csrc / SCHEDULE_SOURCE.name, csrc / ROUTER_TOPK_SOURCE.name,
+               csrc / BINDING_SOURCE.name]
     loaded = load(name=name, sources=[str(s) for s in sources], extra_cuda_cflags=flags, extra_cflags=["-O3"],
                   extra_include_paths=include_dirs(root), build_directory=str(build_dir), verbose=verbose)
     _EXTENSIONS[str(root)] = loaded

@@ -22,6 +22,14 @@ Why a kernel of its own
     ``experiments/profile_forward.py``). Selecting is cheaper than sorting: ``top_k`` rounds of a row maximum,
     0.10 ms there (``experiments/router_topk_bench.py``; ``torch.topk`` took 0.47 ms).
 
+A twin in CUDA
+    On Hopper :func:`mok.route` may run ``mok/cuda/csrc/router_topk.cu`` instead (``MOK_ROUTE_TOPK``,
+    :mod:`mok.cuda.router_topk`): one warp per token whose lanes sort their own few logits first, 0.39x this kernel's
+    time at anchor-2 (round 33). It gives the same ids and the same weight bits: it uses the instructions this kernel
+    compiles to (``ex2.approx.f32`` of ``x * log2e`` for ``tl.exp``, ``div.full.f32`` for a division), and the
+    renormalisation sums the chosen scores slot by slot here (:func:`sum_in_slot_order`), an order that does not depend
+    on how Triton lays a tile over the lanes.
+
 Tiling
     A program owns ``BLOCK_T`` whole token rows (``BLOCK_E`` = E rounded up to a power of two, padding masked out)
     and keeps them in registers, one warp per program for rows of up to 2,048 experts (:func:`default_tiling`).
@@ -93,10 +101,24 @@ def chosen_weights(chosen, kept, row_ok, denominator, SIGMOID: tl.constexpr, REN
         top = tl.where(row_ok, tl.max(tl.where(kept, chosen, float("-inf")), axis=1), 0.0)
         score = tl.where(kept, tl.exp(chosen - top[:, None]), 0.0)
     if RENORMALIZE:
-        score = score / tl.where(row_ok, tl.sum(score, axis=1), 1.0)[:, None]
+        score = score / tl.where(row_ok, sum_in_slot_order(score), 1.0)[:, None]
     elif not SIGMOID:
         score = score / denominator[:, None]
     return score
+
+
+@triton.jit
+def sum_in_slot_order(values):
+    """Row sums of a ``[BLOCK_T, BLOCK_K]`` tile added slot by slot, ``((v0 + v1) + v2) + ...``. ``tl.sum`` adds in
+    a tree whose shape follows the tile's layout over the lanes (so, in principle, the tiling and the Triton version);
+    this order is the same everywhere, and mok's CUDA top-k (``mok/cuda/csrc/router_topk.cu``) sums in it too, so
+    the two kernels' weights are the same bits. Each slot is taken out of the tile by a sum that adds zeros to it
+    (exact: the values are scores, never -0.0)."""
+    slot = tl.arange(0, values.shape[1])
+    total = tl.zeros([values.shape[0]], dtype=tl.float32)
+    for j in tl.static_range(values.shape[1]):
+        total += tl.sum(tl.where(slot[None, :] == j, values, 0.0), axis=1)
+    return total
 
 
 def router_topk_ids(logits: torch.Tensor, top_k: int, *, block_t: int | None = None,

@@ -319,6 +319,36 @@ std::vector<at::Tensor> expert_sort(const at::Tensor& ids, int64_t num_experts) 
   return {expert_sorted, slot_sorted, run_start};
 }
 
+// The router's top-k (csrc/router_topk.cu): logits [T, E] fp32 with unit column stride -> [ids [T, top_k] int32,
+// weights [T, top_k] fp32] (weights empty for weighting kTopkIdsOnly), enqueued on the current stream. E <= 512,
+// top_k <= 32; weighting as launch.cuh's RouterTopkWeighting.
+std::vector<at::Tensor> router_topk(const at::Tensor& logits, int64_t top_k, int64_t weighting) {
+  const at::Device device = logits.device();
+  TORCH_CHECK(device.is_cuda(), "router_topk needs a CUDA tensor");
+  const c10::cuda::CUDAGuard guard(device);
+  TORCH_CHECK(logits.scalar_type() == at::kFloat && logits.dim() == 2 && logits.stride(1) == 1,
+              "router_topk: logits must be a 2-D fp32 tensor with contiguous rows, got ", logits.scalar_type(), " ",
+              dims(logits.sizes()));
+  const int64_t num_tokens = logits.size(0), num_experts = logits.size(1);
+  TORCH_CHECK(num_tokens <= INT32_MAX && num_experts <= mok::sm90::kRouterTopkMaxExperts && top_k >= 1 &&
+                  top_k <= mok::sm90::kRouterTopkMaxK && top_k <= num_experts,
+              "router_topk: needs 1 <= top_k <= min(", num(mok::sm90::kRouterTopkMaxK), ", experts) and at most ",
+              num(mok::sm90::kRouterTopkMaxExperts), " experts, got top_k ", num(top_k), " and ", num(num_experts),
+              " experts");
+  at::Tensor ids = at::empty({num_tokens, top_k}, logits.options().dtype(at::kInt));
+  const bool weighed = weighting != mok::sm90::kTopkIdsOnly;
+  at::Tensor weights = at::empty({weighed ? num_tokens : 0, top_k}, logits.options());
+  char message[512] = {0};
+  const int rc = mok::sm90::sm90_router_topk(logits.data_ptr<float>(), logits.stride(0), static_cast<int>(num_tokens),
+                                             static_cast<int>(num_experts), static_cast<int>(top_k),
+                                             static_cast<int>(weighting), ids.data_ptr<int32_t>(),
+                                             weighed ? weights.data_ptr<float>() : nullptr,
+                                             c10::cuda::getCurrentCUDAStream(device.index()).stream(), message,
+                                             sizeof(message));
+  TORCH_CHECK(rc == 0, "mok ", message);
+  return {ids, weights};
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -329,6 +359,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("num_ranks"), pybind11::arg("tile"), pybind11::arg("capacity"), pybind11::arg("slots_per_rank"),
         pybind11::arg("run_start") = pybind11::none());
   m.def("expert_sort", &expert_sort, "The routing's slots stably sorted by expert (a counting sort)");
+  m.def("router_topk", &router_topk, "The router's top-k ids and weights, one warp per token (csrc/router_topk.cu)",
+        pybind11::arg("logits"), pybind11::arg("top_k"), pybind11::arg("weighting"));
   m.def("counter_ints", &mok::sm90::sm90_moe_counter_ints, "int32 words of the counter block",
         pybind11::arg("num_ranks"), pybind11::arg("capacity"), pybind11::arg("minibatch_rows"));
   m.def("error_words", &mok::sm90::sm90_moe_error_words, "int32 words of the error record");

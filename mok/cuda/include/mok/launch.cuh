@@ -146,6 +146,21 @@ int sm90_expert_sort(const int32_t* ids, int num_slots, int num_experts, int32_t
                      int64_t* slot_sorted, int32_t* run_start, cudaStream_t stream, char* message,
                      size_t message_len);
 
+// The router's top-k (csrc/router_topk.cu): ids [num_tokens, top_k] int32 of each row's top_k highest fp32 logits
+// (row r at logits + r * stride), equal logits to the lower expert id, in descending order, and with a weighting
+// other than kTopkIdsOnly their weights [num_tokens, top_k] fp32: the same bits as mok/triton_ref/router_topk.py.
+// A softmax without renormalisation (a denominator over every expert) is not here. Enqueued on `stream`.
+constexpr int kRouterTopkMaxExperts = 512;  // 16 keys per lane
+constexpr int kRouterTopkMaxK = 32;         // one lane per chosen expert
+enum RouterTopkWeighting : int {
+  kTopkIdsOnly = 0,
+  kTopkSoftmaxRenormalized = 1,
+  kTopkSigmoid = 2,
+  kTopkSigmoidRenormalized = 3,
+};
+int sm90_router_topk(const float* logits, int64_t stride, int num_tokens, int num_experts, int top_k, int weighting,
+                     int32_t* ids, float* weights, cudaStream_t stream, char* message, size_t message_len);
+
 // int32 words of the error record (code, counter, rank, index, seen, expected, block, ticket).
 int sm90_moe_error_words();
 

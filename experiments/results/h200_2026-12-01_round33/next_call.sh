@@ -1,0 +1,17 @@
+# For the next GPU session (round 34). SonicMoE calls carry .carry/sonic (54 MB) and .carry/quack_cache.tgz (1.6 MB,
+# outside git), with experiments/results/ moved out of the working tree while they run (64 MiB per call).
+#
+# Call A (nvidia-h200, about 5 minutes): energy per forward at anchor-4 and the kimi and qwen slices (round 32 has
+# anchors 2, 3 and 5; the stage ran once in round 33's call 1, at anchor-2, with every run sampled):
+#   MOK_STAGES=energy MOK_ENERGY_SHAPES="anchor-4 kimi-k2.7/ep64 qwen3.5-397b/ep64" MOK_ENERGY_BACKENDS=cuda,sonicmoe,torch \
+#     bash experiments/gpu_run.sh
+# (SonicMoE has no EP-64 slice in the bench: check energy_per_layer.py skips it there, or run the slices cuda,torch.)
+#
+# Call B (nvidia-h200): the whole GPU suite takes 344 s now (round 33):
+#   MOK_STAGES=tests MOK_DEADLINE_S=440 bash experiments/gpu_run.sh
+#
+# Leads (mok/cuda/README.md, "What is left"): anchor-2's gate/up mainloop (671 TFLOP/s chip rate while in it, the
+# producer's cp.async row gathers beside wgmma) and tail; anchor-3's down tasks (3.5 us of each 14.8 us after the
+# mainloop, ring mode); B multicast in 2-CTA clusters for energy per FLOP at the large shapes; the backward (0.66 /
+# 0.83 / 0.86x SonicMoE at anchors 2 / 3 / 5). The CUDA top-k is issue-bound (about 35 instructions a round, 779 GB/s
+# of logits at anchor-2): two rows per warp would bring it under the Triton kernel at 64 experts too.
