@@ -1,11 +1,10 @@
 # For the next GPU session (round 34). SonicMoE calls carry .carry/sonic (54 MB) and .carry/quack_cache.tgz (1.6 MB,
 # outside git), with experiments/results/ moved out of the working tree while they run (64 MiB per call).
 #
-# Call A (nvidia-h200, about 5 minutes): energy per forward at anchor-4 and the kimi and qwen slices (round 32 has
-# anchors 2, 3 and 5; the stage ran once in round 33's call 1, at anchor-2, with every run sampled):
-#   MOK_STAGES=energy MOK_ENERGY_SHAPES="anchor-4 kimi-k2.7/ep64 qwen3.5-397b/ep64" MOK_ENERGY_BACKENDS=cuda,sonicmoe,torch \
+# Call A (nvidia-h200, about 4 minutes): energy per forward at the glm and deepseek EP-64 slices (rounds 32-33 have
+# anchors 2-5 and the kimi and qwen slices; SonicMoE is not run at the slices, as in the bench):
+#   MOK_STAGES=energy MOK_ENERGY_SHAPES="glm-5.2/ep64 deepseek-v4-pro/ep64" MOK_ENERGY_BACKENDS=cuda,torch \
 #     bash experiments/gpu_run.sh
-# (SonicMoE has no EP-64 slice in the bench: check energy_per_layer.py skips it there, or run the slices cuda,torch.)
 #
 # Call B (nvidia-h200): the whole GPU suite takes 344 s now (round 33):
 #   MOK_STAGES=tests MOK_DEADLINE_S=440 bash experiments/gpu_run.sh
