@@ -104,6 +104,22 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return int(parts[0]), int(parts[1]), int(parts[2])
 
 
+def read_table(text: str) -> list[dict]:
+    """The rows of a table :func:`main` printed (its log), as dicts: shape, method, us, gpu_us (None in logs from
+    before round 33, which have no GPU column) and ids_ok (None for the torch rows)."""
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 5 or not cells[0][:1].isdigit():
+            continue  # header, separator, anything else
+        has_gpu = len(cells) >= 6
+        same = cells[-1]
+        rows.append({"shape": cells[0], "method": cells[1], "us": float(cells[2]),
+                     "gpu_us": float(cells[3]) if has_gpu else None,
+                     "ids_ok": None if not same else same == "yes"})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=["32768x256x16", "16384x384x8", "65536x128x8", "4096x64x6"])

@@ -87,6 +87,22 @@ def test_the_experiments_packed_key_candidate_matches_too():
     assert bench.parse_shape("32768x256x16") == (32768, 256, 16)
 
 
+def test_the_experiments_table_reads_back():
+    """router_topk_bench.read_table parses the printed table, both round 33's (with the GPU column) and older logs."""
+    bench = load_experiment("router_topk_bench.py")
+    text = """| shape (T x E x k) | method | us | GPU us | GB/s of logits read (GPU) | ids as the stable sort's |
+|---|---|---|---|---|---|
+| 32768x256x16 | torch.topk | 474.1 | 471.4 | 71 |  |
+| 32768x256x16 | CUDA kernel + softmax weights | 48.1 | 45.8 | 733 | yes |
+| 24576x128x8 | kernel, 4 rows x 1 warps | 57.9 | 15.5 | 812 | NO |
+| 32768x64x4 | packed-key candidate, 4 rows x 1 warps | 53.3 | 157 | yes |"""
+    rows = bench.read_table(text)
+    assert [r["method"] for r in rows] == ["torch.topk", "CUDA kernel + softmax weights", "kernel, 4 rows x 1 warps",
+                                            "packed-key candidate, 4 rows x 1 warps"]
+    assert rows[0]["ids_ok"] is None and rows[1]["ids_ok"] is True and rows[2]["ids_ok"] is False
+    assert rows[1]["gpu_us"] == 45.8 and rows[1]["us"] == 48.1 and rows[3]["gpu_us"] is None
+
+
 def test_the_experiments_sorted_key_candidates_match_too():
     """router_topk_bench.py's round-32 candidates (the int64 keys sorted whole, or cut by tl.topk where Triton has
     it) keep the same ids, ties, -0.0 and -inf rows included."""
