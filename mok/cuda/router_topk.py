@@ -8,10 +8,10 @@ of a whole row (the kernel's comments say how the bits are matched). :func:`mok.
 * ``auto`` (default): this kernel where it applies (:func:`applies`) to rows of at least :data:`AUTO_MIN_EXPERTS`
   experts *and* the extension is already loaded in the process (the ``cuda`` backend loads it), so routing never
   starts a build; the Triton kernel elsewhere. The bits are the same either way: which kernel ran is a matter of
-  speed only. Measured on the H200 (round 33, GPU time per call, with softmax weights): 32,768 x 256, top-16 45.8 us
-  against the Triton kernel's 116.9; 24,576 x 128, top-8 14.1 against 21.1; 2,048 x 384, top-8 4.9 against 10.2;
-  but 32,768 x 64, top-4 10.0 against 7.9 (a warp per row costs more than the Triton kernel's four rows per warp
-  where rows are short), hence the threshold.
+  speed only. Measured on the H200 (round 33's call 6, GPU time per call, with softmax weights): 32,768 x 256,
+  top-16 34.8 us against the Triton kernel's 116.8; 24,576 x 128, top-8 13.5 against 21.1; 2,048 x 384, top-8 5.1
+  against 10.2; but 32,768 x 64, top-4 11.0 against 7.9 (a warp per row costs more than the Triton kernel's four rows
+  per warp where rows are short), hence the threshold.
 * ``cuda``: this kernel where it applies, building the extension if needed; the Triton kernel elsewhere.
 * ``triton``: always the Triton kernel.
 

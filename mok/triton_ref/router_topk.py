@@ -24,7 +24,7 @@ Why a kernel of its own
 
 A twin in CUDA
     On Hopper :func:`mok.route` may run ``mok/cuda/csrc/router_topk.cu`` instead (``MOK_ROUTE_TOPK``,
-    :mod:`mok.cuda.router_topk`): one warp per token whose lanes sort their own few logits first, 0.39x this kernel's
+    :mod:`mok.cuda.router_topk`): one warp per token whose lanes sort their own few logits first, 0.30x this kernel's
     time at anchor-2 (round 33). It gives the same ids and the same weight bits: it uses the instructions this kernel
     compiles to (``ex2.approx.f32`` of ``x * log2e`` for ``tl.exp``, ``div.full.f32`` for a division), and the
     renormalisation sums the chosen scores slot by slot here (:func:`sum_in_slot_order`), an order that does not depend

@@ -12,5 +12,5 @@
 # Leads (mok/cuda/README.md, "What is left"): anchor-2's gate/up mainloop (671 TFLOP/s chip rate while in it, the
 # producer's cp.async row gathers beside wgmma) and tail; anchor-3's down tasks (3.5 us of each 14.8 us after the
 # mainloop, ring mode); B multicast in 2-CTA clusters for energy per FLOP at the large shapes; the backward (0.66 /
-# 0.83 / 0.86x SonicMoE at anchors 2 / 3 / 5). The CUDA top-k is issue-bound (about 35 instructions a round, 779 GB/s
-# of logits at anchor-2): two rows per warp would bring it under the Triton kernel at 64 experts too.
+# 0.83 / 0.86x SonicMoE at anchors 2 / 3 / 5). The CUDA top-k is issue-bound (963 GB/s of logits at anchor-2):
+# two rows per warp might bring it under the Triton kernel at 64 experts too.

@@ -6,7 +6,8 @@
 // Why a second kernel: the Triton kernel takes each round's maximum over the whole row (a float maximum, then an int
 // minimum for the tie rule), top_k times: 114 us of a 7.5 ms layer at anchor-2 (32,768 x 256, top-16; round 32's
 // profile). Here each lane first sorts its own handful of logits (columns lane, lane + 32, ...), so a round only
-// compares the 32 lanes' heads: two warp reductions of one register (redux.sync) and a shift in the winning lane.
+// compares the 32 lanes' heads: two warp reductions of one register (redux.sync) and, in the winning lane, one
+// shared-memory load of its next key.
 //
 // The keys: an fp32 logit's bits made to order like the float as an unsigned int (negative values' bits inverted,
 // positive values' sign bit set; -0.0 taken as +0.0, since the two compare equal and so tie), 0 for a padding column
@@ -87,26 +88,34 @@ __global__ void __launch_bounds__(32 * kTopkWarps) router_topk_kernel(const floa
     }
   }
 
-  // Round r: the largest head, then the lowest column holding it; its lane moves to its next key. Lane r keeps round
-  // r's choice (top_k <= 32).
+  // The sorted keys go to shared memory, [key index][lane] (conflict-free), and each lane keeps only its head in
+  // registers: popping a head is then one shared load in the winning lane instead of a shift of 2 kV registers in
+  // every lane (SIMT pays for the shift in all 32), which was about half of each round's instructions.
+  __shared__ uint2 sorted[kTopkWarps][kV][32];  // (key, column)
+  const int warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int j = 1; j < kV; ++j) sorted[warp][j][lane] = make_uint2(key[j], static_cast<uint32_t>(col[j]));
+  __syncwarp();
+  uint32_t head_key = key[0];
+  uint32_t head_col = static_cast<uint32_t>(col[0]);
+  int popped = 0;  // keys of this lane chosen so far
+
+  // Round r: the largest head, then the lowest column holding it; its lane moves to its next key (0 when it has
+  // none left, below every real key). Lane r keeps round r's choice (top_k <= 32).
   uint32_t chosen_key = 0u;
   int chosen_col = 0;
   for (int r = 0; r < top_k; ++r) {
-    const uint32_t best = __reduce_max_sync(0xFFFFFFFFu, key[0]);
-    const int choice = static_cast<int>(
-        __reduce_min_sync(0xFFFFFFFFu, key[0] == best ? static_cast<uint32_t>(col[0]) : 0xFFFFFFFFu));
+    const uint32_t best = __reduce_max_sync(0xFFFFFFFFu, head_key);
+    const uint32_t choice = __reduce_min_sync(0xFFFFFFFFu, head_key == best ? head_col : 0xFFFFFFFFu);
     if (lane == r) {
       chosen_key = best;
-      chosen_col = choice;
+      chosen_col = static_cast<int>(choice);
     }
-    if (col[0] == choice) {
-#pragma unroll
-      for (int j = 0; j + 1 < kV; ++j) {
-        key[j] = key[j + 1];
-        col[j] = col[j + 1];
-      }
-      key[kV - 1] = 0u;
-      col[kV - 1] = 0x7FFFFFFF;
+    if (head_col == choice) {
+      ++popped;
+      const uint2 next = popped < kV ? sorted[warp][popped][lane] : make_uint2(0u, 0xFFFFFFFFu);
+      head_key = next.x;
+      head_col = next.y;
     }
   }
 
