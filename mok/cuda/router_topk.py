@@ -21,6 +21,7 @@ without renormalisation (whose denominator runs over every expert: the Triton ke
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -30,9 +31,9 @@ from .build import PACKAGE_DIR
 MAX_EXPERTS = 512  # launch.cuh: kRouterTopkMaxExperts
 MAX_TOP_K = 32     # launch.cuh: kRouterTopkMaxK
 
-# launch.cuh's RouterTopkWeighting, by (scoring, renormalize); None: ids only.
 AUTO_MIN_EXPERTS = 128  # narrower rows: the Triton kernel is as fast or faster (module docstring)
 
+# launch.cuh's RouterTopkWeighting, by (scoring, renormalize); None: ids only.
 _WEIGHTING = {None: 0, ("softmax", True): 1, ("sigmoid", False): 2, ("sigmoid", True): 3}
 _CHOICES = ("auto", "cuda", "triton")
 
@@ -44,11 +45,17 @@ def _choice() -> str:
     return choice
 
 
+@functools.lru_cache(maxsize=None)
+def _is_sm90(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index) == (9, 0)  # the extension is built for sm_90a only
+
+
 def applies(logits: torch.Tensor, top_k: int, weighting: tuple[str, bool] | None) -> bool:
     """Whether the kernel can select (and weigh, ``weighting`` = ``(scoring, renormalize)``) for ``logits``."""
     return (logits.is_cuda and logits.dtype == torch.float32 and logits.dim() == 2
             and 1 <= logits.shape[1] <= MAX_EXPERTS and 1 <= top_k <= min(MAX_TOP_K, logits.shape[1])
-            and weighting in _WEIGHTING and torch.cuda.get_device_capability(logits.device) == (9, 0))
+            and weighting in _WEIGHTING and _is_sm90(logits.device.index if logits.device.index is not None
+                                                     else torch.cuda.current_device()))
 
 
 def _extension(build: bool):
@@ -70,10 +77,14 @@ def select_topk(logits: torch.Tensor, top_k: int,
         return None
     if not applies(logits, top_k, weighting):
         return None
+    return _launch(logits, top_k, weighting)
+
+
+def _launch(logits: torch.Tensor, top_k: int,
+            weighting: tuple[str, bool] | None) -> tuple[torch.Tensor | None, torch.Tensor]:
     ext = _extension(build=True)
-    if logits.stride(1) != 1:
-        logits = logits.contiguous()
-    ids, weights = ext.router_topk(logits, int(top_k), _WEIGHTING[weighting])
+    ids, weights = ext.router_topk(logits if logits.stride(1) == 1 else logits.contiguous(), int(top_k),
+                                   _WEIGHTING[weighting])
     return (None if weighting is None else weights), ids
 
 
@@ -87,7 +98,4 @@ def router_topk(logits: torch.Tensor, top_k: int, *, scoring: str | None = "soft
         raise ValueError(f"the CUDA top-k takes fp32 CUDA logits [T, E <= {MAX_EXPERTS}] on an SM90 GPU, top_k <= "
                          f"{MAX_TOP_K}, and a weighting in {sorted(k for k in _WEIGHTING if k)} or None; got "
                          f"{logits.dtype} {tuple(logits.shape)} on {logits.device}, top_k {top_k}, {weighting}")
-    ext = _extension(build=True)
-    ids, weights = ext.router_topk(logits if logits.stride(1) == 1 else logits.contiguous(), int(top_k),
-                                   _WEIGHTING[weighting])
-    return (None if weighting is None else weights), ids
+    return _launch(logits, top_k, weighting)
