@@ -1,0 +1,3 @@
+# Round 33, call 8 (nvidia-h200, warm after call 7, b0ae656): call 7's A/B again with 16 rounds at kimi, qwen and
+# anchor-2, and the top-k kernels at 2,048 tokens over 384 and 512 experts (the full kimi and qwen routers).
+export PYTHONPATH=$PWD TORCH_EXTENSIONS_DIR=$PWD/build/mok-cache/torch_extensions TRITON_CACHE_DIR=$PWD/build/mok-cache/triton; mkdir -p $OUT/k; timeout 150 python3 experiments/ab_layer.py --router --env-a MOK_ROUTE_TOPK=triton --env-b MOK_ROUTE_TOPK=cuda --rounds 16 kimi-k2.7/ep64 qwen3.5-397b/ep64 anchor-2 > $OUT/k/ab_layer_topk_r16.log 2>&1; echo rc=$?; tail -4 $OUT/k/ab_layer_topk_r16.log; timeout 60 python3 experiments/router_topk_bench.py --shapes 2048x384x8 2048x512x10 --iters 30 2>&1 | grep -E "softmax"

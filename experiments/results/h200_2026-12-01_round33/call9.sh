@@ -1,0 +1,3 @@
+# Round 33, call 9 (nvidia-h200, warm, b0ae656): profile_forward.py at the kimi slice with MOK_ROUTE_TOPK=triton and
+# =cuda (which kernel the slice's 6-expert router runs, and whether the megakernel's time moves).
+export PYTHONPATH=$PWD TORCH_EXTENSIONS_DIR=$PWD/build/mok-cache/torch_extensions TRITON_CACHE_DIR=$PWD/build/mok-cache/triton; mkdir -p $OUT/k; python3 -m mok.cuda.build --jit > /dev/null 2>&1; for m in triton cuda; do MOK_ROUTE_TOPK=$m timeout 70 python3 experiments/profile_forward.py kimi-k2.7/ep64 --backends cuda --calls 8 > $OUT/k/profile_kimi_$m.log 2>&1; echo "== $m rc=$?"; grep -E "^kimi|profiled|^ +[0-9.]+ +[0-9.]+ " $OUT/k/profile_kimi_$m.log | head -12 | cut -c1-140; done
