@@ -71,6 +71,57 @@ def test_the_switch_refuses_unknown_values_and_stays_off_the_cpu(monkeypatch):
         cuda_topk.router_topk(logits, 2)
 
 
+class _FakeCudaLogits:
+    """What select_topk reads of a CUDA tensor, on a CPU machine: the checks run, the launch goes to a fake extension."""
+
+    is_cuda = True
+    dtype = torch.float32
+
+    def __init__(self, tokens: int, experts: int):
+        self.shape = (tokens, experts)
+        self.device = torch.device("cuda", 0)
+
+    def dim(self) -> int:
+        return 2
+
+    def stride(self, dim: int) -> int:
+        return 1 if dim == 1 else self.shape[1]
+
+
+class _FakeExtension:
+    def __init__(self):
+        self.calls = []
+
+    def router_topk(self, logits, top_k, weighting):
+        self.calls.append((logits.shape, top_k, weighting))
+        return "ids", "weights"
+
+
+def test_the_switch_picks_the_cuda_kernel_only_where_auto_says(monkeypatch):
+    """auto: the CUDA kernel for rows of AUTO_MIN_EXPERTS or more, once the extension is loaded, never for a softmax
+    without renormalisation; cuda: wherever it applies (building the extension); triton: never."""
+    fake = _FakeExtension()
+    loaded = {"now": None}
+    monkeypatch.setattr(cuda_topk, "_is_sm90", lambda index: True)
+    monkeypatch.setattr(cuda_topk, "_extension", lambda build: fake if build else loaded["now"])
+    wide, narrow = _FakeCudaLogits(8, cuda_topk.AUTO_MIN_EXPERTS), _FakeCudaLogits(8, cuda_topk.AUTO_MIN_EXPERTS - 1)
+    softmax = ("softmax", True)
+    monkeypatch.setenv("MOK_ROUTE_TOPK", "auto")
+    assert cuda_topk.select_topk(wide, 4, softmax) is None  # not loaded yet: no build from routing
+    loaded["now"] = fake
+    assert cuda_topk.select_topk(wide, 4, softmax) == ("weights", "ids")
+    assert cuda_topk.select_topk(wide, 4, None) == (None, "ids")  # ids only
+    assert cuda_topk.select_topk(narrow, 4, softmax) is None
+    assert cuda_topk.select_topk(wide, 4, ("softmax", False)) is None  # a denominator over every expert
+    assert cuda_topk.select_topk(wide, cuda_topk.MAX_TOP_K + 1, softmax) is None
+    monkeypatch.setenv("MOK_ROUTE_TOPK", "cuda")
+    loaded["now"] = None
+    assert cuda_topk.select_topk(narrow, 4, ("sigmoid", False)) == ("weights", "ids")
+    monkeypatch.setenv("MOK_ROUTE_TOPK", "triton")
+    assert cuda_topk.select_topk(wide, 4, softmax) is None
+    assert fake.calls == [(wide.shape, 4, 1), (wide.shape, 4, 0), (narrow.shape, 4, 2)]
+
+
 # ------------------------------------------------------------------------------------------------------------
 # GPU
 # ------------------------------------------------------------------------------------------------------------
