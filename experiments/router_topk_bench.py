@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch  # noqa: PLC0415 (main only: the CPU tests import this file)
 
     from mok.bench.harness import time_fn, time_graph_ms  # noqa: PLC0415
+    from mok.cuda.router_topk import applies as cuda_topk_applies  # noqa: PLC0415
     from mok.cuda.router_topk import router_topk as cuda_router_topk  # noqa: PLC0415
     from mok.triton_ref.router_topk import router_topk_ids, router_topk_weights  # noqa: PLC0415
 
@@ -147,9 +148,10 @@ def main(argv: list[str] | None = None) -> None:
                    "torch.topk": lambda i: torch.topk(logits, top_k, dim=-1)}
         methods["kernel + softmax weights (mok.route's fused method)"] = (
             lambda i: router_topk_weights(logits, top_k)[1])
-        methods["CUDA kernel (mok/cuda/csrc/router_topk.cu)"] = (
-            lambda i: cuda_router_topk(logits, top_k, scoring=None)[1])
-        methods["CUDA kernel + softmax weights"] = lambda i: cuda_router_topk(logits, top_k)[1]
+        if cuda_topk_applies(logits, top_k, ("softmax", True)):  # (E <= 512, top-k <= 32, an SM90 GPU)
+            methods["CUDA kernel (mok/cuda/csrc/router_topk.cu)"] = (
+                lambda i: cuda_router_topk(logits, top_k, scoring=None)[1])
+            methods["CUDA kernel + softmax weights"] = lambda i: cuda_router_topk(logits, top_k)[1]
         for block_t, warps in TILINGS if args.candidates else TILINGS[:2]:
             methods[f"kernel, {block_t} rows x {warps} warps"] = (
                 lambda i, b=block_t, w=warps: router_topk_ids(logits, top_k, block_t=b, num_warps=w))

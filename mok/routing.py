@@ -145,8 +145,9 @@ def _fused_select(logits: torch.Tensor, top_k: int, scoring: str,
 
 def _topk_ids(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """``[T, top_k]`` int32 ids of each row's largest fp32 logits, equal ones in ascending id. On a GPU a selection
-    kernel (:mod:`mok.triton_ref.router_topk`); elsewhere, or for very wide routers, a stable descending sort, which
-    gives the same ids (the CPU tests check the kernel against it)."""
+    kernel (the CUDA one where ``MOK_ROUTE_TOPK`` allows, :mod:`mok.cuda.router_topk`, else
+    :mod:`mok.triton_ref.router_topk`); elsewhere, or for very wide routers, a stable descending sort, which gives the
+    same ids (the CPU tests check the Triton kernel against it, the GPU tests both)."""
     if logits.is_cuda:
         from .cuda.router_topk import select_topk  # noqa: PLC0415
         from .triton_ref.router_topk import MAX_EXPERTS, router_topk_ids  # noqa: PLC0415

@@ -31,6 +31,19 @@ def test_compiles_for_sm90a_without_spills(tmp_path):
     assert not re.search(r"[1-9]\d* bytes stack frame", proc.stderr), proc.stderr  # the keys stay in registers
 
 
+def test_the_python_mirrors_match_the_header():
+    """mok.cuda.router_topk's limits and weighting codes are launch.cuh's (the Python side needs them before the
+    extension is loaded)."""
+    header = (build.INCLUDE_DIR / "mok" / "launch.cuh").read_text()
+    assert int(re.search(r"kRouterTopkMaxExperts = (\d+);", header).group(1)) == cuda_topk.MAX_EXPERTS
+    assert int(re.search(r"kRouterTopkMaxK = (\d+);", header).group(1)) == cuda_topk.MAX_TOP_K
+    codes = {name: int(value) for name, value in re.findall(r"(kTopk\w+) = (\d+),", header)}
+    assert codes == {"kTopkIdsOnly": cuda_topk._WEIGHTING[None],
+                     "kTopkSoftmaxRenormalized": cuda_topk._WEIGHTING[("softmax", True)],
+                     "kTopkSigmoid": cuda_topk._WEIGHTING[("sigmoid", False)],
+                     "kTopkSigmoidRenormalized": cuda_topk._WEIGHTING[("sigmoid", True)]}
+
+
 @triton.jit
 def _sum_rows_kernel(values_ptr, out_ptr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
     rows = tl.arange(0, BLOCK_T)

@@ -28,8 +28,9 @@ import torch
 
 from .build import PACKAGE_DIR
 
-MAX_EXPERTS = 512  # launch.cuh: kRouterTopkMaxExperts
-MAX_TOP_K = 32     # launch.cuh: kRouterTopkMaxK
+# Mirrors of launch.cuh (known before the extension is loaded; a CPU test reads the header and compares).
+MAX_EXPERTS = 512  # kRouterTopkMaxExperts
+MAX_TOP_K = 32     # kRouterTopkMaxK
 
 AUTO_MIN_EXPERTS = 128  # narrower rows: the Triton kernel is as fast or faster (module docstring)
 
@@ -54,8 +55,7 @@ def applies(logits: torch.Tensor, top_k: int, weighting: tuple[str, bool] | None
     """Whether the kernel can select (and weigh, ``weighting`` = ``(scoring, renormalize)``) for ``logits``."""
     return (logits.is_cuda and logits.dtype == torch.float32 and logits.dim() == 2
             and 1 <= logits.shape[1] <= MAX_EXPERTS and 1 <= top_k <= min(MAX_TOP_K, logits.shape[1])
-            and weighting in _WEIGHTING and _is_sm90(logits.device.index if logits.device.index is not None
-                                                     else torch.cuda.current_device()))
+            and weighting in _WEIGHTING and _is_sm90(logits.device.index))
 
 
 def _extension(build: bool):

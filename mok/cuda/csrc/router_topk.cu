@@ -1,6 +1,6 @@
 // The router's top-k on Hopper: each token's top_k highest fp32 logits, equal logits to the lower expert id, and their
 // weights, one warp per token row. The same ids and the same weight bits as the Triton kernel
-// (mok/triton_ref/router_topk.py, router_topk_kernel), which stays the reference; tests/test_router_topk_gpu.py checks
+// (mok/triton_ref/router_topk.py, router_topk_kernel), which stays the reference; tests/test_router_topk_cuda.py checks
 // them bit for bit.
 //
 // Why a second kernel: the Triton kernel takes each round's maximum over the whole row (a float maximum, then an int
