@@ -620,11 +620,12 @@ def test_down_tma_writes_the_inverse_map(dispatch):
             assert torch.equal(prep.workspace.y_rows, y_rows_table(prep.schedule)), f"ep={ep_size} span={span}"
 
 
-def test_down_tma_reports_a_slot_that_no_row_holds():
+@pytest.mark.parametrize("sum_kernel", [False, True])
+def test_down_tma_reports_a_slot_that_no_row_holds(sum_kernel):
     """Two schedule rows naming one slot leave another (token, k) without a row while every push count still adds up,
     so the weighted sum runs (the bad-row test below stops before it). With down_tma it checks each inverse-map entry
     against the schedule tables, and reports the inconsistent schedule even though the lost entry still holds the row
-    an earlier, valid launch wrote there (in range, so a range check alone would read it)."""
+    an earlier, valid launch wrote there (in range, so a range check alone would read it). So does the sum kernel."""
     from mok.cuda.backend import Sm90KernelError, check_error, launch, prepare
     problem = make_inputs(256, 256, 128, 8, 2, seed=43)
     prep = prepare(*problem)
@@ -632,7 +633,7 @@ def test_down_tma_reports_a_slot_that_no_row_holds():
     check_error(prep)
     rows = (prep.schedule.src_rank[0] >= 0).nonzero().flatten()[:2].tolist()
     prep.schedule.src_slot[0, rows[1]] = prep.schedule.src_slot[0, rows[0]]  # rows[1]'s slot is now nobody's
-    launch(prep, variant="pipelined", dispatch="gather", down_tma=True, timeout_s=5.0)
+    launch(prep, variant="pipelined", dispatch="gather", down_tma=True, timeout_s=5.0, sum_kernel=sum_kernel)
     with pytest.raises(Sm90KernelError, match="schedule"):
         check_error(prep)
 
@@ -876,3 +877,62 @@ def test_down_tma_equals_the_push_bitwise(name, variant):
     problem = make_inputs(t, h, i, e, k, skew=skew, seed=470 + list(SMALL_SHAPES).index(name))
     out = assert_switch_changes_no_bit(problem, "MOK_CUDA_DOWN_TMA", hand_off_cases(t, e), variant, "down_tma")
     check_accuracy(out, problem, with_oracle=False)
+
+
+# ------------------------------------------------------------------------------------------------------
+# The weighted sum as a kernel of its own (include/mok/weighted_sum.cuh)
+# ------------------------------------------------------------------------------------------------------
+
+# Shapes with combine tasks; "top-k-7" runs the k loop's remainder (7 = 4 + 3) and a last CTA of fewer than 4 tokens
+# (T = 250 at EP 1 and 2), "top-k-16" anchor-2's top-k.
+SUM_KERNEL_SHAPES = {name: SMALL_SHAPES[name] for name in ("basic", "ragged-tokens", "h-not-256", "empty-experts",
+                                                            "wide")}
+SUM_KERNEL_SHAPES["top-k-7"] = (250, 256, 128, 16, 7, 0.0)
+SUM_KERNEL_SHAPES["top-k-16"] = (128, 512, 128, 32, 16, 0.0)
+
+
+@pytest.mark.parametrize("name", list(SUM_KERNEL_SHAPES))
+def test_sum_kernel_equals_the_combine_tasks_bitwise(name):
+    """The weighted sum as a second kernel (sum_kernel=True) or as the megakernel's combine tasks: the same arithmetic
+    on the same rows, so the same bits, reading the pushed slots or y through the inverse map (down_tma), in both
+    variants and dispatch modes, at EP 1/2/4/8, two rings and 1, 3 or all CTAs. Slots, y and output poisoned: a sum
+    that read a row before it landed, or an output element left unwritten, would show."""
+    from mok.cuda.backend import check_error, launch, prepare
+    t, h, i, e, k, skew = SUM_KERNEL_SHAPES[name]
+    problem = make_inputs(t, h, i, e, k, skew=skew, seed=500 + list(SUM_KERNEL_SHAPES).index(name))
+    for ep_size, config, num_ctas in hand_off_cases(t, e):
+        prep = prepare(*problem, ep_size=ep_size, config=config, poison=True)
+        for variant in VARIANTS:
+            for dispatch in ("ring", "gather"):
+                for down_tma in (False, True):
+                    outs = {}
+                    for sum_kernel in (False, True):
+                        prep.out.fill_(float("nan"))
+                        prep.workspace.poison()
+                        outs[sum_kernel] = launch(prep, variant=variant, num_ctas=num_ctas, dispatch=dispatch,
+                                                  down_tma=down_tma, sum_kernel=sum_kernel).clone()
+                        check_error(prep)
+                    what = f"sum kernel {variant} {dispatch} down_tma={down_tma} ep={ep_size} ring={config} " \
+                           f"ctas={num_ctas}"
+                    assert_bitwise_equal(outs[True], outs[False], what)
+    check_accuracy(outs[True], problem, with_oracle=False)
+
+
+def test_sum_kernel_through_the_environment_and_its_refusals():
+    """MOK_CUDA_SUM_KERNEL=1 gives the combine tasks' bits through sm90_forward; a top-1 layer (fused combine: no sums)
+    and the early combine refuse sum_kernel=True, and the kernel's table refuses a top-k above 64 with its number."""
+    from mok.cuda.backend import check_error, launch, prepare, sm90_forward
+    problem = make_inputs(256, 256, 128, 8, 4, seed=520)
+    tail = sm90_forward(*problem, ep_size=2, check=True, poison=True)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MOK_CUDA_SUM_KERNEL", "1")
+        assert_bitwise_equal(sm90_forward(*problem, ep_size=2, check=True, poison=True), tail, "MOK_CUDA_SUM_KERNEL=1")
+    with pytest.raises(ValueError, match="sum_kernel"):
+        launch(prepare(*make_inputs(256, 256, 128, 8, 1, seed=521)), sum_kernel=True)
+    with pytest.raises(ValueError, match="sum_kernel"):
+        launch(prepare(*problem, early_combine=True), early_combine=True, sum_kernel=True)
+    wide = prepare(*make_inputs(128, 64, 64, 72, 65, seed=522))
+    launch(wide, dispatch="ring")  # the combine tasks take any top-k
+    check_error(wide)
+    with pytest.raises(RuntimeError, match="top_k up to 64, got 65"):
+        launch(wide, dispatch="ring", sum_kernel=True)

@@ -31,7 +31,7 @@ def test_default_variant_is_pipelined_unless_overridden(monkeypatch):
 # The binding's last positional arguments, in order (csrc/binding.cpp, forward): a new trailing argument is added
 # here once instead of shifting every test's index.
 FORWARD_TAIL = ("store_warps", "combine_tokens", "combine_offsets", "skip_padding_half", "trace", "down_span",
-                "overlap_steps", "y", "y_rows", "down_ping_pong", "first_dispatch_parts")
+                "overlap_steps", "y", "y_rows", "down_ping_pong", "first_dispatch_parts", "sum_kernel")
 # ... and its first ones.
 FORWARD_HEAD = ("src_rank", "src_slot", "tile_expert", "segment_offsets", "x_ptrs", "weight_ptrs", "combine_ptrs",
                 "out_ptrs")
@@ -99,8 +99,10 @@ def test_early_combine_order_reaches_the_launch_only_when_asked(monkeypatch):
         launch(top1, extension=_RecordingExtension(), early_combine=True)
 
 
-def small_launch(*, seed: int, tokens: int, hidden: int, inter: int, experts: int, ep_size: int = 1, config=None):
-    """prepare() of a random top-2 layer on the CPU (the launch arguments are all these tests look at)."""
+def small_launch(*, seed: int, tokens: int, hidden: int, inter: int, experts: int, ep_size: int = 1, config=None,
+                 top_k: int = 2):
+    """prepare() of a random top-k layer (top-2 by default) on the CPU (the launch arguments are all these tests look
+    at)."""
     import torch
 
     import mok
@@ -110,7 +112,7 @@ def small_launch(*, seed: int, tokens: int, hidden: int, inter: int, experts: in
     x = torch.randn(tokens, hidden, generator=gen).to(torch.bfloat16)
     w_gate, w_up = (torch.randn(experts, inter, hidden, generator=gen).to(torch.bfloat16) for _ in range(2))
     w_down = torch.randn(experts, hidden, inter, generator=gen).to(torch.bfloat16)
-    w, ids = mok.route(torch.randn(tokens, experts, generator=gen), 2)
+    w, ids = mok.route(torch.randn(tokens, experts, generator=gen), top_k)
     return prepare(x, ids, w, w_gate, w_up, w_down, ep_size=ep_size, config=config)
 
 
@@ -535,3 +537,24 @@ def test_auto_takes_the_counting_sort_where_it_was_measured():
     assert counting_sort_measured(524288, 256) and not counting_sort_measured(524288 + 4096, 256)
     assert counting_sort_fits(1 << 20, 1024) and not counting_sort_measured(1 << 20, 1024)
     assert not counting_sort_fits((1 << 20) + 1, 6) and not counting_sort_fits(8, 1025) and not counting_sort_fits(0, 6)
+
+
+def test_sum_kernel_reaches_the_launch_where_allowed(monkeypatch):
+    """launch() passes sum_kernel: off by default (MOK_CUDA_SUM_KERNEL unset or 0), on with the argument or =1 where
+    sum_kernel_allowed says so (emulated ranks, top-k > 1, no early combine); =1 leaves a top-1 layer alone, and the
+    argument True there is an error."""
+    from mok.cuda.backend import sum_kernel_allowed
+
+    def passed(prep, **kw):
+        return launched(prep, "sum_kernel", **kw)
+
+    prep = small_launch(seed=11, tokens=256, hidden=256, inter=128, experts=8, ep_size=2)
+    monkeypatch.delenv("MOK_CUDA_SUM_KERNEL", raising=False)
+    assert passed(prep) is False and passed(prep, sum_kernel=True) is True
+    monkeypatch.setenv("MOK_CUDA_SUM_KERNEL", "1")
+    assert passed(prep) is True and passed(prep, sum_kernel=False) is False
+    assert sum_kernel_allowed(prep, early_combine=False) and not sum_kernel_allowed(prep, early_combine=True)
+    top1 = small_launch(seed=12, tokens=256, hidden=256, inter=128, experts=8, ep_size=2, top_k=1)
+    assert passed(top1) is False
+    with pytest.raises(ValueError, match="sum_kernel=True"):
+        passed(top1, sum_kernel=True)

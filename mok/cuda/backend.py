@@ -69,6 +69,8 @@ Environment:
   order and the weighted sum reads through the inverse map (:func:`resolve_down_tma`);
 * ``MOK_CUDA_DOWN_PING_PONG`` (default on where allowed: down_tma, the pipelined variant without the signal warp,
   I <= 256): the consumer warpgroups take turns on each down block's column halves (:func:`resolve_down_ping_pong`).
+* ``MOK_CUDA_SUM_KERNEL`` (default off): the weighted sum of top-k > 1 layers runs as a kernel of its own right after
+  the megakernel instead of as its combine tasks (:func:`resolve_sum_kernel`).
 * ``MOK_CUDA_FIRST_DISPATCH_PARTS`` (default ``auto``): the first minibatch's dispatch in this many tasks per tile
   (ring mode; ``auto`` gives every CTA one), so that more CTAs share the copy every other task waits for
   (:func:`resolve_first_dispatch_parts`).
@@ -352,6 +354,26 @@ def default_early_combine() -> bool:
     return _env_on("MOK_CUDA_EARLY_COMBINE", "0")
 
 
+def sum_kernel_allowed(prep: "Sm90Launch", early_combine: bool) -> bool:
+    """Whether a launch can run its weighted sum as a kernel of its own: emulated ranks (the sum kernel's grid covers
+    every rank) with combine tasks (top-k > 1), without the early combine (whose sums run inside the steps)."""
+    return prep.local_rank < 0 and not prep.fuse_top1 and not early_combine
+
+
+def resolve_sum_kernel(sum_kernel: bool | None, allowed: bool) -> bool:
+    """Whether a launch sums by a second kernel (``include/mok/weighted_sum.cuh``) instead of its combine tasks:
+    ``sum_kernel`` if given (``True`` where :func:`sum_kernel_allowed` says no is an error), else
+    ``MOK_CUDA_SUM_KERNEL`` (default off) where allowed. In the megakernel the sums are the layer's tail, run by
+    one CTA of eight consumer warps per SM; the kernel runs three CTAs of eight warps per SM, each thread with eight
+    loads in flight. Same arithmetic, same bits."""
+    if sum_kernel is None:
+        return allowed and _env_on("MOK_CUDA_SUM_KERNEL", "0")
+    if sum_kernel and not allowed:
+        raise ValueError("sum_kernel=True needs emulated ranks, a top-k > 1 layer (combine tasks) and no early "
+                         "combine")
+    return bool(sum_kernel)
+
+
 def default_fuse_top1(top_k: int) -> bool:
     """``MOK_CUDA_FUSE_TOP1`` (default on) for a top-1 layer: its down epilogue writes the weighted rows into the
     output itself (no combine slots). Same bits either way."""
@@ -552,7 +574,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
            skip_padding_half: bool | None = None, trace: torch.Tensor | None = None,
            down_span: int | None = None, overlap_steps: bool | None = None, down_tma: bool | None = None,
            down_ping_pong: bool | None = None, first_dispatch_parts: int | str | None = None,
-           extension=None) -> torch.Tensor:
+           sum_kernel: bool | None = None, extension=None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -584,6 +606,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     (:func:`resolve_down_ping_pong`; default on where :func:`down_ping_pong_allowed`).
     ``first_dispatch_parts``: tasks per tile of the first minibatch's dispatch (ring mode), so that more CTAs share the
     copy that everything else waits for (:func:`resolve_first_dispatch_parts`). Changes no bit.
+    ``sum_kernel``: the weighted sum runs as a second kernel right after the megakernel, which then has no combine
+    tasks (:func:`resolve_sum_kernel`; default ``MOK_CUDA_SUM_KERNEL``, off). Changes no bit.
     ``extension``: another build of the kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to
     launch instead of the default one, for A/B timing (experiments/ab_kernels.py).
     """
@@ -607,6 +631,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
                          "combine tasks, i.e. not the fused top-1 combine; prepare(..., early_combine=True))")
     # The default follows MOK_CUDA_EARLY_COMBINE, not whether the launch happens to carry an order.
     use_order = has_order and (default_early_combine() if early_combine is None else early_combine)
+    use_sum_kernel = resolve_sum_kernel(sum_kernel, sum_kernel_allowed(prep, use_order))
     down_span = resolve_down_span(down_span, dispatch, prep.w_gate.shape[2])
     first_dispatch_parts = resolve_first_dispatch_parts(first_dispatch_parts)
     explicit_store_warps = store_warps is not None
@@ -650,7 +675,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         prep.combine_tokens if use_order else _NO_INT_TENSOR, prep.combine_offsets if use_order else _NO_INT_TENSOR,
         default_skip_padding_half() if skip_padding_half is None else bool(skip_padding_half),
         _NO_LONG_TENSOR if trace is None else trace, down_span, overlap_steps, y, y_rows, down_ping_pong,
-        first_dispatch_parts)
+        first_dispatch_parts, use_sum_kernel)
     return prep.out
 
 

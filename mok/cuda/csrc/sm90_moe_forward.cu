@@ -11,6 +11,7 @@
 #include "mok/host_error.cuh"
 #include "mok/launch.cuh"
 #include "mok/sm90_moe_forward.cuh"
+#include "mok/weighted_sum.cuh"
 
 namespace mok::sm90 {
 namespace {
@@ -186,6 +187,12 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
                 "and I <= %d (a down block's whole K in the stage ring); got down_tma=%d, pipelined=%d, signal warp=%d, "
                 "I=%d", Tiles::kStages * Tiles::kBlockK, down_tma ? 1 : 0,
                 q.variant == Sm90Variant::kPipelined ? 1 : 0, signal_warp ? 1 : 0, q.intermediate);
+  // The sum as a kernel of its own (weighted_sum.cuh) reads every rank's slots (or y) after the megakernel ends.
+  if (q.sum_kernel && (one_rank || combine_blocks == 0 || early_combine))
+    return fail(message, message_len, "sum_kernel is for emulated ranks with combine tasks (not one real rank's "
+                "launch, not the fused top-1 combine) and without early combine");
+  if (q.sum_kernel && q.top_k > kSumMaxTopK)
+    return fail(message, message_len, "sum_kernel supports top_k up to %d, got %d", kSumMaxTopK, q.top_k);
   const long long tickets = launch_tickets<Tiles>(q.num_ranks, q.capacity, q.hidden, q.intermediate, !q.gather_x,
                                                   combine_blocks, q.down_span, Tiles::kMaxFirstDispatchParts,
                                                   q.minibatch_rows / Tiles::kBlockM);
@@ -221,7 +228,7 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.down_nblocks = down_nblocks;
   p.combine_blocks = combine_blocks;
   // Every rank's blocks, or (one real rank per launch) only its own; none with early combine (placed in the steps).
-  p.combine_tasks = early_combine ? 0 : (one_rank ? 1 : q.num_ranks) * combine_blocks;
+  p.combine_tasks = early_combine || q.sum_kernel ? 0 : (one_rank ? 1 : q.num_ranks) * combine_blocks;
   p.fuse_top1 = q.fuse_top1 ? 1 : 0;
   p.ablate = q.ablate;
   p.gather_x = q.gather_x ? 1 : 0;
@@ -320,6 +327,11 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   kernel<<<grid, Tiles::kNumThreads, smem, stream>>>(p);
   err = cudaGetLastError();
   if (err != cudaSuccess) return fail(message, message_len, "kernel launch failed: %s", cudaGetErrorString(err));
+  if (q.sum_kernel && !(q.ablate & kAblateCombine)) {  // (the timing ablation skips the sum, as it skips the tasks)
+    sm90_moe_sum_kernel<<<dim3(ceil_div(q.tokens_per_rank, kSumTokens), q.num_ranks), kSumThreads, 0, stream>>>(p);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return fail(message, message_len, "sum kernel launch failed: %s", cudaGetErrorString(err));
+  }
   return 0;
 }
 

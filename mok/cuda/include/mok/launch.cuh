@@ -101,6 +101,9 @@ struct Sm90MoeProblem {
   // schedule tables and the pointer tables still cover all R ranks (x, weights, slots and out of peers).
   int local_rank = -1;
   int phases = 3;                // RankPhases (workspace.cuh): 1 expert tasks, 2 combine tasks, 3 both
+  // The weighted sum as a second kernel right after the megakernel (include/mok/weighted_sum.cuh), which then runs no
+  // combine tasks: emulated ranks with combine tasks (not fused top-1), no early combine. Changes no bit.
+  bool sum_kernel = false;
 
   Sm90Variant variant = Sm90Variant::kSimple;
   int num_ctas = 0;              // persistent CTAs; 0 = one per SM

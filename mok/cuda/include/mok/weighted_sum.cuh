@@ -1,0 +1,149 @@
+// The weighted sum as a kernel of its own (Sm90MoeProblem::sum_kernel): launched on the same stream right after the
+// megakernel, which then runs no combine tasks. Same arithmetic as the megakernel's combine tasks (combine.cuh):
+// out[s][t] = bf16( sum_k w[t,k] * y[t,k] ), fp32, k ascending, each product rounded before the add (no FMA), so the
+// same bits.
+//
+// Why a second kernel: in the megakernel the sum is the layer's tail (it waits for every push of its source rank),
+// and it runs on one CTA of eight consumer warps per SM, which keep too few loads in flight to reach the HBM's rate:
+// about 3.6-3.8 TB/s at anchor-2, where SonicMoE's separate sum reads 4.1-4.3 (mok/cuda/README.md, round 32; a
+// deeper in-kernel loop through the idle stages lost, and so did more registers in flight). Here several small CTAs
+// share each SM, so many more warps hide the latency, and the kernel boundary replaces the combine tasks' counter
+// waits (nothing runs in the tail beside the sum anyway: every push must have landed).
+//
+// One CTA per (kSumTokens consecutive tokens, source rank). First the CTA's (token, k) rows and router weights go
+// into a shared-memory table (down_tma: the row of y through the inverse map y_rows, checked against the schedule
+// tables as combine_rows_from_y checks it; otherwise the (token, k) slot itself), then each thread sums kSumItems
+// items of (token, 16-byte chunk) at a time, k ascending.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cstdint>
+
+#include "combine.cuh"
+#include "sync.cuh"
+#include "workspace.cuh"
+
+namespace mok::sm90 {
+
+constexpr int kSumThreads = 256;
+// CTAs per SM the registers must allow (80 registers each): 24 warps, each thread with kSumItems * kSumKUnroll = 8
+// loads of 16 bytes in flight, about 96 KB per SM. NOTE: with no minimum in __launch_bounds__ ptxas gave the kernel
+// 48 registers and issued each load only after the previous one's sum: one load in flight per thread (checked in the
+// SASS; tests/test_weighted_sum_cuda.py counts the batch).
+constexpr int kSumMinBlocks = 3;
+constexpr int kSumTokens = 4;   // tokens per CTA: at H = 4096, 2,048 items for 256 threads
+constexpr int kSumItems = 2;    // independent items per thread
+constexpr int kSumKUnroll = 4;  // k per batch of loads: kSumItems * kSumKUnroll loads of 16 bytes in flight per thread
+constexpr int kSumMaxTopK = 64; // the table's size (kSumTokens * kSumMaxTopK entries of 8 bytes)
+
+// A row piece read once, written by an earlier launch: the read-only path, not kept in L1.
+__device__ __forceinline__ uint4 load_streaming(const uint4* ptr) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(ptr));
+  return v;
+}
+
+// acc += w * y for 8 bf16 values of y, each product rounded before the add (the contract's arithmetic: no FMA).
+__device__ __forceinline__ void accumulate_weighted(float (&acc)[8], float w, const uint4& raw) {
+  float y[8];
+  unpack_bf16x8(raw, y);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc[e] = __fadd_rn(acc[e], __fmul_rn(w, y[e]));
+}
+
+// Grid (ceil(T_local / kSumTokens), R): blockIdx.y is the source rank (emulated ranks only: the host checks).
+__global__ void __launch_bounds__(kSumThreads, kSumMinBlocks) sm90_moe_sum_kernel(const __grid_constant__ Sm90MoeParams params) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const Sm90MoeParams& p = params;
+  __shared__ CombineRow table[kSumTokens * kSumMaxTopK];
+  const int source = static_cast<int>(blockIdx.y);
+  const int first = static_cast<int>(blockIdx.x) * kSumTokens;
+  const int tokens = min(kSumTokens, p.tokens_per_rank - first);
+  const int top_k = p.top_k;
+  const long long slots_per_rank = static_cast<long long>(p.tokens_per_rank) * top_k;
+  const bool from_y = p.down_tma != 0;
+  const float* weights = reinterpret_cast<const float*>(p.weight_ptrs[source]);
+
+  // ---- the table: this CTA's tokens are consecutive, so entry i is slot first * K + i ----
+  for (int i = static_cast<int>(threadIdx.x); i < tokens * top_k; i += kSumThreads) {
+    const long long slot = static_cast<long long>(first) * top_k + i;
+    int row = static_cast<int>(slot);
+    if (from_y) {
+      // y_rows was written by the megakernel before this launch began: a read-only load is safe here.
+      row = __ldg(p.y_rows + source * slots_per_rank + slot);
+      const bool holds = row >= 0 && row < static_cast<long long>(p.num_ranks) * p.capacity &&
+                         __ldg(p.src_rank + row) == source && __ldg(p.src_slot + row) == slot;
+      if (!holds) {
+        const int token = static_cast<int>(slot / top_k);
+        record_error(p, kErrBadSchedule, kCtrNone, source, token, static_cast<int>(slot - token * top_k), row, -1);
+        row = 0;  // a row of y, so the sum reads nothing outside it (the launch has failed anyway)
+      }
+    }
+    table[i] = CombineRow{row, __ldg(weights + slot)};
+  }
+  __syncthreads();
+
+  // ---- the sums: item idx is (token idx / row_chunks, chunk idx % row_chunks) of this CTA's tokens ----
+  const int row_chunks = p.hidden / 8;
+  const int total = tokens * row_chunks;
+  const uint4* rows = reinterpret_cast<const uint4*>(from_y ? p.y : reinterpret_cast<const void*>(p.combine_ptrs[source]));
+  uint4* out = reinterpret_cast<uint4*>(p.out_ptrs[source]) + static_cast<long long>(first) * row_chunks;
+  for (int base = static_cast<int>(threadIdx.x); base < total; base += kSumThreads * kSumItems) {
+    int local[kSumItems];
+    int chunk[kSumItems];
+    float acc[kSumItems][8];
+#pragma unroll
+    for (int u = 0; u < kSumItems; ++u) {
+      // An item past the end redoes item 0 (always valid) and is not stored: no branch in the k loop.
+      const int idx = base + u * kSumThreads < total ? base + u * kSumThreads : base;
+      local[u] = idx / row_chunks;
+      chunk[u] = idx - local[u] * row_chunks;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[u][e] = 0.0f;
+    }
+    // kSumKUnroll k at a time: every (k, item) row load of the batch is issued before the first is used.
+    int k = 0;
+    for (; k + kSumKUnroll <= top_k; k += kSumKUnroll) {
+      uint4 raw[kSumKUnroll][kSumItems];
+      float w[kSumKUnroll][kSumItems];
+      int row[kSumKUnroll][kSumItems];
+#pragma unroll
+      for (int j = 0; j < kSumKUnroll; ++j) {
+#pragma unroll
+        for (int u = 0; u < kSumItems; ++u) {
+          const CombineRow entry = table[local[u] * top_k + k + j];
+          w[j][u] = entry.weight;
+          row[j][u] = entry.row;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kSumKUnroll; ++j) {
+#pragma unroll
+        for (int u = 0; u < kSumItems; ++u) {
+          raw[j][u] = load_streaming(rows + static_cast<long long>(row[j][u]) * row_chunks + chunk[u]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kSumKUnroll; ++j) {
+#pragma unroll
+        for (int u = 0; u < kSumItems; ++u) accumulate_weighted(acc[u], w[j][u], raw[j][u]);
+      }
+    }
+    for (; k < top_k; ++k) {  // the last top_k % 4
+#pragma unroll
+      for (int u = 0; u < kSumItems; ++u) {
+        const CombineRow entry = table[local[u] * top_k + k];
+        accumulate_weighted(acc[u], entry.weight, __ldg(rows + static_cast<long long>(entry.row) * row_chunks + chunk[u]));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kSumItems; ++u) {
+      if (base + u * kSumThreads < total) out[base + u * kSumThreads] = pack_bf16x8(acc[u]);
+    }
+  }
+#endif
+}
+
+}  // namespace mok::sm90
