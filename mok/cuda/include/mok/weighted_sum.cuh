@@ -37,7 +37,7 @@ constexpr int kSumKUnroll = 4;  // k per batch of loads: kSumItems * kSumKUnroll
 constexpr int kSumMaxTopK = 64; // the table's size (kSumTokens * kSumMaxTopK entries of 8 bytes)
 
 // A row piece read once, written by an earlier launch: the read-only path, not kept in L1.
-__device__ __forceinline__ uint4 load_streaming(const uint4* ptr) {
+__device__ __forceinline__ uint4 load_read_once(const uint4* ptr) {
   uint4 v;
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kSumThreads, kSumMinBlocks) sm90_moe_sum_kerne
       for (int j = 0; j < kSumKUnroll; ++j) {
 #pragma unroll
         for (int u = 0; u < kSumItems; ++u) {
-          raw[j][u] = load_streaming(rows + static_cast<long long>(row[j][u]) * row_chunks + chunk[u]);
+          raw[j][u] = load_read_once(rows + static_cast<long long>(row[j][u]) * row_chunks + chunk[u]);
         }
       }
 #pragma unroll
