@@ -116,6 +116,48 @@ def test_sass_uses_wgmma_and_no_local_memory(kernel_object):
         assert given == {producer} and taken == {consumer}, f"{name}: setmaxnreg {given} / {taken}"
 
 
+def _header_constant(name: str, header: str = "weighted_sum.cuh") -> int:
+    """An ``constexpr int`` of a kernel header, read from its source."""
+    text = (build.INCLUDE_DIR / "mok" / header).read_text()
+    return int(re.search(rf"constexpr int {name} = (\d+);", text).group(1))
+
+
+def _row_loads_before_first_use(body: str) -> int:
+    """The most 16-byte read-only loads (LDG ... .128.CONSTANT) that the SASS ``body`` issues in a row before an FMUL
+    (the sums' first use of a loaded value): how many row loads a thread keeps in flight."""
+    best = run = 0
+    for line in body.splitlines():
+        if re.search(r"LDG\.E(\.\w+)*\.128\.CONSTANT", line):
+            run += 1
+            best = max(best, run)
+        elif "FMUL" in line:
+            run = 0
+    return best
+
+
+@needs_nvcc
+def test_sum_kernel_keeps_its_loads_in_flight(kernel_object):
+    """The weighted sum's own kernel (weighted_sum.cuh): no spills, registers for kSumMinBlocks CTAs per SM, and every
+    load of a batch (kSumItems x kSumKUnroll) issued before the first is summed. Without the minimum CTA count in
+    __launch_bounds__, ptxas gave it 48 registers and issued each load after the previous one's sum (round 34)."""
+    obj, ptxas = kernel_object
+    reports = {name: text for name, text in _sections(ptxas, r"Compiling entry function '(\w+)'").items()
+               if "sm90_moe_sum_kernel" in name}
+    assert len(reports) == 1, sorted(reports)
+    text = next(iter(reports.values()))
+    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in text, text
+    registers = int(re.search(r"Used (\d+) registers", text).group(1))
+    threads, ctas = _header_constant("kSumThreads"), _header_constant("kSumMinBlocks")
+    assert registers * threads * ctas <= 65536, f"{registers} registers: fewer than {ctas} CTAs of {threads} per SM"
+    if build.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found (triton wheel or PATH)")
+    bodies = [body for name, body in _sections(build.disassemble(obj), r"Function : (\S+)").items()
+              if "sm90_moe_sum_kernel" in name]
+    assert len(bodies) == 1
+    batch = _header_constant("kSumItems") * _header_constant("kSumKUnroll")
+    assert _row_loads_before_first_use(bodies[0]) >= batch, "the sum kernel's row loads are not batched"
+
+
 # ------------------------------------------------------------------------------------------------------
 # The task order, replayed on the host
 # ------------------------------------------------------------------------------------------------------

@@ -919,14 +919,12 @@ def test_sum_kernel_equals_the_combine_tasks_bitwise(name):
 
 
 def test_sum_kernel_through_the_environment_and_its_refusals():
-    """MOK_CUDA_SUM_KERNEL=1 gives the combine tasks' bits through sm90_forward; a top-1 layer (fused combine: no sums)
-    and the early combine refuse sum_kernel=True, and the kernel's table refuses a top-k above 64 with its number."""
+    """MOK_CUDA_SUM_KERNEL=1 gives =0's bits through sm90_forward (both dispatch modes); a top-1 layer (fused combine:
+    no sums) and the early combine refuse sum_kernel=True, and the kernel's table refuses a top-k above 64 with its
+    number."""
     from mok.cuda.backend import check_error, launch, prepare, sm90_forward
     problem = make_inputs(256, 256, 128, 8, 4, seed=520)
-    tail = sm90_forward(*problem, ep_size=2, check=True, poison=True)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("MOK_CUDA_SUM_KERNEL", "1")
-        assert_bitwise_equal(sm90_forward(*problem, ep_size=2, check=True, poison=True), tail, "MOK_CUDA_SUM_KERNEL=1")
+    assert_switch_changes_no_bit(problem, "MOK_CUDA_SUM_KERNEL", [(2, None, 0)], "pipelined", "MOK_CUDA_SUM_KERNEL")
     with pytest.raises(ValueError, match="sum_kernel"):
         launch(prepare(*make_inputs(256, 256, 128, 8, 1, seed=521)), sum_kernel=True)
     with pytest.raises(ValueError, match="sum_kernel"):

@@ -540,21 +540,36 @@ def test_auto_takes_the_counting_sort_where_it_was_measured():
 
 
 def test_sum_kernel_reaches_the_launch_where_allowed(monkeypatch):
-    """launch() passes sum_kernel: off by default (MOK_CUDA_SUM_KERNEL unset or 0), on with the argument or =1 where
-    sum_kernel_allowed says so (emulated ranks, top-k > 1, no early combine); =1 leaves a top-1 layer alone, and the
-    argument True there is an error."""
+    """launch() passes sum_kernel: by default (MOK_CUDA_SUM_KERNEL unset or auto) with down_tma only, =1 wherever
+    sum_kernel_allowed says so (emulated ranks, top-k > 1, no early combine), =0 never, and the argument wins; =1
+    leaves a top-1 layer alone, the argument True there is an error, and so is a bad MOK_CUDA_SUM_KERNEL."""
     from mok.cuda.backend import sum_kernel_allowed
 
     def passed(prep, **kw):
         return launched(prep, "sum_kernel", **kw)
 
     prep = small_launch(seed=11, tokens=256, hidden=256, inter=128, experts=8, ep_size=2)
-    monkeypatch.delenv("MOK_CUDA_SUM_KERNEL", raising=False)
-    assert passed(prep) is False and passed(prep, sum_kernel=True) is True
+    for unset in (True, False):
+        if unset:
+            monkeypatch.delenv("MOK_CUDA_SUM_KERNEL", raising=False)
+        else:
+            monkeypatch.setenv("MOK_CUDA_SUM_KERNEL", "auto")
+        assert passed(prep, dispatch="ring", down_tma=False) is False
+        assert passed(prep, dispatch="ring", down_tma=True) is True
+        assert passed(prep, dispatch="gather", down_tma=True) is True
+        assert passed(prep, dispatch="ring", down_tma=True, sum_kernel=False) is False
+        assert passed(prep, dispatch="ring", down_tma=False, sum_kernel=True) is True
     monkeypatch.setenv("MOK_CUDA_SUM_KERNEL", "1")
-    assert passed(prep) is True and passed(prep, sum_kernel=False) is False
+    assert passed(prep, dispatch="ring", down_tma=False) is True
+    assert passed(prep, dispatch="ring", down_tma=False, sum_kernel=False) is False
+    monkeypatch.setenv("MOK_CUDA_SUM_KERNEL", "0")
+    assert passed(prep, dispatch="gather", down_tma=True) is False
     assert sum_kernel_allowed(prep, early_combine=False) and not sum_kernel_allowed(prep, early_combine=True)
     top1 = small_launch(seed=12, tokens=256, hidden=256, inter=128, experts=8, ep_size=2, top_k=1)
+    monkeypatch.setenv("MOK_CUDA_SUM_KERNEL", "1")
     assert passed(top1) is False
     with pytest.raises(ValueError, match="sum_kernel=True"):
         passed(top1, sum_kernel=True)
+    monkeypatch.setenv("MOK_CUDA_SUM_KERNEL", "yes")
+    with pytest.raises(ValueError, match="MOK_CUDA_SUM_KERNEL"):
+        passed(prep)

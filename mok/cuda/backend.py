@@ -69,8 +69,8 @@ Environment:
   order and the weighted sum reads through the inverse map (:func:`resolve_down_tma`);
 * ``MOK_CUDA_DOWN_PING_PONG`` (default on where allowed: down_tma, the pipelined variant without the signal warp,
   I <= 256): the consumer warpgroups take turns on each down block's column halves (:func:`resolve_down_ping_pong`).
-* ``MOK_CUDA_SUM_KERNEL`` (default off): the weighted sum of top-k > 1 layers runs as a kernel of its own right after
-  the megakernel instead of as its combine tasks (:func:`resolve_sum_kernel`).
+* ``MOK_CUDA_SUM_KERNEL`` (default ``auto``: with down_tma): the weighted sum of top-k > 1 layers runs as a kernel of
+  its own right after the megakernel instead of as its combine tasks (:func:`resolve_sum_kernel`).
 * ``MOK_CUDA_FIRST_DISPATCH_PARTS`` (default ``auto``): the first minibatch's dispatch in this many tasks per tile
   (ring mode; ``auto`` gives every CTA one), so that more CTAs share the copy every other task waits for
   (:func:`resolve_first_dispatch_parts`).
@@ -360,14 +360,25 @@ def sum_kernel_allowed(prep: "Sm90Launch", early_combine: bool) -> bool:
     return prep.local_rank < 0 and not prep.fuse_top1 and not early_combine
 
 
-def resolve_sum_kernel(sum_kernel: bool | None, allowed: bool) -> bool:
+def resolve_sum_kernel(sum_kernel: bool | None, allowed: bool, down_tma: bool) -> bool:
     """Whether a launch sums by a second kernel (``include/mok/weighted_sum.cuh``) instead of its combine tasks:
     ``sum_kernel`` if given (``True`` where :func:`sum_kernel_allowed` says no is an error), else
-    ``MOK_CUDA_SUM_KERNEL`` (default off) where allowed. In the megakernel the sums are the layer's tail, run by
-    one CTA of eight consumer warps per SM; the kernel runs three CTAs of eight warps per SM, each thread with eight
-    loads in flight. Same arithmetic, same bits."""
+    ``MOK_CUDA_SUM_KERNEL``: ``auto`` (the default) where allowed and the down tiles leave by TMA (``down_tma``: the sum
+    reads y through the inverse map), ``1`` wherever allowed, ``0`` never.
+
+    In the megakernel the sums are the layer's tail, run by one CTA of eight consumer warps per SM (up to 16 loads of
+    16 bytes in flight per thread: 64 KB per SM); the kernel runs three CTAs of eight warps per SM, each thread with 8
+    loads in flight (96 KB per SM), and has no per-task table fill and barriers. Same arithmetic, same bits (GPU
+    tests). Measured on the H200 (round 34, ``ab_kernels.py``, one build launched both ways, bitwise equal): with
+    down_tma (gather mode, where each combine task first fills a table of its rows of y) the whole forward 0.959x
+    (anchor-1) and 0.977x (anchor-2) the time with the combine tasks; with the pushed slots (ring mode) 0.999x, 1.006x
+    and 0.999x at anchors 3-5, hence ``auto``. The sum kernel read 4.15 TB/s at anchor-2 (1.10 ms) and 3.95 TB/s at
+    anchor-3 (0.34 ms)."""
     if sum_kernel is None:
-        return allowed and _env_on("MOK_CUDA_SUM_KERNEL", "0")
+        value = os.environ.get("MOK_CUDA_SUM_KERNEL", "auto").strip().lower()
+        if value not in ("auto", "0", "1"):
+            raise ValueError(f"MOK_CUDA_SUM_KERNEL must be 'auto', '0' or '1', got {value!r}")
+        return allowed and (value == "1" or (value == "auto" and down_tma))
     if sum_kernel and not allowed:
         raise ValueError("sum_kernel=True needs emulated ranks, a top-k > 1 layer (combine tasks) and no early "
                          "combine")
@@ -607,7 +618,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     ``first_dispatch_parts``: tasks per tile of the first minibatch's dispatch (ring mode), so that more CTAs share the
     copy that everything else waits for (:func:`resolve_first_dispatch_parts`). Changes no bit.
     ``sum_kernel``: the weighted sum runs as a second kernel right after the megakernel, which then has no combine
-    tasks (:func:`resolve_sum_kernel`; default ``MOK_CUDA_SUM_KERNEL``, off). Changes no bit.
+    tasks (:func:`resolve_sum_kernel`; default ``MOK_CUDA_SUM_KERNEL``: with down_tma). Changes no bit.
     ``extension``: another build of the kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to
     launch instead of the default one, for A/B timing (experiments/ab_kernels.py).
     """
@@ -631,7 +642,6 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
                          "combine tasks, i.e. not the fused top-1 combine; prepare(..., early_combine=True))")
     # The default follows MOK_CUDA_EARLY_COMBINE, not whether the launch happens to carry an order.
     use_order = has_order and (default_early_combine() if early_combine is None else early_combine)
-    use_sum_kernel = resolve_sum_kernel(sum_kernel, sum_kernel_allowed(prep, use_order))
     down_span = resolve_down_span(down_span, dispatch, prep.w_gate.shape[2])
     first_dispatch_parts = resolve_first_dispatch_parts(first_dispatch_parts)
     explicit_store_warps = store_warps is not None
@@ -644,6 +654,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         ws.key.ring_rows, prep.minibatch_rows, ws.key.capacity, use_order))
     y_fits = down_tma_y_fits(ws.key.capacity, ws.key.num_ranks, prep.tokens_per_rank, prep.top_k)
     use_down_tma = resolve_down_tma(down_tma, down_tma_allowed(prep), dispatch, y_fits)
+    use_sum_kernel = resolve_sum_kernel(sum_kernel, sum_kernel_allowed(prep, use_order), use_down_tma)
     signal_warp = default_signal_warp() if signal_warp is None else bool(signal_warp)
     down_ping_pong = resolve_down_ping_pong(down_ping_pong, down_ping_pong_allowed(
         use_down_tma, variant, signal_warp and variant == "pipelined" and dispatch != "gather", prep.w_gate.shape[1]))

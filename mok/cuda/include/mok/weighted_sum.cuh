@@ -4,11 +4,12 @@
 // same bits.
 //
 // Why a second kernel: in the megakernel the sum is the layer's tail (it waits for every push of its source rank),
-// and it runs on one CTA of eight consumer warps per SM, which keep too few loads in flight to reach the HBM's rate:
-// about 3.6-3.8 TB/s at anchor-2, where SonicMoE's separate sum reads 4.1-4.3 (mok/cuda/README.md, round 32; a
-// deeper in-kernel loop through the idle stages lost, and so did more registers in flight). Here several small CTAs
-// share each SM, so many more warps hide the latency, and the kernel boundary replaces the combine tasks' counter
-// waits (nothing runs in the tail beside the sum anyway: every push must have landed).
+// run by one CTA of eight consumer warps per SM in tasks of 16 tokens, each task filling its table and meeting at
+// barriers: about 3.6 TB/s at anchor-2, where SonicMoE's separate sum reads 4.1-4.3 (mok/cuda/README.md, round 32; a
+// deeper in-kernel loop through the idle stages lost). Here three CTAs share each SM, 24 warps with 96 KB of loads in
+// flight, and the kernel boundary replaces the combine tasks' counter waits (nothing runs in the tail beside the sum
+// anyway: every push must have landed). Round 34: 4.15 TB/s at anchor-2, the forward 0.977x the time (anchor-1
+// 0.959x); with the pushed slots of ring mode no faster than the combine tasks (0.999-1.006x at anchors 3-5).
 //
 // One CTA per (kSumTokens consecutive tokens, source rank). First the CTA's (token, k) rows and router weights go
 // into a shared-memory table (down_tma: the row of y through the inverse map y_rows, checked against the schedule
@@ -29,7 +30,7 @@ constexpr int kSumThreads = 256;
 // CTAs per SM the registers must allow (80 registers each): 24 warps, each thread with kSumItems * kSumKUnroll = 8
 // loads of 16 bytes in flight, about 96 KB per SM. NOTE: with no minimum in __launch_bounds__ ptxas gave the kernel
 // 48 registers and issued each load only after the previous one's sum: one load in flight per thread (checked in the
-// SASS; tests/test_weighted_sum_cuda.py counts the batch).
+// SASS; tests/test_cuda_compile.py counts the batch).
 constexpr int kSumMinBlocks = 3;
 constexpr int kSumTokens = 4;   // tokens per CTA: at H = 4096, 2,048 items for 256 threads
 constexpr int kSumItems = 2;    // independent items per thread
