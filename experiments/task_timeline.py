@@ -203,7 +203,8 @@ def record(name: str, dispatch: str = "auto", warmup: int = 3,
     backend.launch(prep, dispatch=dispatch, trace=trace, **launch_options)
     backend.check_error(prep)
     tl = load_trace(trace.cpu().numpy())
-    span = backend.resolve_down_span(launch_options.get("down_span"), dispatch, shape.hidden)
+    span = backend.resolve_down_path(prep, dispatch, launch_options.get("down_tma"), launch_options.get("down_span"),
+                                     launch_options.get("sum_kernel"))[1]
     summary = summarize(tl, task_flops(shape, span), torch.cuda.get_device_properties(0).multi_processor_count)
     del prep, p, trace
     release_workspaces()

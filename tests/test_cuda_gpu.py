@@ -481,6 +481,7 @@ def test_store_warps_equal_consumer_stores_bitwise(name):
             for store_warps in ("0", "1"):
                 with pytest.MonkeyPatch.context() as env:
                     env.setenv("MOK_CUDA_SIGNAL_WARP", "1")  # store warps need the signal warp
+                    env.setenv("MOK_CUDA_DOWN_TMA", "0")  # and the push (down_tma stores by TMA)
                     env.setenv("MOK_CUDA_STORE_WARPS", store_warps)
                     runs[store_warps] = sm90_forward(*problem, ep_size=ep_size, config=config, variant="pipelined",
                                                      num_ctas=num_ctas, check=True, poison=True, dispatch="ring",
@@ -920,8 +921,8 @@ def test_sum_kernel_equals_the_combine_tasks_bitwise(name):
 
 def test_sum_kernel_through_the_environment_and_its_refusals():
     """MOK_CUDA_SUM_KERNEL=1 gives =0's bits through sm90_forward (both dispatch modes); a top-1 layer (fused combine:
-    no sums) and the early combine refuse sum_kernel=True, and the kernel's table refuses a top-k above 64 with its
-    number."""
+    no sums), the early combine and a top-k above the kernel's table (64) refuse sum_kernel=True; auto then keeps the
+    combine tasks."""
     from mok.cuda.backend import check_error, launch, prepare, sm90_forward
     problem = make_inputs(256, 256, 128, 8, 4, seed=520)
     assert_switch_changes_no_bit(problem, "MOK_CUDA_SUM_KERNEL", [(2, None, 0)], "pipelined", "MOK_CUDA_SUM_KERNEL")
@@ -930,7 +931,7 @@ def test_sum_kernel_through_the_environment_and_its_refusals():
     with pytest.raises(ValueError, match="sum_kernel"):
         launch(prepare(*problem, early_combine=True), early_combine=True, sum_kernel=True)
     wide = prepare(*make_inputs(128, 64, 64, 72, 65, seed=522))
-    launch(wide, dispatch="ring")  # the combine tasks take any top-k
+    launch(wide, dispatch="ring")  # the combine tasks take any top-k: auto leaves the sum kernel out
     check_error(wide)
-    with pytest.raises(RuntimeError, match="top_k up to 64, got 65"):
+    with pytest.raises(ValueError, match="top-k at most 64"):
         launch(wide, dispatch="ring", sum_kernel=True)

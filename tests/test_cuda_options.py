@@ -158,7 +158,8 @@ def test_trace_reaches_the_launch_before_the_down_span():
 
 def test_down_span_reaches_the_launch_and_turns_the_store_warps_off(monkeypatch):
     """launch() passes the down span: by default (``auto``) the widest divisor up to 8 of the column blocks of
-    H in gather mode and 1 in ring mode, else MOK_CUDA_DOWN_SPAN or its own argument; a span must divide the column
+    H in gather mode, in ring mode with down_tma the widest whose task runs at most 64 K blocks (span x I <= 4096),
+    and 1 in ring mode with the push, else MOK_CUDA_DOWN_SPAN or its own argument; a span must divide the column
     blocks; a span above 1 turns the default store warps off and refuses them when asked for."""
     from mok.cuda.backend import resolve_down_span
 
@@ -170,12 +171,13 @@ def test_down_span_reaches_the_launch_and_turns_the_store_warps_off(monkeypatch)
 
     monkeypatch.delenv("MOK_CUDA_DOWN_SPAN", raising=False)
     monkeypatch.delenv("MOK_CUDA_STORE_WARPS", raising=False)
-    assert passed(dispatch="ring") == (1, True)
+    assert passed(dispatch="ring", down_tma=False) == (1, True)
+    assert passed(dispatch="ring", down_tma=True)[0] == 4  # I = 128: 2 K blocks per column block
     assert passed(dispatch="gather")[0] == 4
     monkeypatch.setenv("MOK_CUDA_DOWN_SPAN", "4")
     assert passed(dispatch="ring") == (4, False)
     assert passed(dispatch="ring", down_span=2) == (2, False)
-    assert passed(dispatch="ring", down_span=1) == (1, True)
+    assert passed(dispatch="ring", down_span=1, down_tma=False) == (1, True)
     with pytest.raises(ValueError, match="down_span"):
         passed(down_span=3)
     with pytest.raises(ValueError, match="store_warps"):
@@ -189,6 +191,10 @@ def test_down_span_reaches_the_launch_and_turns_the_store_warps_off(monkeypatch)
     assert [resolve_down_span(None, "gather", h) for h in (4096, 1536, 1280, 256, 320, 7168, 2816)] == [8, 6, 5, 1, 2,
                                                                                                     7, 1]
     assert [resolve_down_span(None, "ring", h) for h in (4096, 1536)] == [1, 1]
+    # ring mode with down_tma: span x I <= 4096 (anchor-3, I = 1,024: 4; anchors 4-5, I = 2,048: 2; I = 3,072: 1),
+    # a divisor of the column blocks, at most 8.
+    assert [resolve_down_span(None, "ring", h, i, True) for h, i in
+            ((4096, 1024), (4096, 2048), (7168, 2048), (7168, 3072), (4096, 256), (1536, 1024))] == [4, 2, 2, 1, 8, 3]
     assert resolve_down_span("auto", "gather", 7168) == 7 and resolve_down_span(2, "gather", 7168) == 2
 
 
@@ -361,15 +367,16 @@ def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):
 
 
 def test_down_tma_auto_needs_y_close_to_the_slots_size():
-    """auto takes down_tma only where y (R * capacity rows) is at most DOWN_TMA_MAX_Y_RATIO times the slots
-    (R * T_local * K rows): anchor-2 at EP 1 (556,800 rows for 524,288 slots, its capacity on random routing) fits,
-    the worst-case capacity at EP 8 (8 times the slots) does not; the switch set to 1 ignores the size."""
+    """auto takes down_tma (in either dispatch mode, since round 34) only where y (R * capacity rows) is at most
+    DOWN_TMA_MAX_Y_RATIO times the slots (R * T_local * K rows): anchor-2 at EP 1 (556,800 rows for 524,288 slots,
+    its capacity on random routing) fits, the worst-case capacity at EP 8 (8 times the slots) does not; the switch
+    set to 1 ignores the size."""
     from mok.cuda.backend import DOWN_TMA_MAX_Y_RATIO, down_tma_y_fits, resolve_down_tma
     assert 1.0 < DOWN_TMA_MAX_Y_RATIO < 2.0
     assert down_tma_y_fits(556_800, 1, 32_768, 16)
     assert not down_tma_y_fits(556_800, 8, 32_768 // 8, 16)
     assert resolve_down_tma(None, True, "gather", True) and not resolve_down_tma(None, True, "gather", False)
-    assert not resolve_down_tma(None, True, "ring", True)
+    assert resolve_down_tma(None, True, "ring", True) and not resolve_down_tma(None, True, "ring", False)
     assert resolve_down_tma(True, True, "ring", False)
 
 

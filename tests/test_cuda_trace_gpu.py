@@ -27,18 +27,19 @@ def expected_task_counts(prep, dispatch: str, first_dispatch_parts: int = 1) -> 
     """Tasks per kind of one launch, from the tables: every used tile has a dispatch task (ring mode; a tile of the
     first minibatch ``first_dispatch_parts`` of them), its gate/up column blocks (I / 128) and its down tasks (H / 256
     column blocks, the launch's default span of them per task); every rank has ceil(T_local / 16) combine blocks
-    unless the down epilogue writes the output itself (fused top-1)."""
-    from mok.cuda.backend import resolve_down_span
+    unless the down epilogue writes the output itself (fused top-1) or the sum kernel sums after the launch."""
+    from mok.cuda.backend import resolve_down_path
     from mok.cuda.schedule_tables import COMBINE_BLOCK_TOKENS
     from mok.cuda.workspace import DOWN_COLUMNS, GATE_UP_COLUMNS
     tiles = prep.schedule.padding_half_tiles()[0]  # used tiles over every rank
     per_minibatch = prep.minibatch_rows // 128
     first_tiles = sum(min(int(n) // 128, per_minibatch) for n in prep.schedule.segment_offsets[:, -1].tolist())
     intermediate, hidden = prep.w_gate.shape[1], prep.w_gate.shape[2]
+    _, span, sum_kernel = resolve_down_path(prep, dispatch)
     return {"dispatch": tiles + first_tiles * (first_dispatch_parts - 1) if dispatch == "ring" else 0,
             "gate_up": tiles * -(-intermediate // GATE_UP_COLUMNS),
-            "down": tiles * -(-hidden // DOWN_COLUMNS) // resolve_down_span(None, dispatch, hidden),
-            "combine": 0 if prep.fuse_top1 else
+            "down": tiles * -(-hidden // DOWN_COLUMNS) // span,
+            "combine": 0 if prep.fuse_top1 or sum_kernel else
             prep.schedule.ep_size * -(-prep.tokens_per_rank // COMBINE_BLOCK_TOKENS)}
 
 

@@ -65,8 +65,9 @@ Environment:
 * ``MOK_CUDA_DOWN_SPAN`` (default ``auto``): column blocks of 256 per down task (:func:`resolve_down_span`);
 * ``MOK_CUDA_OVERLAP_STEPS`` (default off): each step's gate/up tasks share a group of the task order with the
   previous step's down tasks (:func:`resolve_overlap_steps`);
-* ``MOK_CUDA_DOWN_TMA`` (default ``auto``: on in gather mode): the down tiles leave by TMA into a buffer in schedule
-  order and the weighted sum reads through the inverse map (:func:`resolve_down_tma`);
+* ``MOK_CUDA_DOWN_TMA`` (default ``auto``: on where y is not much larger than the combine slots): the down tiles
+  leave by TMA into a buffer in schedule order and the weighted sum reads through the inverse map
+  (:func:`resolve_down_tma`);
 * ``MOK_CUDA_DOWN_PING_PONG`` (default on where allowed: down_tma, the pipelined variant without the signal warp,
   I <= 256): the consumer warpgroups take turns on each down block's column halves (:func:`resolve_down_ping_pong`).
 * ``MOK_CUDA_SUM_KERNEL`` (default ``auto``: with down_tma): the weighted sum of top-k > 1 layers runs as a kernel of
@@ -170,25 +171,39 @@ def default_store_warps() -> bool:
 MAX_AUTO_DOWN_SPAN = 8
 
 
-def resolve_down_span(down_span: int | str | None, dispatch: str, hidden: int) -> int:
+# Ring mode with down_tma: the widest span whose down task runs at most this many K blocks of 64 (span x I <= 4096).
+# Round 34 (A/B, one build, down_tma against the push with its store warps): at anchor-3 (I = 1,024) span 4 0.962x the
+# time, span 2 0.971-0.975x, span 8 1.009x; at anchors 4-5 (I = 2,048) span 2 0.994-0.999x, span 4 1.038-1.057x.
+MAX_RING_DOWN_TASK_KBLOCKS = 64
+
+
+def resolve_down_span(down_span: int | str | None, dispatch: str, hidden: int, intermediate: int = 0,
+                      down_tma: bool = False) -> int:
     """Column blocks of 256 per down task for a launch in ``dispatch`` mode ("ring" or "gather") with ``hidden``
     columns: ``down_span`` if it is a number, else ``MOK_CUDA_DOWN_SPAN`` (a number, or ``auto``, the default).
 
-    ``auto``: in gather mode the widest divisor of ceil(H / 256) up to :data:`MAX_AUTO_DOWN_SPAN`; in ring mode 1. A
-    wider span resolves the rows' destinations and signals the task once per span instead of once per block, and at
-    I = 256 lands the tile's A once (produce_task). Measured on the H200 (A/B of the kernel alone, gather mode):
-    round 16, against one block per task, anchor-2 (16 blocks) 0.925-0.928x the time at span 4 and 0.956x at span 2,
-    anchor-1 (6 blocks) 0.977-0.979x at span 2; round 17, span 8 0.984x span 4 at anchor-2 and span 6 0.989x span 2
-    at anchor-1. Ring mode keeps one block per task for its store warps, whose hand-off is one block per task:
-    without them span 2 was 1.005-1.013x slower at anchors 4-5 and the kimi slice. Changes no bit (GPU test)."""
+    ``auto``: in gather mode the widest divisor of ceil(H / 256) up to :data:`MAX_AUTO_DOWN_SPAN`; in ring mode with
+    ``down_tma`` the widest divisor whose task runs at most :data:`MAX_RING_DOWN_TASK_KBLOCKS` K blocks of the down
+    GEMM (``intermediate`` / 64 per block), else 1. A wider span resolves the rows' destinations and signals the task
+    once per span instead of once per block, and at I = 256 lands the tile's A once (produce_task); too wide a span
+    leaves the last wave with few, long tasks. Measured on the H200 (A/B of the kernel alone, gather mode): round 16,
+    against one block per task, anchor-2 (16 blocks) 0.925-0.928x the time at span 4 and 0.956x at span 2, anchor-1
+    (6 blocks) 0.977-0.979x at span 2; round 17, span 8 0.984x span 4 at anchor-2 and span 6 0.989x span 2 at
+    anchor-1. Ring mode's push keeps one block per task for its store warps, whose hand-off is one block per task:
+    without them span 2 was 1.005-1.013x slower at anchors 4-5 and the kimi slice (round 20); with down_tma (no store
+    warps) see :data:`MAX_RING_DOWN_TASK_KBLOCKS`. Changes no bit (GPU test)."""
     if down_span is None:
         down_span = os.environ.get("MOK_CUDA_DOWN_SPAN", "auto")
     blocks = -(-hidden // DOWN_COLUMNS)
     if isinstance(down_span, str):
         if down_span == "auto":
-            if dispatch != "gather":
+            if dispatch == "gather":
+                widest = MAX_AUTO_DOWN_SPAN
+            elif down_tma:
+                widest = max(1, MAX_RING_DOWN_TASK_KBLOCKS * 64 // max(intermediate, 1))
+            else:
                 return 1
-            return max(s for s in range(1, min(blocks, MAX_AUTO_DOWN_SPAN) + 1) if blocks % s == 0)
+            return max(s for s in range(1, min(blocks, widest, MAX_AUTO_DOWN_SPAN) + 1) if blocks % s == 0)
         if not down_span.isdigit():
             raise ValueError(f"MOK_CUDA_DOWN_SPAN must be 'auto' or a positive integer, got {down_span!r}")
         down_span = int(down_span)
@@ -265,9 +280,10 @@ def down_tma_y_fits(capacity: int, ranks: int, tokens_per_rank: int, top_k: int)
 
 def resolve_down_tma(down_tma: bool | None, allowed: bool, dispatch: str, y_fits: bool = True) -> bool:
     """Whether a launch in ``dispatch`` mode stores its down tiles by TMA: ``down_tma`` if given (``True`` where
-    :func:`down_tma_allowed` says no is an error), else ``MOK_CUDA_DOWN_TMA``: ``auto`` (the default) in gather mode
-    where allowed and ``y_fits`` (:func:`down_tma_y_fits`), ``1`` wherever allowed, ``0`` never. The launch then runs
-    without the store warps (ring mode: the kernel turns them off).
+    :func:`down_tma_allowed` says no is an error), else ``MOK_CUDA_DOWN_TMA``: ``auto`` (the default) where allowed
+    and ``y_fits`` (:func:`down_tma_y_fits`), ``1`` wherever allowed, ``0`` never. The launch then runs without the
+    store warps (ring mode: the kernel turns them off) and, by default, sums in the sum kernel
+    (:func:`resolve_sum_kernel`).
 
     down_tma: each consumer warpgroup stages its down rows and stores them with two TMA boxes per half into y, a
     buffer laid out like the schedule (:meth:`mok.cuda.workspace.Sm90Workspace.y_buffer`), instead of 16 KB of its
@@ -275,14 +291,17 @@ def resolve_down_tma(down_tma: bool | None, allowed: bool, dispatch: str, y_fits
     (:meth:`mok.cuda.workspace.Sm90Workspace.y_rows_buffer`; :func:`y_rows_table` is its PyTorch reference) and the
     weighted sum reads y through it. The same bits (GPU tests). Measured on the H200 (A/B in one process, bitwise
     equal): gather mode, the kernel 0.945x (anchor-2) and 0.961x (anchor-1) the time of the push, the layer 0.945x
-    and 0.967x (round 19; the layer again 0.946x and 0.964x in round 20); ring mode, whose store warps it turns off,
-    the kernel 1.013x (anchor-3) and 1.038x (anchor-5) with a down span of 2, 0.996x and 1.078x with 4 (round 20),
-    hence gather mode only by default. The layer then holds y instead of the combine slots."""
+    and 0.967x (round 19; the layer again 0.946x and 0.964x in round 20). Ring mode, whose store warps it turns off:
+    with the sums in the combine tasks the kernel 1.013x (anchor-3) and 1.038x (anchor-5) with a down span of 2,
+    0.996x and 1.078x with 4 (round 20), so gather mode only until round 34; with the sum kernel 0.996-1.001x at anchors
+    3-5 with one block per task, and with :func:`resolve_down_span`'s ring-mode span (4 at anchor-3, 2 at anchors 4-5)
+    0.962x, 0.994-0.995x and 0.981-0.999x (round 34, calls 3-4), hence both modes. The layer then holds y instead of
+    the combine slots."""
     if down_tma is None:
         value = os.environ.get("MOK_CUDA_DOWN_TMA", "auto").strip().lower()
         if value not in ("auto", "0", "1"):
             raise ValueError(f"MOK_CUDA_DOWN_TMA must be 'auto', '0' or '1', got {value!r}")
-        return allowed and (value == "1" or (value == "auto" and dispatch == "gather" and y_fits))
+        return allowed and (value == "1" or (value == "auto" and y_fits))
     if down_tma and not allowed:
         raise ValueError("down_tma=True needs emulated ranks, a top-k > 1 layer (combine tasks) and bf16")
     return bool(down_tma)
@@ -354,10 +373,16 @@ def default_early_combine() -> bool:
     return _env_on("MOK_CUDA_EARLY_COMBINE", "0")
 
 
+# The sum kernel's table holds up to this many (token, k) rows per token (include/mok/weighted_sum.cuh, kSumMaxTopK).
+SUM_KERNEL_MAX_TOP_K = 64
+
+
 def sum_kernel_allowed(prep: "Sm90Launch", early_combine: bool) -> bool:
     """Whether a launch can run its weighted sum as a kernel of its own: emulated ranks (the sum kernel's grid covers
-    every rank) with combine tasks (top-k > 1), without the early combine (whose sums run inside the steps)."""
-    return prep.local_rank < 0 and not prep.fuse_top1 and not early_combine
+    every rank) with combine tasks (top-k > 1), top-k at most :data:`SUM_KERNEL_MAX_TOP_K`, without the early combine
+    (whose sums run inside the steps)."""
+    return (prep.local_rank < 0 and not prep.fuse_top1 and prep.top_k <= SUM_KERNEL_MAX_TOP_K
+            and not early_combine)
 
 
 def resolve_sum_kernel(sum_kernel: bool | None, allowed: bool, down_tma: bool) -> bool:
@@ -380,8 +405,8 @@ def resolve_sum_kernel(sum_kernel: bool | None, allowed: bool, down_tma: bool) -
             raise ValueError(f"MOK_CUDA_SUM_KERNEL must be 'auto', '0' or '1', got {value!r}")
         return allowed and (value == "1" or (value == "auto" and down_tma))
     if sum_kernel and not allowed:
-        raise ValueError("sum_kernel=True needs emulated ranks, a top-k > 1 layer (combine tasks) and no early "
-                         "combine")
+        raise ValueError(f"sum_kernel=True needs emulated ranks, a top-k > 1 layer (combine tasks), top-k at most "
+                         f"{SUM_KERNEL_MAX_TOP_K} and no early combine")
     return bool(sum_kernel)
 
 
@@ -573,6 +598,22 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
         combine_offsets=order[1])
 
 
+def resolve_down_path(prep: "Sm90Launch", dispatch: str, down_tma: bool | None = None,
+                      down_span: int | str | None = None, sum_kernel: bool | None = None,
+                      early_combine: bool = False) -> tuple[bool, int, bool]:
+    """``(down_tma, down_span, sum_kernel)`` of a launch of ``prep`` in ``dispatch`` mode ("ring" or "gather", already
+    resolved), from :func:`launch`'s arguments of those names (``None``: the defaults) and whether it runs the early
+    combine: how its down tiles leave (:func:`resolve_down_tma`), how many column blocks a down task spans
+    (:func:`resolve_down_span`, which depends on the first) and where the weighted sum runs
+    (:func:`resolve_sum_kernel`). The tests and the timeline read the launch's choices here."""
+    ws = prep.workspace
+    y_fits = down_tma_y_fits(ws.key.capacity, ws.key.num_ranks, prep.tokens_per_rank, prep.top_k)
+    use_down_tma = resolve_down_tma(down_tma, down_tma_allowed(prep), dispatch, y_fits)
+    span = resolve_down_span(down_span, dispatch, prep.w_gate.shape[2], prep.w_gate.shape[1], use_down_tma)
+    use_sum_kernel = resolve_sum_kernel(sum_kernel, sum_kernel_allowed(prep, early_combine), use_down_tma)
+    return use_down_tma, span, use_sum_kernel
+
+
 _NO_TENSOR = torch.empty(0)  # the binding's "no saved_gate_up" (never dereferenced)
 _NO_INT_TENSOR = torch.empty(0, dtype=torch.int32)  # the binding's "no early-combine order"
 _NO_LONG_TENSOR = torch.empty(0, dtype=torch.int64)  # the binding's "no task timeline"
@@ -607,11 +648,11 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     :data:`TRACE_FIELDS`, ``include/mok/trace.cuh``; ``experiments/task_timeline.py`` reads it), or ``None``.
     Changes no bit.
     ``down_span``: column blocks of 256 per down task, a divisor of ceil(H / 256) (default: :func:`resolve_down_span`,
-    wider in gather mode). With ``down_span > 1`` the store warps default to off (and an explicit ``store_warps=True``
-    is an error). Changes no bit.
+    wider in gather mode and with down_tma). With ``down_span > 1`` the store warps default to off (and an explicit
+    ``store_warps=True`` is an error). Changes no bit.
     ``overlap_steps``: the task order puts each step's gate/up tasks and the previous step's down tasks in one group,
     tile by tile, so that the CTAs' pushes do not all meet (:func:`resolve_overlap_steps`). Changes no bit.
-    ``down_tma``: the down tiles leave by TMA in schedule order (:func:`resolve_down_tma`; default on in gather mode).
+    ``down_tma``: the down tiles leave by TMA in schedule order (:func:`resolve_down_tma`; default on where y fits).
     The store warps are then off. Changes no bit.
     ``down_ping_pong``: the consumer warpgroups take turns on the down blocks' column halves
     (:func:`resolve_down_ping_pong`; default on where :func:`down_ping_pong_allowed`).
@@ -642,19 +683,17 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
                          "combine tasks, i.e. not the fused top-1 combine; prepare(..., early_combine=True))")
     # The default follows MOK_CUDA_EARLY_COMBINE, not whether the launch happens to carry an order.
     use_order = has_order and (default_early_combine() if early_combine is None else early_combine)
-    down_span = resolve_down_span(down_span, dispatch, prep.w_gate.shape[2])
+    s, ws = prep.schedule, prep.workspace
+    use_down_tma, down_span, use_sum_kernel = resolve_down_path(prep, dispatch, down_tma, down_span, sum_kernel,
+                                                                use_order)
     first_dispatch_parts = resolve_first_dispatch_parts(first_dispatch_parts)
     explicit_store_warps = store_warps is not None
     if store_warps is None:
         store_warps = default_store_warps() and down_span == 1
     elif store_warps and down_span > 1:
         raise ValueError("store_warps=True needs down_span=1 (the store warps hand off one column block per task)")
-    s, ws = prep.schedule, prep.workspace
     overlap_steps = resolve_overlap_steps(overlap_steps, overlap_steps_allowed(
         ws.key.ring_rows, prep.minibatch_rows, ws.key.capacity, use_order))
-    y_fits = down_tma_y_fits(ws.key.capacity, ws.key.num_ranks, prep.tokens_per_rank, prep.top_k)
-    use_down_tma = resolve_down_tma(down_tma, down_tma_allowed(prep), dispatch, y_fits)
-    use_sum_kernel = resolve_sum_kernel(sum_kernel, sum_kernel_allowed(prep, use_order), use_down_tma)
     signal_warp = default_signal_warp() if signal_warp is None else bool(signal_warp)
     down_ping_pong = resolve_down_ping_pong(down_ping_pong, down_ping_pong_allowed(
         use_down_tma, variant, signal_warp and variant == "pipelined" and dispatch != "gather", prep.w_gate.shape[1]))
