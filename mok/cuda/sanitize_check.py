@@ -9,8 +9,9 @@ Meant to run under compute-sanitizer (build the extension first, outside the san
 The default problem has 2 emulated ranks, 8 experts with skewed routing (low ids hot), tokens that are not a
 multiple of the tile, I % 128 == 64 (a half-used gate/up column block), H % 256 != 0 (a half-used down column
 block) and a ring of one minibatch; it runs with top-k 2 (push-combine and the weighted sum) and top-k 1 (the
-fused top-1 combine), in both dispatch modes (ring and gather), with the saved gate/up rows of training, and
-once more in ring mode with precision="mxfp8" (packed MXFP8 token rows, h rounded through MXFP8), and once in ring
+fused top-1 combine), in both dispatch modes (ring and gather), with the saved gate/up rows of training, with the
+down tiles pushed into the slots or stored by TMA into y and the weighted sum in the combine tasks or the sum kernel
+(both of each), once more in ring mode with precision="mxfp8" (packed MXFP8 token rows, h rounded through MXFP8), and once in ring
 mode recording the task timeline into fewer rows than the launch has tasks, so every code path of the kernel runs at
 least once. The in-kernel wait bound is raised to 600 s because the sanitizer slows the kernel by orders of magnitude.
 
@@ -50,7 +51,7 @@ def make_inputs(tokens, hidden, intermediate, experts, top_k, *, seed=0, skew=0.
 
 
 def check_small(variant: str, top_k: int = 2, dispatch: str = "ring", precision: str = "bf16",
-                overlap_steps: bool = False, down_tma: bool = False) -> bool:
+                overlap_steps: bool = False, down_tma: bool = False, sum_kernel: bool | None = None) -> bool:
     # Gather mode at I = 256: its down span (2 blocks of H = 320) reuses the A in the stages (produce_task).
     problem = make_inputs(200, 320, 256 if dispatch == "gather" else 192, 8, top_k, skew=1.5)
     # Overlapped steps need a ring of two minibatches (scheduler.cuh).
@@ -59,7 +60,7 @@ def check_small(variant: str, top_k: int = 2, dispatch: str = "ring", precision:
     # The saved gate/up rows (training) are written too, so their stores run under the sanitizer.
     saved = saved_gate_up_buffer(prep, poison=True)
     out = launch(prep, variant=variant, timeout_s=600.0, dispatch=dispatch, saved_gate_up=saved,
-                 overlap_steps=overlap_steps, down_tma=down_tma)
+                 overlap_steps=overlap_steps, down_tma=down_tma, sum_kernel=sum_kernel)
     check_error(prep)
     with torch.no_grad():
         ref = mok.moe(*problem, backend="reference", ep_size=2, config=config)
@@ -67,6 +68,7 @@ def check_small(variant: str, top_k: int = 2, dispatch: str = "ring", precision:
     finite = bool(torch.isfinite(out).all())
     fused = " (fused top-1 combine)" if prep.fuse_top1 else ""
     overlapped = (" overlapped steps" if overlap_steps else "") + (" down_tma" if down_tma else "")
+    overlapped += "" if sum_kernel is None else f" sum_kernel={sum_kernel}"
     print(f"variant={variant} dispatch={dispatch} top_k={top_k}{fused}{overlapped} precision={precision}: "
           f"relative error vs the bf16 reference {err:.3e}, all finite: {finite}")
     return finite and err < (1e-2 if precision == "bf16" else TOLERANCE["mxfp8"])
@@ -131,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
              + [check_small(v, top_k, "ring", "mxfp8") for v in variants for top_k in (2, 1) if "ring" in modes]
              + [check_trace(v) for v in variants if "ring" in modes]
              + [check_small(v, 2, d, overlap_steps=True) for v in variants for d in modes]
-             + [check_small(v, 2, d, down_tma=True) for v in variants for d in modes])
+             + [check_small(v, 2, d, down_tma=True) for v in variants for d in modes]
+             # The sum kernel (default with down_tma, above) on the pushed slots, and the combine tasks through y.
+             + [check_small(v, 2, d, down_tma=tma, sum_kernel=not tma) for v in variants for d in modes
+                for tma in (False, True)])
     return 0 if ok else 1
 
 

@@ -1,4 +1,4 @@
-# Round 34, call 1 (nvidia-h200): the weighted sum as a kernel of its own (include/mok/weighted_sum.cuh,
+# Round 34, calls 1-2 (nvidia-h200): the weighted sum as a kernel of its own (include/mok/weighted_sum.cuh,
 # launch(sum_kernel=True)). (1) its GPU tests (bitwise against the combine tasks, refusals, the bad-schedule report);
 # (2) ab_kernels.py, one build launched with sum_kernel=0 and =1, interleaved, bitwise compared, anchors 1-5;
 # (3) profile_forward.py at anchors 2-3 with MOK_CUDA_SUM_KERNEL=1 (the sum kernel's own GPU time).

@@ -1,0 +1,5 @@
+# Round 34, call 10 (nvidia-h200, warm after call 9; 2331a76): the same energy runs with round 33's defaults and
+# with the new ones, one after the other on one machine: anchor-2 MOK_CUDA_SUM_KERNEL=0 / auto, anchor-3
+# MOK_CUDA_DOWN_TMA=0 (the push, store warps, combine tasks) / auto (down_tma, span 4, the sum kernel).
+# (A call returns at most 8 files: the anchor-3 logs did not come back; their rows are in the README.)
+export PYTHONPATH=$PWD TORCH_EXTENSIONS_DIR=$PWD/build/mok-cache/torch_extensions TRITON_CACHE_DIR=$PWD/build/mok-cache/triton MOK_GIT_COMMIT=2331a76; K=$OUT/k; mkdir -p $K; python3 -m mok.cuda.build --jit > $K/build.log 2>&1; for run in "anchor-2:MOK_CUDA_SUM_KERNEL=0:old" "anchor-2:MOK_CUDA_SUM_KERNEL=auto:new" "anchor-3:MOK_CUDA_DOWN_TMA=0:old" "anchor-3:MOK_CUDA_DOWN_TMA=auto:new"; do IFS=: read shape envset tag <<< "$run"; env $envset timeout 80 python3 experiments/energy_per_layer.py $shape --backends cuda --json $K/energy_${shape}_$tag.json > $K/energy_${shape}_$tag.log 2>&1; echo "$shape $tag ($envset) rc=$?"; grep -E "^\| anchor" $K/energy_${shape}_$tag.log; done
