@@ -11,9 +11,9 @@ multiple of the tile, I % 128 == 64 (a half-used gate/up column block), H % 256 
 block) and a ring of one minibatch; it runs with top-k 2 (push-combine and the weighted sum) and top-k 1 (the
 fused top-1 combine), in both dispatch modes (ring and gather), with the saved gate/up rows of training, with the
 down tiles pushed into the slots or stored by TMA into y and the weighted sum in the combine tasks or the sum kernel
-(both of each), once more in ring mode with precision="mxfp8" (packed MXFP8 token rows, h rounded through MXFP8), and once in ring
-mode recording the task timeline into fewer rows than the launch has tasks, so every code path of the kernel runs at
-least once. The in-kernel wait bound is raised to 600 s because the sanitizer slows the kernel by orders of magnitude.
+(both of each), once more in ring mode with precision="mxfp8" (packed MXFP8 token rows, h rounded through MXFP8),
+and once in ring mode recording the task timeline into fewer rows than the launch has tasks, so every code path of
+the kernel runs at least once. The in-kernel wait bound is raised to 600 s because the sanitizer slows the kernel by orders of magnitude.
 
 ``--bench T,H,I,E,K`` instead times both variants in both dispatch modes at that shape (CUDA events, median of 20
 launches after 3 warm-ups; forward FLOPs 6*T*K*H*I; ``--prefetch-sweep`` adds gather with L2 prefetch) and prints
