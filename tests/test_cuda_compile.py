@@ -444,17 +444,19 @@ def test_task_order_cannot_deadlock(schedule_simulator, case, dispatch, launches
 
 LAUNCH_CHECK_SOURCE = r"""
 // Calls sm90_moe_forward with valid sizes, null pointers and the (R, E, local_rank, phases, overlap_steps, ring
-// minibatches, y, y_rows, top_k, mxfp8, ping_pong, sum_kernel) of each input line (capacity: 2 minibatches; y: 0
-// none, 1 an aligned stand-in address, 2 a misaligned one; y_rows: 0 none, 1 a stand-in; mxfp8: packed rows of 144
-// bytes; ping_pong: 0 none, else down_ping_pong in the pipelined variant, 1 without the signal warp, 2 with it, 3
-// without it at I = 512); prints its return code and message. A combination the
+// minibatches, y, y_rows, top_k, mxfp8, ping_pong, sum_kernel, combine) of each input line (capacity: 2 minibatches;
+// y: 0 none, 1 an aligned stand-in address, 2 a misaligned one; y_rows: 0 none, 1 a stand-in; mxfp8: packed rows of
+// 144 bytes; ping_pong: 0 none, else down_ping_pong in the pipelined variant, 1 without the signal warp, 2 with it, 3
+// without it at I = 512; combine: 0 the combine tasks, 1 the fused top-1 combine, 2 early combine with stand-in
+// orders); prints its return code and message. A combination the
 // checks accept stops at the null-pointer check (the stand-ins are never dereferenced).
 #include <cstdio>
 #include "mok/launch.cuh"
 int main() {
-  int ranks, experts, local_rank, phases, overlap, ring_minibatches, y, y_rows, top_k, mxfp8, ping_pong, sum_kernel;
-  while (scanf("%d %d %d %d %d %d %d %d %d %d %d %d", &ranks, &experts, &local_rank, &phases, &overlap,
-               &ring_minibatches, &y, &y_rows, &top_k, &mxfp8, &ping_pong, &sum_kernel) == 12) {
+  int ranks, experts, local_rank, phases, overlap, ring_minibatches, y, y_rows, top_k, mxfp8, ping_pong, sum_kernel,
+      combine;
+  while (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d", &ranks, &experts, &local_rank, &phases, &overlap,
+               &ring_minibatches, &y, &y_rows, &top_k, &mxfp8, &ping_pong, &sum_kernel, &combine) == 13) {
     static int stand_in[64];
     mok::sm90::Sm90MoeProblem q;
     q.num_ranks = ranks;
@@ -469,6 +471,11 @@ int main() {
     q.phases = phases;
     q.overlap_steps = overlap != 0;
     q.sum_kernel = sum_kernel != 0;
+    q.fuse_top1 = combine == 1;
+    if (combine == 2) {
+      q.combine_tokens = stand_in;
+      q.combine_offsets = stand_in;
+    }
     q.y = y == 0 ? nullptr : reinterpret_cast<char*>(stand_in) + (y == 2 ? 8 : 0);
     q.y_rows = y_rows == 0 ? nullptr : stand_in;
     q.mxfp8 = mxfp8 != 0;
@@ -525,13 +532,16 @@ PING_PONG_CHECK_CASES = {
     (2, 8, -1, 3, 0, 1, 1, 1, 2, 0, 2): "down_ping_pong needs down_tma",  # the signal warp (ring mode)
     (2, 8, -1, 3, 0, 1, 1, 1, 2, 0, 3): "I <= 256",        # a turn would need more stages than the ring holds
 }
-# sum_kernel: (the above's eleven, sum_kernel) -> the message
+# sum_kernel: (the above's eleven, sum_kernel, combine) -> the message
 SUM_KERNEL_CHECK_CASES = {
-    (2, 8, -1, 3, 0, 1, 0, 0, 2, 0, 0, 1): ACCEPTED,       # emulated ranks, the pushed slots
-    (2, 8, -1, 3, 0, 1, 1, 1, 2, 0, 0, 1): ACCEPTED,       # emulated ranks, y through the inverse map
-    (2, 8, -1, 3, 0, 1, 0, 0, 64, 0, 0, 1): ACCEPTED,      # the table's largest top-k
-    (2, 8, -1, 3, 0, 1, 0, 0, 65, 0, 0, 1): "sum_kernel supports top_k up to 64",
-    (2, 4, 0, 1, 0, 1, 0, 0, 2, 0, 0, 1): "sum_kernel is for emulated ranks",  # its grid covers every rank
+    (2, 8, -1, 3, 0, 1, 0, 0, 2, 0, 0, 1, 0): ACCEPTED,       # emulated ranks, the pushed slots
+    (2, 8, -1, 3, 0, 1, 1, 1, 2, 0, 0, 1, 0): ACCEPTED,       # emulated ranks, y through the inverse map
+    (2, 8, -1, 3, 0, 1, 0, 0, 64, 0, 0, 1, 0): ACCEPTED,      # the table's largest top-k
+    (2, 8, -1, 3, 0, 1, 0, 0, 65, 0, 0, 1, 0): "sum_kernel supports top_k up to 64",
+    (2, 4, 0, 1, 0, 1, 0, 0, 2, 0, 0, 1, 0): "sum_kernel is for emulated ranks",  # its grid covers every rank
+    (2, 8, -1, 3, 0, 1, 0, 0, 1, 0, 0, 1, 1): "sum_kernel is for emulated ranks",  # fused top-1: no sums to run
+    (2, 8, -1, 3, 0, 1, 0, 0, 2, 0, 0, 1, 2): "without early combine",            # its sums run inside the steps
+    (2, 8, -1, 3, 0, 1, 0, 0, 2, 0, 0, 0, 2): ACCEPTED,       # early combine with the combine tasks
 }
 
 
@@ -539,9 +549,10 @@ SUM_KERNEL_CHECK_CASES = {
 def test_launch_checks_refuse_inconsistent_rank_launches(kernel_object, tmp_path):
     obj, _ = kernel_object
     exe = compile_host_program(LAUNCH_CHECK_SOURCE, tmp_path, "launch_checks", str(obj))
-    cases = [(case + (0, 0, 2, 0, 0, 0), want) for case, want in LAUNCH_CHECK_CASES.items()]  # no y, top-2, bf16
-    cases += [(case + (0, 0), want) for case, want in DOWN_TMA_CHECK_CASES.items()]  # no ping-pong, no sum kernel
-    cases += [(case + (0,), want) for case, want in PING_PONG_CHECK_CASES.items()]
+    # no y, top-2, bf16, no ping-pong, the combine tasks
+    cases = [(case + (0, 0, 2, 0, 0, 0, 0), want) for case, want in LAUNCH_CHECK_CASES.items()]
+    cases += [(case + (0, 0, 0), want) for case, want in DOWN_TMA_CHECK_CASES.items()]
+    cases += [(case + (0, 0), want) for case, want in PING_PONG_CHECK_CASES.items()]
     cases += list(SUM_KERNEL_CHECK_CASES.items())
     run = subprocess.run([str(exe)], input="".join(" ".join(map(str, case)) + "\n" for case, _ in cases),
                          capture_output=True, text=True, timeout=60)

@@ -919,6 +919,21 @@ def test_sum_kernel_equals_the_combine_tasks_bitwise(name):
     check_accuracy(outs[True], problem, with_oracle=False)
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_sum_kernel_reports_a_row_that_was_never_pushed(variant):
+    """A used row marked as padding is neither pushed nor counted: the combine tasks would time out waiting for its
+    count; the sum kernel, which waits for nothing, finds the count short and reports the launch as failed instead of
+    summing a stale slot. A valid launch of the same layer first, so the slots hold old rows."""
+    from mok.cuda.backend import Sm90KernelError, check_error, launch, prepare
+    prep = prepare(*make_inputs(256, 256, 128, 8, 2, seed=523))
+    launch(prep, variant=variant, dispatch="ring", down_tma=False, sum_kernel=True)
+    check_error(prep)
+    prep.schedule.src_rank[0, 0] = -1  # row 0 of the first tile: a real row, now taken for padding
+    launch(prep, variant=variant, dispatch="ring", down_tma=False, sum_kernel=True, timeout_s=5.0)
+    with pytest.raises(Sm90KernelError, match="pushed"):
+        check_error(prep)
+
+
 def test_sum_kernel_through_the_environment_and_its_refusals():
     """MOK_CUDA_SUM_KERNEL=1 gives =0's bits through sm90_forward (both dispatch modes); a top-1 layer (fused combine:
     no sums), the early combine and a top-k above the kernel's table (64) refuse sum_kernel=True; auto then keeps the

@@ -580,3 +580,27 @@ def test_sum_kernel_reaches_the_launch_where_allowed(monkeypatch):
     monkeypatch.setenv("MOK_CUDA_SUM_KERNEL", "yes")
     with pytest.raises(ValueError, match="MOK_CUDA_SUM_KERNEL"):
         passed(prep)
+
+
+def test_ring_mode_takes_down_tma_only_with_the_sum_kernel_and_without_asked_for_store_warps(monkeypatch):
+    """Ring mode's auto down_tma comes with the sum kernel (its combine tasks through y measured slower than the push,
+    round 20): not where the sum kernel is off (MOK_CUDA_SUM_KERNEL=0, sum_kernel=False, top-k above its table), and
+    not where the store warps are asked for (they work for the push), which before round 34 was a valid call and
+    stays one. Gather mode keeps down_tma either way."""
+    from mok.cuda import backend
+    from mok.cuda.backend import resolve_down_path
+
+    monkeypatch.setattr(backend, "down_tma_y_fits", lambda *sizes: True)
+    monkeypatch.delenv("MOK_CUDA_DOWN_TMA", raising=False)
+    monkeypatch.delenv("MOK_CUDA_SUM_KERNEL", raising=False)
+    prep = small_launch(seed=13, tokens=256, hidden=1024, inter=128, experts=8)
+    assert resolve_down_path(prep, "ring") == (True, 4, True)
+    assert resolve_down_path(prep, "ring", sum_kernel=False) == (False, 1, False)
+    assert resolve_down_path(prep, "gather", sum_kernel=False)[:2] == (True, 4)
+    assert resolve_down_path(prep, "ring", store_warps=True) == (False, 1, False)
+    assert launched(prep, "store_warps", "y", dispatch="ring", store_warps=True)[0] is True
+    monkeypatch.setenv("MOK_CUDA_SUM_KERNEL", "0")
+    assert resolve_down_path(prep, "ring") == (False, 1, False)
+    assert resolve_down_path(prep, "gather") == (True, 4, False)
+    with pytest.raises(ValueError, match="intermediate"):
+        backend.resolve_down_span(None, "ring", 1024, 0, True)

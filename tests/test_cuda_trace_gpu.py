@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.gpu,
 CASES = {"top2": (600, 256, 384, 8, 2), "top1": (1000, 512, 256, 16, 1)}
 
 
-def expected_task_counts(prep, dispatch: str, first_dispatch_parts: int = 1) -> dict[str, int]:
+def expected_task_counts(prep, dispatch: str, first_dispatch_parts: int = 1, **launch_options) -> dict[str, int]:
     """Tasks per kind of one launch, from the tables: every used tile has a dispatch task (ring mode; a tile of the
     first minibatch ``first_dispatch_parts`` of them), its gate/up column blocks (I / 128) and its down tasks (H / 256
     column blocks, the launch's default span of them per task); every rank has ceil(T_local / 16) combine blocks
@@ -35,7 +35,8 @@ def expected_task_counts(prep, dispatch: str, first_dispatch_parts: int = 1) -> 
     per_minibatch = prep.minibatch_rows // 128
     first_tiles = sum(min(int(n) // 128, per_minibatch) for n in prep.schedule.segment_offsets[:, -1].tolist())
     intermediate, hidden = prep.w_gate.shape[1], prep.w_gate.shape[2]
-    _, span, sum_kernel = resolve_down_path(prep, dispatch)
+    _, span, sum_kernel = resolve_down_path(prep, dispatch, launch_options.get("down_tma"),
+                                            launch_options.get("down_span"), launch_options.get("sum_kernel"))
     return {"dispatch": tiles + first_tiles * (first_dispatch_parts - 1) if dispatch == "ring" else 0,
             "gate_up": tiles * -(-intermediate // GATE_UP_COLUMNS),
             "down": tiles * -(-hidden // DOWN_COLUMNS) // span,
@@ -93,6 +94,32 @@ def test_trace_changes_no_bit_and_records_every_task_once(name, variant):
                 counts = {kind: int((kinds == code).sum()) for code, kind in TASK_KINDS.items()}
                 assert counts == expected_task_counts(prep, dispatch, first_dispatch_parts=3), what
                 assert sum(counts.values()) == n, f"{what}: an unknown task kind"
+
+
+@pytest.mark.parametrize("dispatch", ["ring", "gather"])
+def test_trace_with_the_sum_kernel_has_no_combine_tasks(dispatch):
+    """With the weighted sum in its own kernel (down_tma, sum_kernel) the launch's timeline holds the dispatch, gate/up
+    and down tasks and no combine task, each once, and the output is the combine tasks' bits."""
+    from mok.cuda.backend import TASK_KINDS, TRACE_FIELDS, check_error, launch, prepare, trace_buffer
+    from mok.cuda.sanitize_check import make_inputs
+    t, h, i, e, k = CASES["top2"]
+    problem = make_inputs(t, h, i, e, k, seed=760)
+    prep = prepare(*problem, ep_size=2, config=MoKConfig(minibatch_rows=128), poison=True)
+    who = TRACE_FIELDS.index("who")
+    options = dict(variant="pipelined", dispatch=dispatch, down_tma=True, first_dispatch_parts=3)
+    prep.out.fill_(float("nan"))
+    tasks = launch(prep, **options, sum_kernel=False).clone()
+    check_error(prep)
+    trace = trace_buffer(prep)
+    prep.out.fill_(float("nan"))
+    summed = launch(prep, **options, sum_kernel=True, trace=trace).clone()
+    check_error(prep)
+    assert_bitwise_equal(summed, tasks, f"sum kernel {dispatch}")
+    rows = trace.cpu()
+    kinds = rows[rows[:, who] >= 0, who] & 0xFF
+    counts = {kind: int((kinds == code).sum()) for code, kind in TASK_KINDS.items()}
+    expected = expected_task_counts(prep, dispatch, first_dispatch_parts=3, down_tma=True, sum_kernel=True)
+    assert expected["combine"] == 0 and counts == expected, f"{dispatch}: {counts} against {expected}"
 
 
 @pytest.mark.parametrize("variant", ["simple", "pipelined"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import INTERPRET
 from conftest import TRITON_DEVICE as DEVICE
 from conftest import assert_bitwise_equal
 
@@ -97,9 +98,25 @@ def tma_launches(monkeypatch):
     return count
 
 
-def assert_same_outputs(got, want, what: str) -> None:
+def assert_same_outputs(got, want, what: str, *, exact: bool = True) -> None:
+    """Bit for bit, or (``exact=False``) the same NaN pattern and values within 4 fp32 ulps of the largest."""
     for t, (g, w) in enumerate(zip(got, want)):
-        assert_bitwise_equal(g, w, f"{what}, output {t}")
+        if exact:
+            assert_bitwise_equal(g, w, f"{what}, output {t}")
+            continue
+        assert torch.equal(torch.isnan(g), torch.isnan(w)), f"{what}, output {t}: NaN patterns differ"
+        finite = ~torch.isnan(w)
+        bound = 4 * torch.finfo(torch.float32).eps * float(w[finite].abs().max())
+        diff = float((g[finite] - w[finite]).abs().max())
+        assert diff <= bound, f"{what}, output {t}: {diff:.3e} apart (bound {bound:.3e})"
+
+
+# Under the interpreter an fp32 tl.dot is numpy's matmul, whose summation order follows the operands' memory layout
+# (BLAS picks its kernel by strides and alignment): the TMA and pointer loads hand it differently laid-out blocks, and
+# on some CPUs the gate/up GEMM's sums then differ in the last bit (seen 2026-12-01: 1 ulp in 3,098 of 3,840). bf16
+# operands are upcast to fp32 copies in both paths first, and compiled kernels (GPU) are bitwise in every dtype.
+def loads_compare_exactly(dtype) -> bool:
+    return not (INTERPRET and dtype == torch.float32)
 
 
 def assert_window_written(outs, what: str) -> None:
@@ -119,7 +136,8 @@ def test_tma_loads_give_the_pointer_loads_bits(dtype, blocks, tma_launches):
         got = outputs(kernel, run, blocks, tma=True)
         assert tma_launches == [False, True], f"{kernel}: TMA was not used"
         assert_window_written(want, kernel)
-        assert_same_outputs(got, want, f"{kernel}, TMA vs pointer loads, {blocks}")
+        assert_same_outputs(got, want, f"{kernel}, TMA vs pointer loads, {blocks}",
+                            exact=loads_compare_exactly(dtype))
         tma_launches.clear()
 
 

@@ -200,7 +200,9 @@ def resolve_down_span(down_span: int | str | None, dispatch: str, hidden: int, i
             if dispatch == "gather":
                 widest = MAX_AUTO_DOWN_SPAN
             elif down_tma:
-                widest = max(1, MAX_RING_DOWN_TASK_KBLOCKS * 64 // max(intermediate, 1))
+                if intermediate < 1:
+                    raise ValueError("resolve_down_span: ring mode with down_tma needs the intermediate size I")
+                widest = max(1, MAX_RING_DOWN_TASK_KBLOCKS * 64 // intermediate)
             else:
                 return 1
             return max(s for s in range(1, min(blocks, widest, MAX_AUTO_DOWN_SPAN) + 1) if blocks % s == 0)
@@ -278,12 +280,14 @@ def down_tma_y_fits(capacity: int, ranks: int, tokens_per_rank: int, top_k: int)
     return ranks * capacity <= DOWN_TMA_MAX_Y_RATIO * ranks * tokens_per_rank * top_k
 
 
-def resolve_down_tma(down_tma: bool | None, allowed: bool, dispatch: str, y_fits: bool = True) -> bool:
+def resolve_down_tma(down_tma: bool | None, allowed: bool, dispatch: str, y_fits: bool = True,
+                     ring_sums_by_kernel: bool = True) -> bool:
     """Whether a launch in ``dispatch`` mode stores its down tiles by TMA: ``down_tma`` if given (``True`` where
     :func:`down_tma_allowed` says no is an error), else ``MOK_CUDA_DOWN_TMA``: ``auto`` (the default) where allowed
-    and ``y_fits`` (:func:`down_tma_y_fits`), ``1`` wherever allowed, ``0`` never. The launch then runs without the
-    store warps (ring mode: the kernel turns them off) and, by default, sums in the sum kernel
-    (:func:`resolve_sum_kernel`).
+    and ``y_fits`` (:func:`down_tma_y_fits`), in ring mode only where the sum kernel will then sum
+    (``ring_sums_by_kernel``: ring mode's combine tasks through y measured slower than the push, below); ``1`` wherever
+    allowed; ``0`` never. The launch then runs without the store warps (ring mode: the kernel turns them off) and, by
+    default, sums in the sum kernel (:func:`resolve_sum_kernel`).
 
     down_tma: each consumer warpgroup stages its down rows and stores them with two TMA boxes per half into y, a
     buffer laid out like the schedule (:meth:`mok.cuda.workspace.Sm90Workspace.y_buffer`), instead of 16 KB of its
@@ -301,7 +305,8 @@ def resolve_down_tma(down_tma: bool | None, allowed: bool, dispatch: str, y_fits
         value = os.environ.get("MOK_CUDA_DOWN_TMA", "auto").strip().lower()
         if value not in ("auto", "0", "1"):
             raise ValueError(f"MOK_CUDA_DOWN_TMA must be 'auto', '0' or '1', got {value!r}")
-        return allowed and (value == "1" or (value == "auto" and y_fits))
+        auto = y_fits and (dispatch == "gather" or ring_sums_by_kernel)
+        return allowed and (value == "1" or (value == "auto" and auto))
     if down_tma and not allowed:
         raise ValueError("down_tma=True needs emulated ranks, a top-k > 1 layer (combine tasks) and bf16")
     return bool(down_tma)
@@ -600,17 +605,23 @@ def prepare(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
 
 def resolve_down_path(prep: "Sm90Launch", dispatch: str, down_tma: bool | None = None,
                       down_span: int | str | None = None, sum_kernel: bool | None = None,
-                      early_combine: bool = False) -> tuple[bool, int, bool]:
+                      early_combine: bool = False, store_warps: bool | None = None) -> tuple[bool, int, bool]:
     """``(down_tma, down_span, sum_kernel)`` of a launch of ``prep`` in ``dispatch`` mode ("ring" or "gather", already
-    resolved), from :func:`launch`'s arguments of those names (``None``: the defaults) and whether it runs the early
-    combine: how its down tiles leave (:func:`resolve_down_tma`), how many column blocks a down task spans
-    (:func:`resolve_down_span`, which depends on the first) and where the weighted sum runs
-    (:func:`resolve_sum_kernel`). The tests and the timeline read the launch's choices here."""
+    resolved), from :func:`launch`'s arguments of those names (``None``: the defaults), whether it runs the early
+    combine, and its ``store_warps`` argument: how its down tiles leave (:func:`resolve_down_tma`), how many column
+    blocks a down task spans (:func:`resolve_down_span`, which depends on the first) and where the weighted sum runs
+    (:func:`resolve_sum_kernel`). Asking for the store warps (``store_warps=True``) in ring mode keeps the push they
+    work for, unless down_tma is asked for too (an error in :func:`launch`). The tests and the timeline read the
+    launch's choices here."""
     ws = prep.workspace
     y_fits = down_tma_y_fits(ws.key.capacity, ws.key.num_ranks, prep.tokens_per_rank, prep.top_k)
-    use_down_tma = resolve_down_tma(down_tma, down_tma_allowed(prep), dispatch, y_fits)
+    sum_allowed = sum_kernel_allowed(prep, early_combine)
+    if down_tma is None and store_warps and dispatch == "ring":
+        down_tma = False
+    use_down_tma = resolve_down_tma(down_tma, down_tma_allowed(prep), dispatch, y_fits,
+                                    ring_sums_by_kernel=resolve_sum_kernel(sum_kernel, sum_allowed, True))
     span = resolve_down_span(down_span, dispatch, prep.w_gate.shape[2], prep.w_gate.shape[1], use_down_tma)
-    use_sum_kernel = resolve_sum_kernel(sum_kernel, sum_kernel_allowed(prep, early_combine), use_down_tma)
+    use_sum_kernel = resolve_sum_kernel(sum_kernel, sum_allowed, use_down_tma)
     return use_down_tma, span, use_sum_kernel
 
 
@@ -685,7 +696,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     use_order = has_order and (default_early_combine() if early_combine is None else early_combine)
     s, ws = prep.schedule, prep.workspace
     use_down_tma, down_span, use_sum_kernel = resolve_down_path(prep, dispatch, down_tma, down_span, sum_kernel,
-                                                                use_order)
+                                                                use_order, store_warps)
     first_dispatch_parts = resolve_first_dispatch_parts(first_dispatch_parts)
     explicit_store_warps = store_warps is not None
     if store_warps is None:

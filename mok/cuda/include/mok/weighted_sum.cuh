@@ -67,6 +67,15 @@ __global__ void __launch_bounds__(kSumThreads, kSumMinBlocks) sm90_moe_sum_kerne
   const bool from_y = p.down_tma != 0;
   const float* weights = reinterpret_cast<const float*>(p.weight_ptrs[source]);
 
+  // ---- every row of the source rank was pushed: the count the combine tasks would have waited for ----
+  // (The megakernel's counters stay until the next launch's reset. Fewer means a lost row, whose slot the sums below
+  // read stale: the launch is reported as failed, where the combine tasks would have timed out waiting for it.)
+  if (threadIdx.x == 0) {
+    const int expected = p.tokens_per_rank * p.top_k * p.down_nblocks;
+    const int seen = __ldcg(p.counters + p.ctr.pushed + source);
+    if (seen < expected) record_error(p, kErrBadSchedule, kCtrPushed, source, -1, seen, expected, -1);
+  }
+
   // ---- the table: this CTA's tokens are consecutive, so entry i is slot first * K + i ----
   for (int i = static_cast<int>(threadIdx.x); i < tokens * top_k; i += kSumThreads) {
     const long long slot = static_cast<long long>(first) * top_k + i;
@@ -90,7 +99,6 @@ __global__ void __launch_bounds__(kSumThreads, kSumMinBlocks) sm90_moe_sum_kerne
   const int row_chunks = p.hidden / 8;
   const int total = tokens * row_chunks;
   const uint4* rows = reinterpret_cast<const uint4*>(from_y ? p.y : reinterpret_cast<const void*>(p.combine_ptrs[source]));
-  uint4* out = reinterpret_cast<uint4*>(p.out_ptrs[source]) + static_cast<long long>(first) * row_chunks;
   for (int base = static_cast<int>(threadIdx.x); base < total; base += kSumThreads * kSumItems) {
     int local[kSumItems];
     int chunk[kSumItems];
@@ -139,6 +147,8 @@ __global__ void __launch_bounds__(kSumThreads, kSumMinBlocks) sm90_moe_sum_kerne
         accumulate_weighted(acc[u], entry.weight, __ldg(rows + static_cast<long long>(entry.row) * row_chunks + chunk[u]));
       }
     }
+    // The output row pointer is read here, not kept across the loop: held there it was spilled (8 bytes).
+    uint4* out = reinterpret_cast<uint4*>(p.out_ptrs[source]) + static_cast<long long>(first) * row_chunks;
 #pragma unroll
     for (int u = 0; u < kSumItems; ++u) {
       if (base + u * kSumThreads < total) out[base + u * kSumThreads] = pack_bf16x8(acc[u]);
