@@ -5,8 +5,9 @@
 * its static task order (scheduler.cuh, compiled for the host) cannot deadlock and never overwrites ring rows
   a reader still needs, replayed on real schedule tables from mok.build_schedule, with and without the fused
   top-1 combine (no combine tasks), for all ranks in one launch (with and without early combine: then every
-  combine block also comes after every rank's down tasks of the steps holding its tokens' rows) and for one real
-  rank per launch (every rank's expert launch, then every rank's combine launch);
+  combine block also comes after every rank's down tasks of the steps holding its tokens' rows; with the sum kernel:
+  no combine task, every push counted by the launch's end) and for one real rank per launch (every rank's expert
+  launch, then every rank's combine launch);
 * its launch function refuses inconsistent (R, E, local_rank, phases) combinations;
 * its wgmma shared-memory descriptor has the bit layout CuTe builds for the same K-major SW128 tile;
 * the counter block size computed in Python equals CounterLayout::make's;
@@ -291,8 +292,10 @@ int main() {
   int early = 0;     // 1: early combine (tables follow the pushes)
   int overlap = 0;   // 1: overlapped steps (G(s) beside W(s - 1); one step more for the last W)
   int parts = 1;     // D(0)'s dispatch tasks per tile
-  if (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d", &P.R, &P.tiles_per_rank, &P.tpm, &P.slots, &P.n_gu, &P.n_down,
-            &P.combine_blocks, &P.slots_per_rank, &P.gather, &one_rank, &early, &overlap, &parts) != 13) return 2;
+  int sum_kernel = 0;  // 1: the sums run in a kernel of their own after the launch: no combine tasks
+  if (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d", &P.R, &P.tiles_per_rank, &P.tpm, &P.slots, &P.n_gu,
+            &P.n_down, &P.combine_blocks, &P.slots_per_rank, &P.gather, &one_rank, &early, &overlap, &parts,
+            &sum_kernel) != 14) return 2;
   const int R = P.R;
   std::vector<int> rank_tiles(R);
   for (int& v : rank_tiles) if (scanf("%d", &v) != 1) return 2;
@@ -315,7 +318,8 @@ int main() {
   if (!one_rank) {
     const ScheduleView v{R, P.tiles_per_rank, P.tpm, P.slots, max_mb, P.n_gu, P.n_down, P.combine_blocks,
                          steps_of(P, rank_tiles, overlap), rank_tiles.data(), P.gather, -1,
-                         early ? P.combine_offsets.data() : nullptr, overlap, early ? 0 : R * P.combine_blocks, parts};
+                         early ? P.combine_offsets.data() : nullptr, overlap,
+                         early || sum_kernel ? 0 : R * P.combine_blocks, parts};
     tickets = run_launch(P, v, pushed_expected, pushed);
     if (tickets < 0) return 1;
   } else {
@@ -346,7 +350,8 @@ int main() {
       tickets += n;
     }
   }
-  long long expected_tasks = static_cast<long long>(R) * P.combine_blocks;
+  // (With the sum kernel no combine task runs; the final check below is what it relies on: every push counted.)
+  long long expected_tasks = sum_kernel ? 0 : static_cast<long long>(R) * P.combine_blocks;
   for (int r = 0; r < R; ++r) {
     expected_tasks += static_cast<long long>(rank_tiles[r]) * ((P.gather ? 0 : 1) + P.n_gu + P.n_down);
     // D(0) in parts: parts - 1 more tasks per tile of the first minibatch
@@ -387,7 +392,7 @@ SCHEDULE_CASES = [
 
 
 def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, minibatch_rows, ring_slots, skew, gather,
-                     one_rank=False, early=False, overlap=False, parts=1):
+                     one_rank=False, early=False, overlap=False, parts=1, sum_kernel=False):
     gen = torch.Generator().manual_seed(tokens + experts + ranks)
     logits = torch.randn(tokens, experts, generator=gen) - skew * torch.arange(experts, dtype=torch.float32)
     _, ids = mok.route(logits, top_k)
@@ -398,7 +403,7 @@ def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, miniba
     lines = [" ".join(str(v) for v in (ranks, sched.capacity // 128, minibatch_rows // 128, ring_slots,
                                        math.ceil(intermediate / 128), math.ceil(hidden / 256),
                                        combine_blocks, tokens // ranks * top_k, int(gather), int(one_rank),
-                                       int(early), int(overlap), parts)),
+                                       int(early), int(overlap), parts, int(sum_kernel))),
              " ".join(str(t) for t in rank_tiles)]
     for r in range(ranks):
         for m in range(rank_tiles[r]):
@@ -416,24 +421,26 @@ def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, miniba
 
 
 @pytest.mark.parametrize("launches", ["emulated", "emulated/early-combine", "one-rank", "emulated/overlap-steps",
-                                      "one-rank/overlap-steps"])
+                                      "one-rank/overlap-steps", "emulated/sum-kernel"])
 @pytest.mark.parametrize("dispatch", ["ring", "ring/first-dispatch-3-parts", "ring/first-dispatch-8-parts", "gather"])
 @pytest.mark.parametrize("case", SCHEDULE_CASES, ids=lambda c: "R{}-T{}-K{}-E{}-H{}-I{}-mb{}-slots{}-skew{}".format(*c))
 @needs_nvcc
 def test_task_order_cannot_deadlock(schedule_simulator, case, dispatch, launches):
     """Every task once, every dependency met by earlier tickets, every push counted: all ranks in one launch
     (emulated, with or without early combine: then every combine block also runs only after every rank's down
-    tasks of the steps holding its tokens' rows), or one real rank per launch (an expert launch per rank, a
-    barrier, a combine launch per rank); the first minibatch's dispatch in one task per tile or in parts."""
+    tasks of the steps holding its tokens' rows; or with the sums in the sum kernel: no combine task, every push
+    counted when the launch ends), or one real rank per launch (an expert launch per rank, a barrier, a combine
+    launch per rank); the first minibatch's dispatch in one task per tile or in parts."""
     early = launches == "emulated/early-combine"
-    if early and case[2] == 1:
-        pytest.skip("top-1 layers fuse the combine: no combine blocks to place")
+    sum_kernel = launches == "emulated/sum-kernel"
+    if (early or sum_kernel) and case[2] == 1:
+        pytest.skip("top-1 layers fuse the combine: no combine blocks to place or sums to run")
     overlap = launches.endswith("overlap-steps")
     if overlap and case[7] < 2:
         pytest.skip("overlapped steps need a ring of 2 or more minibatches (the launch refuses 1)")
     parts = int(dispatch.split("-")[2]) if "parts" in dispatch else 1  # D(0) in parts (ring mode)
     stdin = _simulator_input(*case, dispatch == "gather", one_rank=launches.startswith("one-rank"), early=early,
-                             overlap=overlap, parts=parts)
+                             overlap=overlap, parts=parts, sum_kernel=sum_kernel)
     proc = subprocess.run([str(schedule_simulator)], input=stdin, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
 
