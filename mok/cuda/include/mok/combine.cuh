@@ -49,6 +49,14 @@ __device__ __forceinline__ uint4 pack_bf16x8(const float (&in)[8]) {
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
+// acc += w * y for 8 bf16 values of y, each product rounded before the add (the contract's arithmetic: no FMA).
+__device__ __forceinline__ void accumulate_weighted(float (&acc)[8], float w, const uint4& raw) {
+  float y[8];
+  unpack_bf16x8(raw, y);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc[e] = __fadd_rn(acc[e], __fmul_rn(w, y[e]));
+}
+
 // out = bf16(0 + w * y) for 8 bf16 values of y: combine_block's arithmetic for a token with one slot.
 __device__ __forceinline__ uint4 weighted_top1(const uint4& y_raw, float w) {
   float y[8];
@@ -369,11 +377,7 @@ __device__ __forceinline__ void combine_rows(const Sm90MoeParams& p, const Task&
 #pragma unroll
       for (int u = 0; u < kCombineItems; ++u) {
         const long long slot = slot0[u] + k;
-        const float w = __ldg(weights + slot);
-        float y[8];
-        unpack_bf16x8(load_l2(slots + slot * row_chunks + chunk[u]), y);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[u][e] = __fadd_rn(acc[u][e], __fmul_rn(w, y[e]));
+        accumulate_weighted(acc[u], __ldg(weights + slot), load_l2(slots + slot * row_chunks + chunk[u]));
       }
     }
 #pragma unroll
@@ -398,6 +402,23 @@ struct CombineRow {
   float weight;  // its router weight
 };
 
+// The row of y holding source rank `source`'s (token, k), from the inverse map, checked against the schedule tables:
+// an inconsistent schedule can leave an entry out of range (never written) or at an earlier launch's row (two table
+// rows naming one slot, so another has none). Such an entry is recorded as an error and row 0 returned, a row of y, so
+// the sum reads nothing outside it (the launch has failed anyway). Read with ld.global.cg: the combine tasks read the
+// map in the launch that writes it (write_inverse_map_entry), where __ldg might not see the write.
+__device__ __forceinline__ int checked_y_row(const Sm90MoeParams& p, int source, int token, int k, int ticket) {
+  const long long slot = static_cast<long long>(token) * p.top_k + k;
+  int row = __ldcg(p.y_rows + static_cast<long long>(source) * p.tokens_per_rank * p.top_k + slot);
+  const bool holds = row >= 0 && row < static_cast<long long>(p.num_ranks) * p.capacity &&
+                     __ldg(p.src_rank + row) == source && __ldg(p.src_slot + row) == slot;
+  if (!holds) {
+    record_error(p, kErrBadSchedule, kCtrNone, source, token, k, row, ticket);
+    row = 0;
+  }
+  return row;
+}
+
 template <class Tiles>
 __device__ __forceinline__ void combine_rows_from_y(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const Task& t,
                                                     int thread, int num_threads) {
@@ -409,7 +430,6 @@ __device__ __forceinline__ void combine_rows_from_y(const Sm90MoeParams& p, Shar
   const int total = tokens * row_chunks;
   const int* order = p.combine_tokens != nullptr ? p.combine_tokens + static_cast<long long>(source) * p.tokens_per_rank
                                                  : nullptr;
-  const long long source_slots = static_cast<long long>(source) * p.tokens_per_rank * top_k;
   const float* weights = reinterpret_cast<const float*>(p.weight_ptrs[source]);
   const uint4* y = reinterpret_cast<const uint4*>(p.y);
   uint4* out = reinterpret_cast<uint4*>(p.out_ptrs[source]);
@@ -422,17 +442,8 @@ __device__ __forceinline__ void combine_rows_from_y(const Sm90MoeParams& p, Shar
     const int position = t.tile + local;
     const int token = order != nullptr ? __ldg(order + position) : position;
     const int k = i - local * top_k;
-    const long long slot = static_cast<long long>(token) * top_k + k;
-    int row = __ldcg(p.y_rows + source_slots + slot);  // written in this launch (write_inverse_map_entry): not __ldg
-    // The row must hold this (token, k) in the schedule tables: an inconsistent schedule can leave an entry out of
-    // range (never written) or at an earlier launch's row (two table rows naming one slot, so another has none).
-    const bool holds = row >= 0 && row < static_cast<long long>(p.num_ranks) * p.capacity &&
-                       __ldg(p.src_rank + row) == source && __ldg(p.src_slot + row) == slot;
-    if (!holds) {
-      record_error(p, kErrBadSchedule, kCtrNone, source, token, k, row, t.ticket);
-      row = 0;  // a row of y, so the sum reads nothing outside it (the launch has failed anyway)
-    }
-    table[i] = CombineRow{row, __ldg(weights + slot)};
+    table[i] = CombineRow{checked_y_row(p, source, token, k, t.ticket),
+                          __ldg(weights + static_cast<long long>(token) * top_k + k)};
   }
   named_barrier_sync(NamedBarrier::kConsumers, num_threads);  // the table is complete
 
@@ -455,10 +466,7 @@ __device__ __forceinline__ void combine_rows_from_y(const Sm90MoeParams& p, Shar
 #pragma unroll
       for (int u = 0; u < kCombineItems; ++u) {
         const CombineRow entry = table[local[u] * top_k + k];
-        float v[8];
-        unpack_bf16x8(load_l2(y + static_cast<long long>(entry.row) * row_chunks + chunk[u]), v);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[u][e] = __fadd_rn(acc[u][e], __fmul_rn(entry.weight, v[e]));
+        accumulate_weighted(acc[u], entry.weight, load_l2(y + static_cast<long long>(entry.row) * row_chunks + chunk[u]));
       }
     }
 #pragma unroll

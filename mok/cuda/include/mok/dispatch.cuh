@@ -18,14 +18,6 @@
 
 namespace mok::sm90 {
 
-__device__ __forceinline__ uint4 load_streaming(const uint4* ptr) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(ptr));
-  return v;
-}
-
 // The source row of table row `r` in the token buffer of its source rank (its first byte), or nullptr for a
 // padding row (which is zero-filled) and for an entry outside the source's slots (recorded as an error, then
 // zero-filled).

@@ -31,6 +31,18 @@
 namespace mok::sm90 {
 
 // ---------------------------------------------------------------------------------------------------------
+// Row data read once (token rows by dispatch, y rows by the sum kernel): the read-only path, not kept in L1. Only
+// for data written before this launch began.
+// ---------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint4 load_streaming(const uint4* ptr) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(ptr));
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Global-memory counters
 // ---------------------------------------------------------------------------------------------------------
 __device__ __forceinline__ int ld_acquire_gpu(const int* ptr) {

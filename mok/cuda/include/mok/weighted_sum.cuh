@@ -13,7 +13,7 @@
 //
 // One CTA per (kSumTokens consecutive tokens, source rank). First the CTA's (token, k) rows and router weights go
 // into a shared-memory table (down_tma: the row of y through the inverse map y_rows, checked against the schedule
-// tables as combine_rows_from_y checks it; otherwise the (token, k) slot itself), then each thread sums kSumItems
+// tables by combine.cuh's checked_y_row, as the combine tasks check it; otherwise the (token, k) slot itself), then each thread sums kSumItems
 // items of (token, 16-byte chunk) at a time, k ascending.
 #pragma once
 
@@ -37,23 +37,6 @@ constexpr int kSumItems = 2;    // independent items per thread
 constexpr int kSumKUnroll = 4;  // k per batch of loads: kSumItems * kSumKUnroll loads of 16 bytes in flight per thread
 constexpr int kSumMaxTopK = 64; // the table's size (kSumTokens * kSumMaxTopK entries of 8 bytes)
 
-// A row piece read once, written by an earlier launch: the read-only path, not kept in L1.
-__device__ __forceinline__ uint4 load_read_once(const uint4* ptr) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(ptr));
-  return v;
-}
-
-// acc += w * y for 8 bf16 values of y, each product rounded before the add (the contract's arithmetic: no FMA).
-__device__ __forceinline__ void accumulate_weighted(float (&acc)[8], float w, const uint4& raw) {
-  float y[8];
-  unpack_bf16x8(raw, y);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) acc[e] = __fadd_rn(acc[e], __fmul_rn(w, y[e]));
-}
-
 // Grid (ceil(T_local / kSumTokens), R): blockIdx.y is the source rank (emulated ranks only: the host checks).
 __global__ void __launch_bounds__(kSumThreads, kSumMinBlocks) sm90_moe_sum_kernel(const __grid_constant__ Sm90MoeParams params) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -63,7 +46,6 @@ __global__ void __launch_bounds__(kSumThreads, kSumMinBlocks) sm90_moe_sum_kerne
   const int first = static_cast<int>(blockIdx.x) * kSumTokens;
   const int tokens = min(kSumTokens, p.tokens_per_rank - first);
   const int top_k = p.top_k;
-  const long long slots_per_rank = static_cast<long long>(p.tokens_per_rank) * top_k;
   const bool from_y = p.down_tma != 0;
   const float* weights = reinterpret_cast<const float*>(p.weight_ptrs[source]);
 
@@ -78,19 +60,10 @@ __global__ void __launch_bounds__(kSumThreads, kSumMinBlocks) sm90_moe_sum_kerne
 
   // ---- the table: this CTA's tokens are consecutive, so entry i is slot first * K + i ----
   for (int i = static_cast<int>(threadIdx.x); i < tokens * top_k; i += kSumThreads) {
+    const int local = i / top_k;
+    const int k = i - local * top_k;
     const long long slot = static_cast<long long>(first) * top_k + i;
-    int row = static_cast<int>(slot);
-    if (from_y) {
-      // y_rows was written by the megakernel before this launch began: a read-only load is safe here.
-      row = __ldg(p.y_rows + source * slots_per_rank + slot);
-      const bool holds = row >= 0 && row < static_cast<long long>(p.num_ranks) * p.capacity &&
-                         __ldg(p.src_rank + row) == source && __ldg(p.src_slot + row) == slot;
-      if (!holds) {
-        const int token = static_cast<int>(slot / top_k);
-        record_error(p, kErrBadSchedule, kCtrNone, source, token, static_cast<int>(slot - token * top_k), row, -1);
-        row = 0;  // a row of y, so the sum reads nothing outside it (the launch has failed anyway)
-      }
-    }
+    const int row = from_y ? checked_y_row(p, source, first + local, k, -1) : static_cast<int>(slot);
     table[i] = CombineRow{row, __ldg(weights + slot)};
   }
   __syncthreads();
@@ -131,7 +104,7 @@ __global__ void __launch_bounds__(kSumThreads, kSumMinBlocks) sm90_moe_sum_kerne
       for (int j = 0; j < kSumKUnroll; ++j) {
 #pragma unroll
         for (int u = 0; u < kSumItems; ++u) {
-          raw[j][u] = load_read_once(rows + static_cast<long long>(row[j][u]) * row_chunks + chunk[u]);
+          raw[j][u] = load_streaming(rows + static_cast<long long>(row[j][u]) * row_chunks + chunk[u]);
         }
       }
 #pragma unroll
