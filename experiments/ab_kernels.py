@@ -18,6 +18,12 @@ options to :func:`mok.cuda.backend.prepare` for both), e.g. the early combine ag
 
     python3 experiments/ab_kernels.py --prepare early_combine=1 --launch-a early_combine=0 \\
         --launch-b early_combine=1 anchor-1 anchor-5
+
+``--prepare-a`` / ``--prepare-b`` give each side its own prepared launch (its own workspace), and a
+:class:`mok.MoKConfig` field among them (``minibatch_rows``, ``ring_rows``, ``policy``, ...) goes into the prepare's
+``config``: e.g. the minibatch size, which changes no bit::
+
+    python3 experiments/ab_kernels.py --prepare-b minibatch_rows=8192 anchor-3 anchor-5
 """
 from __future__ import annotations
 
@@ -72,6 +78,27 @@ def build_launch_options(dispatch: str | None, pairs_a: list[str], pairs_b: list
     (``--launch-a`` / ``--launch-b``) overrides it, which is how one build is compared in ring and in gather mode."""
     common = {} if dispatch is None else {"dispatch": dispatch}
     return {label: {**common, **parse_options(pairs)} for label, pairs in (("A", pairs_a), ("B", pairs_b))}
+
+
+def prepare_kwargs(options: dict) -> dict:
+    """``backend.prepare`` keyword arguments from parsed options: :class:`mok.MoKConfig` fields are gathered into
+    ``config`` (a MoKConfig), the rest pass through."""
+    import dataclasses  # noqa: PLC0415
+
+    from mok.config import MoKConfig  # noqa: PLC0415
+
+    fields = {field.name for field in dataclasses.fields(MoKConfig)}
+    config = {key: value for key, value in options.items() if key in fields}
+    kwargs = {key: value for key, value in options.items() if key not in fields}
+    if config:
+        kwargs["config"] = MoKConfig(**config)
+    return kwargs
+
+
+def build_prepare_options(pairs: list[str], pairs_a: list[str], pairs_b: list[str]) -> dict[str, dict]:
+    """Each side's prepare options: ``--prepare`` for both, then ``--prepare-a`` / ``--prepare-b`` on top."""
+    common = parse_options(pairs)
+    return {label: {**common, **parse_options(own)} for label, own in (("A", pairs_a), ("B", pairs_b))}
 
 
 def smi_index() -> str:
@@ -141,7 +168,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--launch-b", action="append", default=[], metavar="KEY=VALUE",
                         help="a backend.launch option for B (repeatable)")
     parser.add_argument("--prepare", action="append", default=[], metavar="KEY=VALUE",
-                        help="a backend.prepare option for both (repeatable)")
+                        help="a backend.prepare option for both (repeatable; MoKConfig fields go into its config)")
+    parser.add_argument("--prepare-a", action="append", default=[], metavar="KEY=VALUE",
+                        help="a backend.prepare option for A only (repeatable)")
+    parser.add_argument("--prepare-b", action="append", default=[], metavar="KEY=VALUE",
+                        help="a backend.prepare option for B only (repeatable)")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--launches", type=int, default=3, help="launches per build and round")
     parser.add_argument("--dispatch", default=None, help="ring, gather or auto (default: the backend's default)")
@@ -154,9 +185,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("shapes", nargs="*", default=["anchor-1", "anchor-4", "kimi-k2.7/ep64"])
     args = parser.parse_args(argv)
     launch_options = build_launch_options(args.dispatch, args.launch_a, args.launch_b)
-    prepare_options = parse_options(args.prepare)
-    if args.patch is None and args.tree is None and launch_options["A"] == launch_options["B"]:
-        parser.error("give --patch or --tree, or launch options that differ between A and B")
+    prepare_options = build_prepare_options(args.prepare, args.prepare_a, args.prepare_b)
+    if (args.patch is None and args.tree is None and launch_options["A"] == launch_options["B"]
+            and prepare_options["A"] == prepare_options["B"]):
+        parser.error("give --patch or --tree, or launch or prepare options that differ between A and B")
 
     import torch  # noqa: PLC0415
 
@@ -169,8 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     for label in builds:
         where = "this tree" if label == "A" or not (args.patch or args.tree) else (args.patch or args.tree)
         print(f"{label} = {builds[label].__name__} ({where}), launch options {launch_options[label] or 'default'}")
-    if prepare_options:
-        print(f"prepare options (both): {prepare_options}")
+    if prepare_options["A"] or prepare_options["B"]:
+        print(f"prepare options: A {prepare_options['A'] or 'default'}, B {prepare_options['B'] or 'default'}")
 
     sampler = start_clock_sampler(args.clock_log) if args.clock_log is not None else None
     windows = {}
@@ -205,22 +237,28 @@ def compare_at_shape(name: str, builds: dict, launch_options: dict, prepare_opti
 
     shape = SHAPES[name]
     problem = Problem(shape, n_sets=2)
-    preps = [problem.prepare(j, **prepare_options) for j in range(2)]
-    saved = [backend.saved_gate_up_buffer(prep) if args.saved_rows else None for prep in preps]
+    # One prepared pair of input sets per distinct set of prepare options (shared when A's and B's agree).
+    preps = {"A": [problem.prepare(j, **prepare_kwargs(prepare_options["A"])) for j in range(2)]}
+    preps["B"] = preps["A"] if prepare_options["B"] == prepare_options["A"] else [
+        problem.prepare(j, **prepare_kwargs(prepare_options["B"])) for j in range(2)]
+    saved = {label: [backend.saved_gate_up_buffer(prep) if args.saved_rows else None for prep in side]
+             for label, side in preps.items()}
     outs = {}
     for label, ext in builds.items():
-        preps[0].out.fill_(float("nan"))  # poisoned for each build, so rows it leaves unwritten show
-        if saved[0] is not None:
-            saved[0].fill_(float("nan"))
-        out = backend.launch(preps[0], extension=ext, saved_gate_up=saved[0], **launch_options[label]).clone()
-        outs[label] = (out,) if saved[0] is None else (out, saved[0].clone())
-        backend.check_error(preps[0])
+        prep, saved0 = preps[label][0], saved[label][0]
+        prep.out.fill_(float("nan"))  # poisoned for each build, so rows it leaves unwritten show
+        if saved0 is not None:
+            saved0.fill_(float("nan"))
+        out = backend.launch(prep, extension=ext, saved_gate_up=saved0, **launch_options[label]).clone()
+        outs[label] = (out,) if saved0 is None else (out, saved0.clone())
+        backend.check_error(prep)
     same = all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(outs["A"], outs["B"]))
-    launches = {label: (lambda j, ext=ext, options=launch_options[label]: backend.launch(
-                            preps[j], extension=ext, saved_gate_up=saved[j], **options))
+    launches = {label: (lambda j, ext=ext, label=label: backend.launch(
+                            preps[label][j], extension=ext, saved_gate_up=saved[label][j], **launch_options[label]))
                 for label, ext in builds.items()}
-    timings = time_interleaved(launches, device=preps[0].out.device, rounds=args.rounds, calls=args.launches)
-    backend.check_error(preps[0])
+    timings = time_interleaved(launches, device=preps["A"][0].out.device, rounds=args.rounds, calls=args.launches)
+    for label in preps:
+        backend.check_error(preps[label][0])
     med = {label: t.median_ms for label, t in timings.items()}
     print(f"{name}: A {med['A']:.3f} ms ({shape.forward_flops / med['A'] / 1e9:.0f} TFLOP/s), "
           f"B {med['B']:.3f} ms ({shape.forward_flops / med['B'] / 1e9:.0f} TFLOP/s), "

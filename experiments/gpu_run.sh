@@ -36,6 +36,10 @@
 #   energy     experiments/energy_per_layer.py at $MOK_ENERGY_SHAPES (default "anchor-2 anchor-5"), backends
 #              $MOK_ENERGY_BACKENDS (default cuda,torch; naming sonicmoe unpacks it, with .carry/sonic carried): each
 #              forward back to back from a rested GPU with the SM clock and power sampled: ms, MHz, W and J per forward
+#   traffic    experiments/forward_traffic.py under ncu at $MOK_TRAFFIC_SHAPES (default anchor-2), backends
+#              $MOK_TRAFFIC_BACKENDS (default cuda; sonicmoe as for energy): DRAM and L2 bytes, SM clock and
+#              instructions of each kernel of one bench forward ($MOK_TRAFFIC_ARGS: e.g. "--config policy=whole",
+#              with $MOK_TRAFFIC_TAG appended to the file names)
 #   pushpull   experiments/push_pull.py (push vs pull kernels; the notebook stage measures this too)
 #   notebooks  notebooks/*.ipynb in full mode (re-measured: MOK_NOTEBOOK_REFRESH=1), executed copies in $OUT/notebooks
 #   train      experiments/train_tiny_moe.py (tokens/s per backend; bitwise loss curves, EP 1 vs EP 4)
@@ -45,7 +49,7 @@
 #   MOK_DEADLINE_S        seconds from start by which every stage must be done (default 560: the call's hard
 #                         limit is 600 s, and the summary and file transfer need the rest)
 #   MOK_TIMEOUT_<STAGE>   cap for one stage in seconds (TESTS 420: the suite took 344 s in round 33; BENCH 300 or
-#                         540 with SonicMoE, CUDA 200, SANITIZE 200, BREAKDOWN 150, TUNE 200, ROOFLINE 200, TIMELINE 150, ENERGY 240, PUSHPULL 120,
+#                         540 with SonicMoE, CUDA 200, SANITIZE 200, BREAKDOWN 150, TUNE 200, ROOFLINE 200, TIMELINE 150, ENERGY 240, TRAFFIC 240, PUSHPULL 120,
 #                         NOTEBOOKS 300, TRAIN 180); a stage also never runs past the deadline
 #   MOK_BENCH_SHAPES      shapes for the bench stage (presets/groups, see python3 -m mok.bench --help)
 #   MOK_BENCH_ARGS        extra arguments for the bench stage (e.g. "--iters 50 --backends torch,triton"; add
@@ -126,11 +130,13 @@ if [ "${MOK_PIP_INSTALL:-0}" = 1 ]; then
 else
   export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 fi
-# SonicMoE is unpacked when the bench times it (MOK_SONIC_SHAPES) or a stage's backends name it (the energy and
-# fwdprofile stages: MOK_ENERGY_BACKENDS, MOK_FWDPROFILE_BACKENDS), so no call has to unpack it by hand.
+# SonicMoE is unpacked when the bench times it (MOK_SONIC_SHAPES) or a stage's backends name it (the energy,
+# fwdprofile and traffic stages: MOK_ENERGY_BACKENDS, MOK_FWDPROFILE_BACKENDS, MOK_TRAFFIC_BACKENDS), so no call
+# has to unpack it by hand.
 SONIC_ARGS=(--no-sonic)
 SONIC_READY=0
-if [ -n "${MOK_SONIC_SHAPES:-}" ] || [[ "${MOK_ENERGY_BACKENDS:-},${MOK_FWDPROFILE_BACKENDS:-}" == *sonicmoe* ]]; then
+SONIC_NAMED="${MOK_ENERGY_BACKENDS:-},${MOK_FWDPROFILE_BACKENDS:-},${MOK_TRAFFIC_BACKENDS:-}"
+if [ -n "${MOK_SONIC_SHAPES:-}" ] || [[ "$SONIC_NAMED" == *sonicmoe* ]]; then
   if [ -f .carry/sonic/libs_base.tar.xz ]; then
     t0=$(date +%s)
     if [ ! -d /tmp/sonic/sonicmoe ]; then
@@ -207,6 +213,24 @@ for stage in $STAGES; do
              python3 experiments/ncu_gemm_gap.py "$shape" --launch \
         && python3 experiments/ncu_gemm_gap.py "$shape" --report "$OUT/results/ncu_gemm_gap.ncu-rep" \
            | tee "$OUT/results/ncu_gemm_gap.md"' ;;
+    traffic)
+      # DRAM and L2 bytes, SM clock and instructions of each kernel of one bench forward (router inside), per
+      # backend in its own process (experiments/forward_traffic.py), at $MOK_TRAFFIC_SHAPES.
+      run_stage traffic "${MOK_TIMEOUT_TRAFFIC:-240}" bash -c '
+        python3 -m mok.cuda.build --jit || exit 1
+        metrics=$(python3 experiments/forward_traffic.py --print-metrics); rc=0
+        mkdir -p build/ncu  # the reports stay on the machine: four of them made the archive too large to return
+        for shape in ${MOK_TRAFFIC_SHAPES:-anchor-2}; do
+          for b in ${MOK_TRAFFIC_BACKENDS:-cuda}; do
+            name="traffic_${shape}_${b}${MOK_TRAFFIC_TAG:-}"
+            rep="build/ncu/$name" res="$OUT/results/$name"
+            ncu --clock-control none --nvtx --nvtx-include "traffic/" --metrics "$metrics" -f -o "$rep" \
+                python3 experiments/forward_traffic.py "$shape" --backend "$b" --launch ${MOK_TRAFFIC_ARGS:-} \
+              && python3 experiments/forward_traffic.py "$shape" --report "$rep.ncu-rep" --json "$res.json" \
+                | tee "$res.md" || rc=1
+          done
+        done
+        exit $rc' ;;
     mvalidate)
       # Issue #6 command 1 on every GPU count this machine has: correctness and bitwise determinism across real
       # GPUs (torchrun, one process per GPU, PyTorch symmetric memory for peers). $MOK_MVALIDATE_BACKENDS sets

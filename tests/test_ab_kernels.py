@@ -101,3 +101,18 @@ def test_a_builds_own_dispatch_overrides_the_common_one():
     assert options["B"] == {"dispatch": "gather", "down_span": 4}
     # without --dispatch the backend's default stands (and 'launch options default' is printed for none)
     assert load_script().build_launch_options(None, [], ["overlap_steps=true"]) == {"A": {}, "B": {"overlap_steps": True}}
+
+
+def test_prepare_options_per_side_with_config_fields_gathered():
+    """--prepare for both, --prepare-a/--prepare-b on top; MoKConfig fields (the minibatch size) become the prepare's
+    config, the others pass through; differing prepare options alone make a comparison."""
+    script = load_script()
+    options = script.build_prepare_options(["early_combine=1"], [], ["minibatch_rows=8192", "early_combine=0"])
+    assert options == {"A": {"early_combine": 1}, "B": {"minibatch_rows": 8192, "early_combine": 0}}
+    kwargs = script.prepare_kwargs(options["B"])
+    assert kwargs["early_combine"] == 0 and kwargs["config"].minibatch_rows == 8192
+    assert kwargs["config"].policy == "two_wave"  # the other fields keep their defaults
+    assert script.prepare_kwargs(options["A"]) == {"early_combine": 1}  # no config field: no config passed
+    assert script.prepare_kwargs({"policy": "whole"})["config"].policy == "whole"
+    with pytest.raises(SystemExit):  # the same prepare options on both sides and nothing else: nothing to compare
+        script.main(["--prepare-a", "minibatch_rows=8192", "--prepare-b", "minibatch_rows=8192", "anchor-1"])
