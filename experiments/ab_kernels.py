@@ -237,12 +237,18 @@ def compare_at_shape(name: str, builds: dict, launch_options: dict, prepare_opti
 
     shape = SHAPES[name]
     problem = Problem(shape, n_sets=2)
-    # One prepared pair of input sets per distinct set of prepare options (shared when A's and B's agree).
-    preps = {"A": [problem.prepare(j, **prepare_kwargs(prepare_options["A"])) for j in range(2)]}
-    preps["B"] = preps["A"] if prepare_options["B"] == prepare_options["A"] else [
-        problem.prepare(j, **prepare_kwargs(prepare_options["B"])) for j in range(2)]
-    saved = {label: [backend.saved_gate_up_buffer(prep) if args.saved_rows else None for prep in side]
-             for label, side in preps.items()}
+
+    def prepared(options: dict) -> tuple[list, list]:
+        """Both input sets prepared with ``options``, and their saved-rows buffers (None each without
+        --saved-rows)."""
+        side = [problem.prepare(j, **prepare_kwargs(options)) for j in range(2)]
+        return side, [backend.saved_gate_up_buffer(prep) if args.saved_rows else None for prep in side]
+
+    # One prepared pair per distinct set of prepare options (shared when A's and B's agree).
+    preps, saved = {}, {}
+    preps["A"], saved["A"] = prepared(prepare_options["A"])
+    preps["B"], saved["B"] = ((preps["A"], saved["A"]) if prepare_options["B"] == prepare_options["A"]
+                              else prepared(prepare_options["B"]))
     outs = {}
     for label, ext in builds.items():
         prep, saved0 = preps[label][0], saved[label][0]

@@ -26,6 +26,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ab_kernels import parse_options  # noqa: E402  (KEY=VALUE options, as ab_kernels.py takes them)
+
 # (ncu raw metric, column label, scale from the SI unit (seconds, bytes, Hz, instructions) to the label's)
 METRICS: tuple[tuple[str, str, float], ...] = (
     ("gpu__time_duration.sum", "us", 1e6),
@@ -40,18 +43,6 @@ _PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _TIME = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0, "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 _RATE_PER = {"nsecond": 1e9, "usecond": 1e6, "msecond": 1e3, "second": 1.0}
 SUMMED = ("us", "DRAM read GB", "DRAM write GB", "L2 GB", "G instructions")
-
-
-def config_options(pairs: list[str]) -> dict:
-    """``KEY=VALUE`` strings as :class:`mok.MoKConfig` fields: integers as ints, anything else a string (e.g.
-    ``policy=whole``, ``minibatch_rows=4096``)."""
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.isidentifier():
-            raise ValueError(f"expected KEY=VALUE with KEY a MoKConfig field, got {pair!r}")
-        options[key] = int(value) if value.lstrip("-").isdigit() else value
-    return options
 
 
 def launch(shape_name: str, backend: str, warmups: int, config: dict | None = None) -> None:
@@ -229,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     shape = args.shape[0]
     if args.launch:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        launch(shape, args.backend, args.warmups, config_options(args.config))
+        launch(shape, args.backend, args.warmups, parse_options(args.config))
     else:
         command = ["ncu", "--import", str(args.report), "--page", "raw", "--csv", "--print-units", "base"]
         raw = subprocess.run(command, check=True, capture_output=True, text=True).stdout

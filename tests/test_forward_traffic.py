@@ -75,10 +75,11 @@ def test_kernels_are_grouped_into_parts_and_plotted(tmp_path):
 
 
 def test_config_options_and_one_shape_for_a_report():
+    """--config KEY=VALUE goes through ab_kernels.py's parser (MoKConfig fields: ints stay ints)."""
     script = load_script()
-    assert script.config_options(["policy=whole", "minibatch_rows=8192"]) == {"policy": "whole",
-                                                                               "minibatch_rows": 8192}
+    assert script.parse_options(["policy=whole", "minibatch_rows=8192"]) == {"policy": "whole",
+                                                                              "minibatch_rows": 8192}
     with pytest.raises(ValueError):
-        script.config_options(["minibatch_rows"])
+        script.parse_options(["minibatch_rows"])
     with pytest.raises(SystemExit):
         script.main(["anchor-2", "anchor-3", "--report", "x.ncu-rep"])
