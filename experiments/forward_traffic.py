@@ -39,9 +39,8 @@ METRICS: tuple[tuple[str, str, float], ...] = (
     ("smsp__inst_executed.sum", "G instructions", 1e-9),
 )
 # ncu scales its units per value unless asked for base units; either way the units row says which it used.
-_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-_TIME = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0, "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
-_RATE_PER = {"nsecond": 1e9, "usecond": 1e6, "msecond": 1e3, "second": 1.0}
+_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}     # byte, hz, inst, cycle (case-insensitive)
+_TIME_PREFIX = {"": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}       # second or s ("ns" in base units)
 SUMMED = ("us", "DRAM read GB", "DRAM write GB", "L2 GB", "G instructions")
 
 
@@ -77,22 +76,30 @@ def _number(text: str) -> float:
         return float("nan")
 
 
+def _seconds(unit: str) -> float | None:
+    """Seconds in one ``unit`` ("ns", "usecond", "second", ...), or None if it is not a time."""
+    for suffix in ("second", "s"):
+        if unit.endswith(suffix) and unit[: -len(suffix)] in _TIME_PREFIX:
+            return _TIME_PREFIX[unit[: -len(suffix)]]
+    return None
+
+
 def si_factor(unit: str) -> float:
-    """The factor from an ncu unit to its SI unit: "Mbyte" 1e6, "usecond" 1e-6, "cycle/nsecond" 1e9, "Ghz" 1e9,
-    "inst" 1. Raises ValueError on a unit it does not know (better than a table off by 1,000)."""
+    """The factor from an ncu unit to its SI unit: "Mbyte" 1e6, "usecond" and "us" 1e-6, "cycle/nsecond" 1e9, "Ghz"
+    1e9, "inst" 1. Raises ValueError on a unit it does not know (better than a table off by 1,000)."""
     u = unit.strip()
-    if u in _TIME:
-        return _TIME[u]
+    if u == "":
+        return 1.0
     if "/" in u:  # a rate: cycle/nsecond and the like
-        per = u.split("/", 1)[1]
-        if per in _RATE_PER:
-            return _RATE_PER[per]
+        per = _seconds(u.split("/", 1)[1])
+        if per is not None:
+            return 1.0 / per
+    elif (seconds := _seconds(u)) is not None:
+        return seconds
     low = u.lower()
     for base in ("byte", "hz", "inst", "cycle"):
         if low.endswith(base) and low[: -len(base)] in _PREFIX:
             return _PREFIX[low[: -len(base)]]
-    if u == "":
-        return 1.0
     raise ValueError(f"unknown ncu unit {unit!r}")
 
 

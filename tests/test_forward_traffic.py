@@ -45,7 +45,7 @@ def test_totals_sum_the_bytes_and_weight_the_clock_by_time():
 
 @pytest.mark.parametrize("unit, factor", [("byte", 1.0), ("Kbyte", 1e3), ("Gbyte", 1e9), ("nsecond", 1e-9),
                                           ("msecond", 1e-3), ("cycle/usecond", 1e6), ("cycle/second", 1.0),
-                                          ("Mhz", 1e6), ("Kinst", 1e3)])
+                                          ("Mhz", 1e6), ("Kinst", 1e3), ("ns", 1e-9), ("us", 1e-6)])
 def test_units(unit, factor):
     assert load_script().si_factor(unit) == factor
 
