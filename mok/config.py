@@ -126,7 +126,7 @@ class MoKConfig:
         expert_padding: every local expert's segment of the schedule table is padded to a multiple of this
             many rows; it is also the GEMM tile height (BLOCK_M), so a tile never spans two experts.
         minibatch_rows: rows per minibatch of the ring (a multiple of ``expert_padding``). ``None`` asks the
-            minibatch policy (default: the two-SM-wave rule of :mod:`mok.heuristics`).
+            minibatch policy (default: the SM-wave rule of :mod:`mok.heuristics` at four waves).
         ring_rows: capacity of the ring token buffer in rows (a multiple of ``minibatch_rows``). The forward
             walks the schedule in minibatches through the ring; the backward walks it in reverse and replays
             the forward only for minibatches the ring has since overwritten. ``None``: the ring holds the
@@ -138,7 +138,8 @@ class MoKConfig:
             there dispatch and combine are tasks in the same ticket stream, run by whichever SM takes them
             (mok/cuda/README.md). Its dispatch mode and variant are chosen with ``MOK_CUDA_DISPATCH`` and
             ``MOK_CUDA_VARIANT`` (mok/cuda/backend.py).
-        policy: name of the registered minibatch policy used when ``minibatch_rows`` is ``None``.
+        policy: name of the registered minibatch policy used when ``minibatch_rows`` is ``None``:
+            ``"four_wave"`` (mok's default on Hopper), ``"two_wave"`` (MoK's rule), ``"whole"`` or your own.
     """
 
     expert_padding: int = 128
@@ -146,7 +147,7 @@ class MoKConfig:
     ring_rows: int | None = None
     capacity_rows: int | None = None
     comm_sms: int = 8
-    policy: str = "two_wave"
+    policy: str = "four_wave"
 
     def __post_init__(self) -> None:
         if self.expert_padding <= 0 or self.expert_padding & (self.expert_padding - 1):

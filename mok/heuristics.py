@@ -19,9 +19,18 @@ MoK's number. The same shape on an H200 (132 SMs): 2 * 132 * 128 / 16 = 2,112.
 
 Policies
 --------
-A policy maps (shape, device, config) to ``minibatch_rows``, a whole number of tiles. The default,
-``"two_wave"``, rounds the threshold up to a tile; register your own with :func:`register_policy` and select it
-with ``MoKConfig(policy=...)``; ``notebooks/overlap_granularity.ipynb`` shows how to evaluate one.
+A policy maps (shape, device, config) to ``minibatch_rows``, a whole number of tiles. ``"two_wave"`` is MoK's
+rule: the threshold rounded up to a tile. mok's default, ``"four_wave"``, is the same rule at four waves: on the
+H200 a ring step has fixed costs (the step's dispatch waits, its weights streamed from DRAM again) that MoK's
+Blackwell kernel does not pay, and twice the rows per step gave the megakernel 0.95-0.98x the time at the
+ring-mode shapes (round 36, below) while leaving the exposed first dispatch short. Register your own with
+:func:`register_policy` and select it with ``MoKConfig(policy=...)``; ``notebooks/overlap_granularity.ipynb``
+shows how to evaluate one.
+
+Measured (round 36, H200, the megakernel alone, A/B in one process, outputs bitwise equal; B/A time of four waves
+against two): anchor-3 0.974, anchor-4 0.984, anchor-5 0.978, the qwen slice 0.949, kimi 0.994, deepseek 0.993,
+glm 1.005; anchors 1-2 (gather mode, already 16,896 rows) 0.991-0.994. Six waves: 0.970 / 0.995 / 0.971 and
+0.978-0.994 on the slices; three: 0.977-1.010. Minibatch size never changes results (tests/test_ring.py).
 """
 
 from __future__ import annotations
@@ -122,10 +131,22 @@ def round_to_tiles(rows: float, tile: int) -> int:
     return max(1, math.ceil(rows / tile)) * tile
 
 
+def wave_rule_rows(shape: MoEShape, device: DeviceSpec, config: MoKConfig, min_waves: float) -> int:
+    """The smallest whole number of tiles that gives both grouped GEMMs ``min_waves`` full SM waves."""
+    return round_to_tiles(two_wave_threshold(shape.hidden, shape.intermediate, device, min_waves=min_waves),
+                          config.expert_padding)
+
+
 @register_policy("two_wave")
 def two_wave_policy(shape: MoEShape, device: DeviceSpec, config: MoKConfig) -> int:
     """MoK's rule: the smallest whole number of tiles that gives both grouped GEMMs two full SM waves."""
-    return round_to_tiles(two_wave_threshold(shape.hidden, shape.intermediate, device), config.expert_padding)
+    return wave_rule_rows(shape, device, config, 2.0)
+
+
+@register_policy("four_wave")
+def four_wave_policy(shape: MoEShape, device: DeviceSpec, config: MoKConfig) -> int:
+    """mok's default (:class:`mok.MoKConfig`): the wave rule at four waves, twice MoK's rows per ring step."""
+    return wave_rule_rows(shape, device, config, 4.0)
 
 
 @register_policy("whole")

@@ -9,19 +9,23 @@ from pathlib import Path
 
 import pytest
 
+from mok import MoKConfig
 from mok.cuda import build
 
 from conftest import load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
-CANDIDATES = ROOT / "experiments" / "results" / "h200_2026-11-29_round8" / "round9_candidates.patch"
+# A candidate that was measured and not adopted (round 36: 8 tokens per sum-kernel CTA), so it stays unapplied.
+CANDIDATES = ROOT / "experiments" / "results" / "h200_2026-12-01_round35" / "patches" / "sum_tokens8.patch"
+CANDIDATE_FILE = ("include", "mok", "weighted_sum.cuh")
+CANDIDATE_TEXT = "kSumTokens = 8;"
 
 
 def load_script():
     return load_experiment("ab_kernels.py")
 
 
-HAS_CANDIDATES = "stmatrix" in (build.PACKAGE_DIR / "include" / "mok" / "epilogue_staging.cuh").read_text()
+HAS_CANDIDATES = CANDIDATE_TEXT in build.PACKAGE_DIR.joinpath(*CANDIDATE_FILE).read_text()
 needs_unpatched_tree = pytest.mark.skipif(HAS_CANDIDATES, reason="this tree already contains the candidate patch")
 
 
@@ -31,9 +35,8 @@ def test_patched_tree_applies_the_kernel_hunks_to_a_copy(tmp_path):
     script = load_script()
     tree = script.patched_tree(CANDIDATES, tmp_path)
     assert (tree / "include" / "mok" / "sm90_moe_forward.cuh").is_file() and (tree / "csrc" / "binding.cpp").is_file()
-    staged = (tree / "include" / "mok" / "epilogue_staging.cuh").read_text()
-    assert "stmatrix.sync.aligned.m8n8.x4" in staged
-    assert "stmatrix" not in (build.PACKAGE_DIR / "include" / "mok" / "epilogue_staging.cuh").read_text(), \
+    assert CANDIDATE_TEXT in tree.joinpath(*CANDIDATE_FILE).read_text()
+    assert CANDIDATE_TEXT not in build.PACKAGE_DIR.joinpath(*CANDIDATE_FILE).read_text(), \
         "the patch must not touch this tree"
     flags = build.nvcc_flags(verbose=False, lineinfo=False)
     assert build.source_fingerprint(flags, tree) != build.source_fingerprint(flags)
@@ -111,7 +114,7 @@ def test_prepare_options_per_side_with_config_fields_gathered():
     assert options == {"A": {"early_combine": 1}, "B": {"minibatch_rows": 8192, "early_combine": 0}}
     kwargs = script.prepare_kwargs(options["B"])
     assert kwargs["early_combine"] == 0 and kwargs["config"].minibatch_rows == 8192
-    assert kwargs["config"].policy == "two_wave"  # the other fields keep their defaults
+    assert kwargs["config"].policy == MoKConfig().policy  # the other fields keep their defaults
     assert script.prepare_kwargs(options["A"]) == {"early_combine": 1}  # no config field: no config passed
     assert script.prepare_kwargs({"policy": "whole"})["config"].policy == "whole"
     with pytest.raises(SystemExit):  # the same prepare options on both sides and nothing else: nothing to compare

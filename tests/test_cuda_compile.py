@@ -388,6 +388,7 @@ SCHEDULE_CASES = [
     (8, 64, 2, 8, 64, 64, 128, 1, 8.0),         # almost everything on one expert
     (1, 2048, 1, 6, 7168, 2048, 2176, 4, 0.0),  # an EP-64 slice in miniature: top-1, fused combine
     (4, 512, 1, 8, 256, 128, 128, 1, 4.0),      # top-1, fused, skewed, ring of one minibatch
+    (2, 1024, 4, 8, 512, 384, 1024, 2, 1.0),    # 8-tile steps, 3 gate/up blocks: whole bands of 4 tiles (G(s))
 ]
 
 

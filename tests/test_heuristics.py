@@ -17,6 +17,20 @@ def test_h200_threshold():
     assert rows == 2176 and rows % 128 == 0  # 2112 rounded up to whole 128-row tiles
 
 
+def test_default_policy_is_the_wave_rule_at_four_waves():
+    """mok's default doubles MoK's rows per ring step (measured on the H200, round 36; heuristics' docstring)."""
+    assert MoKConfig().policy == "four_wave"
+    kimi_slice = MODELS["kimi-k2.7"].ep_slice(64)  # H 7168, I 2048: threshold 2,112 at two waves, 4,224 at four
+    assert heuristics.minibatch_rows(kimi_slice, heuristics.H200, MoKConfig()) == 4224
+    assert heuristics.minibatch_rows(kimi_slice, heuristics.H200, MoKConfig(policy="two_wave")) == 2176
+    for spec in MODELS.values():  # four full waves of both GEMMs, never fewer tiles than the two-wave choice
+        shape = spec.ep_slice(64)
+        rows = heuristics.minibatch_rows(shape, heuristics.H200, MoKConfig())
+        assert rows % 128 == 0 and rows >= heuristics.two_wave_policy(shape, heuristics.H200, MoKConfig())
+        for n in (2 * spec.intermediate, spec.hidden):
+            assert rows / heuristics.BLOCK_M * heuristics.column_tiles(n) >= 4 * heuristics.H200.num_sms
+
+
 def test_threshold_gives_two_full_waves():
     for spec in MODELS.values():
         for dev in (heuristics.GB300, heuristics.H200):

@@ -275,7 +275,7 @@ def minibatch_candidates(tile: int, choice: int, whole: int) -> list[int]:
 
 
 def overlap_study(mode: str, backend: str | None = None, passes: tuple[str, ...] = ("fwd",), **overrides) -> dict:
-    """Layer latency against ``MoKConfig.minibatch_rows`` per model slice; marks the two-wave policy's choice."""
+    """Layer latency against ``MoKConfig.minibatch_rows`` per model slice; marks MoK's two-wave rule's choice."""
     device = study_device(mode)
     tile = overrides.get("tile", 128 if mode == "full" else 16)
     warmup, iters = overrides.get("warmup", 3 if mode == "full" else 0), overrides.get("iters", 15 if mode == "full" else 1)
@@ -292,13 +292,16 @@ def overlap_study(mode: str, backend: str | None = None, passes: tuple[str, ...]
     records = []
     choices = {}
     for shape in overlap_shapes(mode):
-        base = MoKConfig(expert_padding=tile)
+        # The sweep marks MoK's two-wave rule (its schema says so); evaluate_policy places any other policy,
+        # mok's default "four_wave" among them, on the saved sweep.
+        base = MoKConfig(expert_padding=tile, policy="two_wave")
         choice = heuristics.minibatch_rows(shape, spec, base)
-        choices[shape.name] = {"two_wave_rows": choice,
+        default = heuristics.minibatch_rows(shape, spec, MoKConfig(expert_padding=tile))  # mok's default policy
+        choices[shape.name] = {"two_wave_rows": choice, "default_policy": MoKConfig().policy, "default_rows": default,
                                "threshold_rows": heuristics.two_wave_threshold(shape.hidden, shape.intermediate, spec)}
         # A minibatch larger than the layer is the whole layer: that is where the choice lands.
         whole = heuristics.whole_layer_policy(shape, spec, base)
-        candidates = minibatch_candidates(tile, choice, whole)
+        candidates = sorted(set(minibatch_candidates(tile, choice, whole)) | {min(default, whole)})
         landed = min(choice, whole)
         choices[shape.name]["rows_used"] = landed
         problem = LayerProblem(shape, precision, device, n_sets=2, router=False, config=base)
@@ -315,7 +318,7 @@ def overlap_study(mode: str, backend: str | None = None, passes: tuple[str, ...]
                 flops = shape.forward_flops if pass_ == "fwd" else 3 * shape.forward_flops
                 records.append({"shape": shape.name, "pass": pass_, "minibatch_rows": rows, "ms": ms,
                                 "tflops": harness.tflops(flops, ms) if ms else None, "error": err,
-                                "is_two_wave_choice": rows == landed})
+                                "is_two_wave_choice": rows == landed, "is_default_choice": rows == min(default, whole)})
         del problem
         harness.free_memory(device)
     meta = harness.collect_metadata(device)

@@ -12,7 +12,8 @@
 // step the groups are, for each rank in turn:
 //
 //     step 0 only:  D(0)      dispatch tiles of minibatch 0, each in `first_dispatch_parts` tasks of rows
-//     every step:   G(s)      gate/up tiles of minibatch s (tile-major, then column block)
+//     every step:   G(s)      gate/up tiles of minibatch s (in bands of 4 tiles, column-major within a band:
+//                             gate_up_band_entry)
 //                   D(s+1)    dispatch tiles of the next minibatch (prefetch: overlaps the down GEMMs)
 //                   W(s)      down tiles of minibatch s (tile-major, then column span: down_span column blocks
 //                             per task, so down_nblocks here counts tasks per tile)
@@ -79,6 +80,30 @@
 #include "workspace.cuh"
 
 namespace mok::sm90 {
+
+// G(s) is walked in bands of kGateUpBandTiles row tiles, column-major within a band (gate_up_band_entry). A power of
+// two, so the division by it is a shift.
+constexpr unsigned kGateUpBandTiles = 4;
+
+// Entry j of a step's G group of `count` = tiles x gnb tasks: which row tile (0-based in the step) and which gate/up
+// column block. Tile-major order (every column block of tile 0, then of tile 1, ...) puts gnb tickets between the
+// tasks that read the same weight column block, and with H 7168 an expert's W1 (59-88 MB) no longer stays in L2
+// between them. So full bands of kGateUpBandTiles row tiles run column-major: a column block's tasks are claimed
+// back to back, their CTAs walk K nearly together and the block comes from DRAM about once per band. The step's
+// last band, if it has fewer tiles, stays tile-major. Measured (round 36, A/B of the kernel alone, bitwise equal):
+// 0.97-0.98x the time at anchor-5 and the deepseek slice, 0.98-1.02x elsewhere; bands of 8: 0.98-0.99x there, 1.03x at
+// anchor-4. One runtime division, as before: the producer thread's registers are few (decode_overlapped).
+__host__ __device__ inline void gate_up_band_entry(unsigned j, unsigned gnb, unsigned count, unsigned& tile,
+                                                   unsigned& column) {
+  tile = j / gnb;  // tile-major
+  column = j - tile * gnb;
+  const unsigned band_first = tile / kGateUpBandTiles * kGateUpBandTiles;  // the band's first tile
+  if ((band_first + kGateUpBandTiles) * gnb <= count) {                   // a full band: column-major
+    const unsigned within = j - band_first * gnb;
+    column = within / kGateUpBandTiles;
+    tile = band_first + within % kGateUpBandTiles;
+  }
+}
 
 enum TaskPhase : int {
   kPhaseDispatchFirst = 0,
@@ -233,8 +258,13 @@ struct TaskCursor {
           }
           t.kind = kTaskGateUp;
           t.minibatch = step;
-          t.tile = step * v.tiles_per_minibatch + j / v.gate_up_nblocks;
-          t.nblock = j % v.gate_up_nblocks;
+          {
+            unsigned tile, column;
+            gate_up_band_entry(static_cast<unsigned>(j), static_cast<unsigned>(v.gate_up_nblocks),
+                               static_cast<unsigned>(count), tile, column);
+            t.tile = step * v.tiles_per_minibatch + static_cast<int>(tile);
+            t.nblock = static_cast<int>(column);
+          }
           break;
         case kPhaseDispatchNext:
           t.kind = kTaskDispatch;
