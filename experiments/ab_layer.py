@@ -14,7 +14,12 @@ Each shape prints one line: the median layer time of each side over ``rounds * c
 outputs of the same inputs are the same bits. ``--grad`` times a training forward (autograd on: the saved rows for
 the backward are written too); the default is ``torch.no_grad()``. ``--router`` times the bench's layer instead, its
 router and routing inside, a training forward (for ``MOK_ROUTER`` and ``MOK_ROUTE``); ``--router-weights fp32``
-keeps the router weights in fp32 as :class:`mok.MoELayer` does, ``--backward`` adds the backward. Needs a CUDA GPU.
+keeps the router weights in fp32 as :class:`mok.MoELayer` does, ``--backward`` adds the backward. ``--config-a`` /
+``--config-b KEY=VALUE`` set :class:`mok.MoKConfig` fields per side instead (or as well), e.g. the minibatch policy::
+
+    python3 experiments/ab_layer.py --backend triton --config-a policy=two_wave --config-b policy=four_wave anchor-3
+
+Needs a CUDA GPU.
 """
 from __future__ import annotations
 
@@ -37,6 +42,20 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
             raise ValueError(f"expected MOK_NAME=VALUE, got {pair!r}")
         env[name] = value
     return env
+
+
+def parse_config(pairs: list[str]):
+    """``KEY=VALUE`` strings (ab_kernels.py's parser: ints and booleans read as such) as a :class:`mok.MoKConfig`."""
+    import dataclasses  # noqa: PLC0415
+
+    from ab_kernels import parse_options  # noqa: PLC0415
+    from mok.config import MoKConfig  # noqa: PLC0415
+
+    options = parse_options(pairs)
+    unknown = set(options) - {field.name for field in dataclasses.fields(MoKConfig)}
+    if unknown:
+        raise ValueError(f"not MoKConfig fields: {sorted(unknown)}")
+    return MoKConfig(**options)
 
 
 @contextmanager
@@ -65,6 +84,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="an environment switch of side A (repeatable)")
     parser.add_argument("--env-b", action="append", default=[], metavar="MOK_NAME=VALUE",
                         help="an environment switch of side B (repeatable)")
+    parser.add_argument("--config-a", action="append", default=[], metavar="KEY=VALUE",
+                        help="a MoKConfig field of side A (repeatable), e.g. policy=two_wave")
+    parser.add_argument("--config-b", action="append", default=[], metavar="KEY=VALUE",
+                        help="a MoKConfig field of side B (repeatable)")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--calls", type=int, default=4, help="calls per side and round")
     parser.add_argument("--grad", action="store_true", help="autograd on (a training forward)")
@@ -83,10 +106,11 @@ def main(argv: list[str] | None = None) -> None:
     if (args.backward or args.router_weights != "bf16") and not args.router:
         parser.error("--backward and --router-weights go with --router")
     sides = {"A": parse_env(args.env_a), "B": parse_env(args.env_b)}
-    if sides["A"] == sides["B"]:
-        parser.error("give environment switches that differ between A and B")
+    configs = {"A": parse_config(args.config_a), "B": parse_config(args.config_b)}
+    if sides["A"] == sides["B"] and configs["A"] == configs["B"]:
+        parser.error("give environment switches or config fields that differ between A and B")
     names = set(sides["A"]) | set(sides["B"])
-    print(f"A = {sides['A'] or 'defaults'}, B = {sides['B'] or 'defaults'}", flush=True)
+    print(f"A = {sides['A'] or 'defaults'}, {configs['A']}; B = {sides['B'] or 'defaults'}, {configs['B']}", flush=True)
 
     import torch  # noqa: PLC0415 (the CPU tests import this file without a GPU)
 
@@ -111,11 +135,13 @@ def main(argv: list[str] | None = None) -> None:
             def call(j):
                 with environment(sides[label], names):
                     if args.router:
+                        problem.config = configs[label]
                         if args.backward:
                             return problem.forward_backward(args.backend, j)[0]  # (x's gradient: compared below)
                         return problem.forward(args.backend, j)
                     with torch.set_grad_enabled(args.grad):
-                        return mok.moe(*problem.args(j), backend=args.backend, check_inputs=False)
+                        return mok.moe(*problem.args(j), backend=args.backend, config=configs[label],
+                                       check_inputs=False)
             return call
 
         fns = {label: side(label) for label in sides}

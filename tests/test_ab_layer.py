@@ -52,3 +52,23 @@ def test_router_options_need_the_router():
         with pytest.raises(SystemExit) as stopped:
             script.main(["--env-a", "MOK_ROUTER=torch", "--env-b", "MOK_ROUTER=kernel", *extra, "anchor-2"])
         assert stopped.value.code == 2  # argparse's refusal, not a GPU check
+
+
+def test_parse_config_gives_a_mokconfig_and_refuses_other_keys():
+    from mok import MoKConfig
+
+    script = load_script()
+    assert script.parse_config(["policy=two_wave", "minibatch_rows=4352"]) == MoKConfig(policy="two_wave",
+                                                                                         minibatch_rows=4352)
+    assert script.parse_config([]) == MoKConfig()
+    with pytest.raises(ValueError, match="not MoKConfig fields"):
+        script.parse_config(["down_span=4"])
+
+
+def test_sides_that_differ_in_nothing_are_refused_with_configs_too():
+    script = load_script()
+    with pytest.raises(SystemExit) as stopped:
+        script.main(["--config-a", "policy=four_wave", "--config-b", "policy=four_wave", "anchor-2"])
+    assert stopped.value.code == 2
+    with pytest.raises(SystemExit):  # the default config is four_wave: naming it on one side changes nothing
+        script.main(["--config-b", "policy=four_wave", "anchor-2"])
