@@ -20,17 +20,19 @@ MoK's number. The same shape on an H200 (132 SMs): 2 * 132 * 128 / 16 = 2,112.
 Policies
 --------
 A policy maps (shape, device, config) to ``minibatch_rows``, a whole number of tiles. ``"two_wave"`` is MoK's
-rule: the threshold rounded up to a tile. mok's default, ``"four_wave"``, is the same rule at four waves: on the
-H200 a ring step has fixed costs (the step's dispatch waits, its weights streamed from DRAM again) that MoK's
-Blackwell kernel does not pay, and twice the rows per step gave the megakernel 0.95-0.98x the time at the
-ring-mode shapes (round 36, below) while leaving the exposed first dispatch short. Register your own with
+rule: the threshold rounded up to a tile. mok's default, ``"four_wave"``, is the same rule at four waves: twice
+the rows per ring step, so half the step boundaries (each a partly idle last wave and a round of dependency waits)
+and a first dispatch twice as long. On the H200 that gave the megakernel 0.95-0.98x the time at the ring-mode shapes
+(round 36, below); which of the boundaries' costs it saves was not measured. Register your own with
 :func:`register_policy` and select it with ``MoKConfig(policy=...)``; ``notebooks/overlap_granularity.ipynb``
 shows how to evaluate one.
 
 Measured (round 36, H200, the megakernel alone, A/B in one process, outputs bitwise equal; B/A time of four waves
 against two): anchor-3 0.974, anchor-4 0.984, anchor-5 0.978, the qwen slice 0.949, kimi 0.994, deepseek 0.993,
 glm 1.005; anchors 1-2 (gather mode, already 16,896 rows) 0.991-0.994. Six waves: 0.970 / 0.995 / 0.971 and
-0.978-0.994 on the slices; three: 0.977-1.010. Minibatch size never changes results (tests/test_ring.py).
+0.978-0.994 on the slices; three: 0.977-1.010. The Triton pipeline with it: 1.001 / 1.006 at anchors 3 and 5,
+0.971 at the qwen slice. The minibatch size never changes results (tests/test_determinism.py, and
+tests/test_cuda_gpu.py for the megakernel).
 """
 
 from __future__ import annotations
