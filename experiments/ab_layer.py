@@ -45,17 +45,16 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
 
 
 def parse_config(pairs: list[str]):
-    """``KEY=VALUE`` strings (ab_kernels.py's parser: ints and booleans read as such) as a :class:`mok.MoKConfig`."""
-    import dataclasses  # noqa: PLC0415
-
-    from ab_kernels import parse_options  # noqa: PLC0415
+    """``KEY=VALUE`` strings as a :class:`mok.MoKConfig` (ab_kernels.py's parser and its split of MoKConfig fields
+    from other options; here every key must be a field)."""
+    from ab_kernels import parse_options, prepare_kwargs  # noqa: PLC0415
     from mok.config import MoKConfig  # noqa: PLC0415
 
-    options = parse_options(pairs)
-    unknown = set(options) - {field.name for field in dataclasses.fields(MoKConfig)}
+    kwargs = prepare_kwargs(parse_options(pairs))
+    unknown = set(kwargs) - {"config"}
     if unknown:
         raise ValueError(f"not MoKConfig fields: {sorted(unknown)}")
-    return MoKConfig(**options)
+    return kwargs.get("config", MoKConfig())
 
 
 @contextmanager

@@ -30,7 +30,7 @@ shows how to evaluate one.
 Measured (round 36, H200, the megakernel alone, A/B in one process, outputs bitwise equal; B/A time of four waves
 against two): anchor-3 0.974, anchor-4 0.984, anchor-5 0.978, the qwen slice 0.949, kimi 0.994, deepseek 0.993,
 glm 1.005; anchors 1-2 (gather mode, already 16,896 rows) 0.991-0.994. Six waves: 0.970 / 0.995 / 0.971 and
-0.978-0.994 on the slices; three: 0.977-1.010. The Triton pipeline with it: 1.001 / 1.006 at anchors 3 and 5,
+0.978-0.994 on the slices; three: 0.963-1.010. The Triton pipeline with it: 1.001 / 1.006 at anchors 3 and 5,
 0.971 at the qwen slice. The minibatch size never changes results (tests/test_determinism.py, and
 tests/test_cuda_gpu.py for the megakernel).
 """

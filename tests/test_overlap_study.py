@@ -21,3 +21,10 @@ def test_small_sweep_marks_the_two_wave_and_the_default_choice():
     marked_default = [r["minibatch_rows"] for r in records if r["is_default_choice"]]
     assert marked_two == [min(two_wave, whole)] and marked_default == [min(default, whole)]
     assert studies.best_and_choice(doc, shape.name)["choice_rows"] == min(two_wave, whole)
+
+
+def test_candidates_hold_every_policy_choice_capped_at_the_whole_layer():
+    sizes = studies.minibatch_candidates(128, (2176, 4224), 17152)
+    assert {2176, 4224, 17152} <= set(sizes) and sizes == sorted(set(sizes)) and max(sizes) == 17152
+    assert 33792 not in studies.minibatch_candidates(128, (16896, 33792), 20480)  # capped: the whole layer instead
+    assert studies.minibatch_candidates(16, (33792, 67584), 160)[-1] == 160

@@ -266,11 +266,11 @@ def overlap_shapes(mode: str) -> list[MoEShape]:
     return [MoEShape("tiny-slice", 96, 64, 32, 4, 1)]
 
 
-def minibatch_candidates(tile: int, choice: int, whole: int) -> list[int]:
+def minibatch_candidates(tile: int, choices: tuple[int, ...], whole: int) -> list[int]:
     """Minibatch sizes to sweep: whole tiles from one tile to ``whole`` (the whole layer's rows, padding
-    included), plus the policy's ``choice``."""
+    included), plus the policies' ``choices`` (each at most ``whole``)."""
     sizes = {tile * n for n in (1, 2, 4, 6, 8, 12, 16, 17, 20, 24, 32, 48, 64, 96, 128) if tile * n < whole}
-    sizes |= {min(choice, whole), whole}
+    sizes |= {min(choice, whole) for choice in choices} | {whole}
     return sorted(sizes)
 
 
@@ -292,8 +292,8 @@ def overlap_study(mode: str, backend: str | None = None, passes: tuple[str, ...]
     records = []
     choices = {}
     for shape in overlap_shapes(mode):
-        # The sweep marks MoK's two-wave rule (its schema says so); evaluate_policy places any other policy,
-        # mok's default "four_wave" among them, on the saved sweep.
+        # The sweep measures and marks MoK's two-wave rule and mok's default policy; evaluate_policy places any
+        # other policy on the saved sweep.
         base = MoKConfig(expert_padding=tile, policy="two_wave")
         choice = heuristics.minibatch_rows(shape, spec, base)
         default = heuristics.minibatch_rows(shape, spec, MoKConfig(expert_padding=tile))  # mok's default policy
@@ -301,7 +301,7 @@ def overlap_study(mode: str, backend: str | None = None, passes: tuple[str, ...]
                                "threshold_rows": heuristics.two_wave_threshold(shape.hidden, shape.intermediate, spec)}
         # A minibatch larger than the layer is the whole layer: that is where the choice lands.
         whole = heuristics.whole_layer_policy(shape, spec, base)
-        candidates = sorted(set(minibatch_candidates(tile, choice, whole)) | {min(default, whole)})
+        candidates = minibatch_candidates(tile, (choice, default), whole)
         landed = min(choice, whole)
         choices[shape.name]["rows_used"] = landed
         problem = LayerProblem(shape, precision, device, n_sets=2, router=False, config=base)

@@ -91,8 +91,8 @@ constexpr unsigned kGateUpBandTiles = 4;
 // between them. So full bands of kGateUpBandTiles row tiles run column-major: a column block's tasks are claimed
 // back to back, so their CTAs walk K nearly together and the block can come from DRAM once per band (the DRAM bytes
 // with bands were not measured yet). The step's last band, if it has fewer tiles, stays tile-major. Measured (round 36, A/B of the kernel alone, bitwise equal):
-// 0.97-0.98x the time at anchor-5 and the deepseek slice, 0.98-1.02x elsewhere; bands of 8: 0.98-0.99x there, 1.03x at
-// anchor-4. One runtime division, as before: the producer thread's registers are few (decode_overlapped).
+// 0.97-0.98x the time at anchor-5 and the deepseek slice, 0.99-1.015x elsewhere; bands of 8: 0.98-0.99x there, 1.03x
+// at anchor-4. One runtime division, as before: the producer thread's registers are few (decode_overlapped).
 __host__ __device__ inline void gate_up_band_entry(unsigned j, unsigned gnb, unsigned count, unsigned& tile,
                                                    unsigned& column) {
   tile = j / gnb;  // tile-major
