@@ -22,26 +22,29 @@ namespace mok::sm90 {
 // padding row (which is zero-filled) and for an entry outside the source's slots (recorded as an error, then
 // zero-filled).
 __device__ __forceinline__ const char* dispatch_source(const Sm90MoeParams& p, const Task& t, long long row0,
-                                                       int r, int block_m, int lane) {
+                                                       int r, int block_m) {
   const int src_rank = p.src_rank[row0 + r];
   const int src_slot = p.src_slot[row0 + r];
   if (src_rank < 0) return nullptr;
   if (src_rank >= p.num_ranks || src_slot < 0 || src_slot >= p.tokens_per_rank * p.top_k) {
-    if (lane == 0) record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * block_m + r, src_rank, src_slot, t.ticket);
+    record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile * block_m + r, src_rank, src_slot, t.ticket);
     return nullptr;
   }
   return reinterpret_cast<const char*>(p.x_ptrs[src_rank]) + static_cast<long long>(src_slot / p.top_k) * p.x_row_bytes;
 }
 
 // The row walk shared by both row formats: dispatch the task's rows of one schedule tile with `num_threads` threads
-// (a multiple of 32); `thread` is this thread's index among them. A task is the whole tile (BLOCK_M rows), or in the
+// (the consumer warps); `thread` is this thread's index among them. A task is the whole tile (BLOCK_M rows), or in the
 // first minibatch part t.nblock of v.first_dispatch_parts (scheduler.cuh: D(0) in parts), rows
-// [part * ceil(BLOCK_M / parts), ...) of it. Each warp takes kRowsPerPass rows at a time and
-// hands `copy_pass(src, dst, lane)` their sources (nullptr: padding, zero-fill) and ring destinations (nullptr:
-// past the task's rows); copy_pass moves the rows' chunks, several per lane in flight.
-// NOTE: a dispatch task is memory-latency bound on its SM (the other SMs run GEMMs), so its speed is the bytes
-// in flight: up to 2 x 8 loads of 16 bytes per lane, whatever H. (Copying whole rows in batches of 8 chunks
-// per lane, as before, left rows of fewer than 256 chunks, H < 2048, to a loop with one load in flight.)
+// [part * ceil(BLOCK_M / parts), ...) of it. Warp w takes rows begin + w + k * num_warps (k = 0, 1, ...),
+// kDispatchRowsPerPass at a time, and hands `copy_pass(src, dst, lane)` their sources (nullptr: padding, zero-fill)
+// and ring destinations (nullptr: past the task's rows); copy_pass moves the rows' chunks, several per lane in flight.
+// The rows' sources are looked up once per task, lane k for the warp's row k (dispatch_source: two dependent table
+// loads), and handed out by shuffle, so a pass waits for its rows' loads alone, not for the table first.
+// NOTE: a dispatch task runs on one SM while the others run GEMMs: about 20 GB/s per SM at anchor-3 (50.6 us per
+// 1 MB task, round 37's timeline), so its speed is mostly the latency of its loads. The table looked up once and
+// twice the bytes in flight (dispatch_tile) took 0.987-0.991x the kernel's time at anchors 3-4 and the qwen and kimi
+// slices, 0.996-0.997x at anchor-5 and deepseek (round 37, A/B): the tasks' share of the SMs is 8% at anchor-3.
 constexpr int kDispatchRowsPerPass = 2;
 
 template <class Tiles, class CopyPass>
@@ -60,15 +63,24 @@ __device__ __forceinline__ void dispatch_rows(const Sm90MoeParams& p, const Sche
   const int part_rows = (Tiles::kBlockM + parts - 1) / parts;
   const int begin = t.nblock * part_rows;
   const int end = begin + part_rows < Tiles::kBlockM ? begin + part_rows : Tiles::kBlockM;
+  static_assert(Tiles::kBlockM <= 32 * 4 * Tiles::kNumConsumerWG, "one lane per row of a consumer warp's share");
+  const int rows_per_warp = (end - begin + num_warps - 1) / num_warps;
 
-  for (int r0 = begin + warp; r0 < end; r0 += kDispatchRowsPerPass * num_warps) {
+  const int lane_row = begin + warp + lane * num_warps;
+  const char* lane_src = lane < rows_per_warp && lane_row < end
+                             ? dispatch_source(p, t, row0, lane_row, Tiles::kBlockM)
+                             : nullptr;
+  const auto lane_src_bits = reinterpret_cast<unsigned long long>(lane_src);
+  for (int k0 = 0; k0 < rows_per_warp; k0 += kDispatchRowsPerPass) {
     const char* src[kDispatchRowsPerPass];
     uint4* dst[kDispatchRowsPerPass];
 #pragma unroll
     for (int q = 0; q < kDispatchRowsPerPass; ++q) {
-      const int r = r0 + q * num_warps;
-      const bool in_tile = r < end;
-      src[q] = in_tile ? dispatch_source(p, t, row0, r, Tiles::kBlockM, lane) : nullptr;
+      const int k = k0 + q;
+      const int r = begin + warp + k * num_warps;
+      const bool in_tile = k < rows_per_warp && r < end;
+      const auto bits = __shfl_sync(0xffffffffu, lane_src_bits, k & 31);  // every lane takes part
+      src[q] = in_tile ? reinterpret_cast<const char*>(bits) : nullptr;
       dst[q] = in_tile ? ring_x + (ring_row0 + r) * ring_chunks : nullptr;
     }
     copy_pass(src, dst, lane);
@@ -79,7 +91,7 @@ __device__ __forceinline__ void dispatch_rows(const Sm90MoeParams& p, const Sche
 template <class Tiles>
 __device__ __forceinline__ void dispatch_tile(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
                                               int thread, int num_threads) {
-  constexpr int kChunksPerLane = 8;
+  constexpr int kChunksPerLane = 16;  // 2 x 16 loads of 16 bytes per lane in flight: a whole row pair at H = 4096
   const int chunks = p.hidden / 8;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   dispatch_rows<Tiles>(p, v, t, thread, num_threads, [&](const char* const (&src)[kDispatchRowsPerPass],

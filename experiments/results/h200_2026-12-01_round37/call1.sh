@@ -1,0 +1,29 @@
+# Round 37, call 1 (nvidia-h200): (1) runtime A/Bs at anchors 2-4 that need no build: ring against gather dispatch at
+# anchors 3 and 4 (gather was measured 1% slower at I = 1,024 in round 5, before down_tma, the sum kernel and the
+# four-wave ring), gather against ring at anchor-2, the down span 8 against 16 at anchor-2; (2) Nsight Compute's
+# source counters on anchor-2's megakernel launches (ring and gather), built with -lineinfo: where the 1.36 G warp
+# instructions per forward go (round 35: 1.5x SonicMoE's GEMMs).
+T0=$(date +%s); K=$OUT/k; mkdir -p $K
+export PYTHONPATH=$PWD TORCH_EXTENSIONS_DIR=$PWD/build/mok-cache/torch_extensions TRITON_CACHE_DIR=$PWD/build/mok-cache/triton
+export MOK_GIT_COMMIT=${MOK_GIT_COMMIT:-unknown} MOK_CUDA_LINEINFO=1
+el() { echo "$1 rc=$2 +$(( $(date +%s)-T0 ))s"; }
+ab() {  # ab NAME TIMEOUT ARGS...
+  local name=$1 limit=$2; shift 2
+  timeout $limit python3 experiments/ab_kernels.py --rounds 8 "$@" > $K/ab_$name.log 2>&1
+  el "ab $name" $?; grep -E "B/A|skipped|Error" $K/ab_$name.log | cut -c1-200
+}
+python3 -m mok.cuda.build --jit > $K/build.log 2>&1; el build $?
+ab ring_gather 120 --launch-a dispatch=ring --launch-b dispatch=gather anchor-3 anchor-4
+ab gather_ring 60 --launch-a dispatch=gather --launch-b dispatch=ring anchor-2
+ab span16 60 --launch-a dispatch=gather --launch-b dispatch=gather --launch-b down_span=16 anchor-2
+ncu --help > $K/ncu_help.txt 2>&1
+R=build/ncu_src; mkdir -p build
+timeout 260 ncu --clock-control none --nvtx --nvtx-include "profile/" -k regex:sm90_moe_forward --launch-count 2 \
+  --section SourceCounters --section InstructionStats --section WarpStateStats --section SpeedOfLight \
+  --import-source yes -f -o $R python3 experiments/ncu_gemm_gap.py anchor-2 --launch > $K/ncu_run.log 2>&1
+el ncu $?; tail -3 $K/ncu_run.log
+ncu -i $R.ncu-rep --page details --csv > $K/ncu_details.csv 2> $K/ncu_details.err; el details $?
+ncu -i $R.ncu-rep --page source --csv --print-source cuda > $K/ncu_source_cuda.csv 2> $K/ncu_cuda.err; el cuda $?
+ncu -i $R.ncu-rep --page source --csv --print-source sass > $K/ncu_source_sass.csv 2> $K/ncu_sass.err; el sass $?
+ls -la $K | cut -c1-120
+tar czf $OUT/call1.tgz -C $OUT k
