@@ -36,6 +36,8 @@
 #   energy     experiments/energy_per_layer.py at $MOK_ENERGY_SHAPES (default "anchor-2 anchor-5"), backends
 #              $MOK_ENERGY_BACKENDS (default cuda,torch; naming sonicmoe unpacks it, with .carry/sonic carried): each
 #              forward back to back from a rested GPU with the SM clock and power sampled: ms, MHz, W and J per forward
+#   ncusrc     Nsight Compute's source counters (per SASS instruction, gzipped CSV) of the megakernel's ring and
+#              gather launches at $MOK_NCU_SHAPE (default anchor-2); experiments/ncu_source_lines.py reads them
 #   traffic    experiments/forward_traffic.py under ncu at $MOK_TRAFFIC_SHAPES (default anchor-2), backends
 #              $MOK_TRAFFIC_BACKENDS (default cuda; sonicmoe as for energy): DRAM and L2 bytes, SM clock and
 #              instructions of each kernel of one bench forward ($MOK_TRAFFIC_ARGS: e.g. "--config policy=whole",
@@ -49,7 +51,7 @@
 #   MOK_DEADLINE_S        seconds from start by which every stage must be done (default 560: the call's hard
 #                         limit is 600 s, and the summary and file transfer need the rest)
 #   MOK_TIMEOUT_<STAGE>   cap for one stage in seconds (TESTS 420: the suite took 344 s in round 33; BENCH 300 or
-#                         540 with SonicMoE, CUDA 200, SANITIZE 200, BREAKDOWN 150, TUNE 200, ROOFLINE 200, TIMELINE 150, ENERGY 240, TRAFFIC 240, PUSHPULL 120,
+#                         540 with SonicMoE, CUDA 200, SANITIZE 200, BREAKDOWN 150, TUNE 200, ROOFLINE 200, TIMELINE 150, ENERGY 240, TRAFFIC 240, NCUSRC 240, PUSHPULL 120,
 #                         NOTEBOOKS 300, TRAIN 180); a stage also never runs past the deadline
 #   MOK_BENCH_SHAPES      shapes for the bench stage (presets/groups, see python3 -m mok.bench --help)
 #   MOK_BENCH_ARGS        extra arguments for the bench stage (e.g. "--iters 50 --backends torch,triton"; add
@@ -213,6 +215,19 @@ for stage in $STAGES; do
              python3 experiments/ncu_gemm_gap.py "$shape" --launch \
         && python3 experiments/ncu_gemm_gap.py "$shape" --report "$OUT/results/ncu_gemm_gap.ncu-rep" \
            | tee "$OUT/results/ncu_gemm_gap.md"' ;;
+    ncusrc)
+      # Nsight Compute's source counters on the megakernel's ring and gather launches at $MOK_NCU_SHAPE (default
+      # anchor-2), built with -lineinfo: the per-instruction CSV comes back gzipped, and
+      # experiments/ncu_source_lines.py sums it by CUDA source line on the CPU machine (round 37).
+      run_stage ncusrc "${MOK_TIMEOUT_NCUSRC:-240}" bash -c '
+        shape=${MOK_NCU_SHAPE:-anchor-2}; mkdir -p build/ncu
+        export MOK_CUDA_LINEINFO=1
+        python3 -m mok.cuda.build --jit \
+        && ncu --clock-control none --nvtx --nvtx-include "profile/" -k regex:sm90_moe_forward --launch-count 2 \
+             --section SourceCounters --section WarpStateStats --import-source yes -f -o build/ncu/source_counters \
+             python3 experiments/ncu_gemm_gap.py "$shape" --launch \
+        && ncu -i build/ncu/source_counters.ncu-rep --page source --csv --print-source sass \
+           | gzip > "$OUT/results/ncu_source_sass_$shape.csv.gz"' ;;
     traffic)
       # DRAM and L2 bytes, SM clock and instructions of each kernel of one bench forward (router inside), per
       # backend in its own process (experiments/forward_traffic.py), at $MOK_TRAFFIC_SHAPES.
