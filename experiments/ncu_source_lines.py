@@ -20,7 +20,8 @@ On the H200 (``-lineinfo`` changes no SASS, only the line table)::
 
 then here (builds the object with ``-lineinfo``, about 30 s)::
 
-    python3 experiments/ncu_source_lines.py src.csv.gz --section 2 [--listing K.sass] [--top 30] [--reasons]
+    python3 experiments/ncu_source_lines.py src.csv.gz --section 2 [--listing K.sass] [--top 30] [--reasons] \
+        [--compare 0 --labels gather,ring --plot shares.png]
 
 ``--section``: which kernel of the CSV (ncu may print each profiled kernel more than once; round 37: sections 0-1 ring,
 2-3 gather at anchor-2). The function to read from the listing follows from the kernel's template arguments.
@@ -188,6 +189,35 @@ def table(sums: dict[tuple, list[float]], order: int, top: int, pairs=None) -> s
     return "\n".join(lines)
 
 
+def plot_shares(series: dict[str, dict[tuple, list[float]]], path: Path, top: int = 12, title: str = "") -> None:
+    """A horizontal bar chart of stall-sample shares: the ``top`` keys by the first series' samples, one bar per series
+    (e.g. the gather and the ring kernel, whose SASS shares the source lines)."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    names = list(series)
+    first = series[names[0]]
+    keys = sorted(first, key=lambda k: -first[k][1])[:top]
+    height = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(keys) + 1.2))
+    for i, name in enumerate(names):
+        total = sum(v[1] for v in series[name].values()) or 1.0
+        shares = [100 * series[name].get(k, [0.0, 0.0])[1] / total for k in keys]
+        ax.barh([y + i * height for y in range(len(keys))], shares, height, label=name)
+    ax.set_yticks([y + (len(names) - 1) * height / 2 for y in range(len(keys))], [describe(k) for k in keys],
+                  fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("share of the kernel's warp stall samples (%)")
+    ax.legend()
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def build_listing() -> str:
     """``nvdisasm -g`` of this tree's megakernel object built with ``-lineinfo`` (nvcc, cuobjdump and nvdisasm from
     the triton wheel, as mok.cuda.build finds them)."""
@@ -216,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listing", type=Path, help="an nvdisasm -g listing of the same build (default: build one)")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--reasons", action="store_true", help="add each line's top stall reasons")
+    parser.add_argument("--plot", type=Path, help="draw the stall-sample shares of the top lines (inlined helpers by "
+                        "caller) into this PNG; with --compare, both kernels side by side")
+    parser.add_argument("--compare", type=int, help="another kernel of the CSV to draw beside --section's")
+    parser.add_argument("--labels", default="", help="comma-separated legend labels for --section and --compare")
+    parser.add_argument("--title", default="", help="the plot's title")
     args = parser.parse_args(argv)
     opener = gzip.open if args.csv.suffix == ".gz" else open
     with opener(args.csv, "rt") as f:
@@ -231,6 +266,15 @@ def main(argv: list[str] | None = None) -> int:
     print("## By executed instructions\n\n" + table(lines, 0, args.top, reasons) + "\n")
     print("## By stall samples\n\n" + table(lines, 1, args.top, reasons) + "\n")
     print("## Helper lines by the line that inlined them (samples)\n\n" + table(by_line(pairs, True), 1, args.top) + "\n")
+    if args.plot:
+        chosen = [args.section] + ([args.compare] if args.compare is not None else [])
+        labels = [x for x in args.labels.split(",") if x] or [f"section {i}" for i in chosen]
+        series = {}
+        for label, index in zip(labels, chosen):
+            other = sections[index]
+            series[label] = by_line(join(read_listing(listing_text, function_tag(other.name)), other.rows), True)
+        plot_shares(series, args.plot, top=min(args.top, 16), title=args.title)
+        print(f"plot: {args.plot}")
     return 0
 
 

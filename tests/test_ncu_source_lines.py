@@ -84,3 +84,13 @@ def test_a_different_build_is_refused():
     swapped[0]["Source"], swapped[2]["Source"] = rows[2]["Source"], rows[0]["Source"]
     with pytest.raises(ValueError, match="opcodes differ"):
         nsl.join(listing, swapped)
+
+
+def test_plot_draws_both_kernels(tmp_path):
+    pytest.importorskip("matplotlib")
+    pairs = nsl.join(nsl.read_listing(LISTING, "Lb1ELb1E"), nsl.read_sections(csv_text(ROWS))[0].rows)
+    callers = nsl.by_line(pairs, with_caller=True)
+    other = {key: [i, s / 2] for key, (i, s) in callers.items()}
+    path = tmp_path / "shares.png"
+    nsl.plot_shares({"gather": callers, "ring": other}, path, top=3, title="t")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
