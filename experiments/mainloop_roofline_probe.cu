@@ -16,6 +16,11 @@
 //   mcastB-release.cluster  the same with `mbarrier.arrive.release.cluster` for the remote release (round 9's
 //                           cluster draft did this: 1.8x slower here)
 //   box@mcastB-grid         box on the cluster grid's CTA count (fewer when pairs do not fit a GPC)
+//   cpasync-pairA           2-CTA clusters on one row set and two column blocks (gather mode's two blocks at I = 256):
+//                           each CTA gathers half of the A rows with cp.async (64 threads) and one thread sends that
+//                           half to the peer's stage by a bulk shared-to-shared copy, B its own by TMA; so a CTA's
+//                           cp.async bytes per FLOP halve (round 37: the copies cost anchor-2's kernel about 13%)
+//   cpasync@mcastB-grid     cpasync on the cluster grid's CTA count (what cpasync-pairA is to be read against)
 //   pingpong                the consumer warpgroups take turns (CUTLASS's ping-pong, round 21's question): each
 //                           128 x 256 tile is two 128 x 128 halves, warpgroup w multiplies half w over all 128 rows
 //                           (two m64n128k16 per K step) while the other runs its epilogue; the producer loads A and
@@ -71,11 +76,18 @@ enum Mode {
   kPingPongShared = 10,
   kPingPongEarly = 11,
   kPingPongSharedEarly = 12,
+  kCpAsyncPairA = 13,
+  kCpAsyncClusterGrid = 14,
 };
 const char* kNames[] = {"noload", "box", "cpasync", "mcastB", "box@mcastB-grid", "mcastB-release.cluster",
                         "cpasync-nofence", "cpasync-contiguous", "pingpong", "noload-pingpong", "pingpong-shared",
-                        "pingpong-early", "pingpong-shared-early"};
-constexpr int kModes = 13;
+                        "pingpong-early", "pingpong-shared-early", "cpasync-pairA", "cpasync@mcastB-grid"};
+constexpr int kModes = 15;
+// Modes that launch on the cluster grid (cluster_ctas CTAs, below).
+__host__ __device__ constexpr bool on_cluster_grid(int mode) {
+  return mode == kMcastB || mode == kBoxClusterGrid || mode == kMcastBClusterRelease || mode == kCpAsyncPairA ||
+         mode == kCpAsyncClusterGrid;
+}
 // Named barrier 2 + w: warpgroup w's turn begins (1 is the producers').
 __host__ __device__ constexpr uint32_t turn_barrier(int wg) { return 2u + static_cast<uint32_t>(wg); }
 
@@ -168,7 +180,8 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
                          const CUtensorMap& w_half_map, float* sink) {
   // cpasync-nofence: the same copies without the consumers' proxy fence (wrong ordering in general; timing only).
   // cpasync-contiguous: the copies of cpasync from 128 consecutive token rows (is it the scatter or the copy path?).
-  constexpr bool kGathers = kMode == kCpAsync || kMode == kCpAsyncNoFence || kMode == kCpAsyncContiguous;
+  constexpr bool kPairA = kMode == kCpAsyncPairA;
+  constexpr bool kGathers = kMode == kCpAsync || kMode == kCpAsyncNoFence || kMode == kCpAsyncContiguous || kPairA;
   constexpr bool kSharedStages = kMode == kPingPongShared || kMode == kPingPongSharedEarly;
   constexpr bool kPingPongMode = kMode == kPingPong || kMode == kNoLoadPingPong || kMode == kPingPongEarly;  // own stages
   constexpr bool kTurns = kPingPongMode || kSharedStages;  // the warpgroups take turns
@@ -179,7 +192,9 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
   const uint32_t crank = kClusterSize > 1 ? cluster_rank() : 0;
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
-      mbar_init(&s.full[i], kGathers ? 1 + 128 : 1);
+      // pairA: the sender's expect_tx arrival and its own half's; the peer's half comes as transaction bytes.
+      mbar_init(&s.full[i], kPairA ? 2 : kGathers ? 1 + 128 : 1);
+      mbar_init(&s.half_full[i], 64);
       // One arrival per consumer warp of every CTA the stage feeds (pingpong: one warpgroup reads each stage).
       mbar_init(&s.empty[i], (kPingPongMode ? 4 : 8) * kClusterSize);
     }
@@ -196,10 +211,13 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
       // nothing to load, or not the TMA thread
     } else {
       for (int j = 0; j < p.tasks_per_cta; ++j) {
-        // A cluster's two CTAs run the same column block (they share B) on neighbouring row sets.
+        // A cluster's two CTAs run the same column block (they share B) on neighbouring row sets; with pairA the
+        // same row set (they share A) on neighbouring column blocks.
         const int task = (kClusterSize > 1) ? (blockIdx.x / 2) + j * (gridDim.x / 2) : blockIdx.x + j * gridDim.x;
-        const int rowset = ((task / p.col_blocks) * kClusterSize + static_cast<int>(crank)) % p.num_rowsets;
-        const int b_row = (task % p.col_blocks) * kBRows;
+        const int rowset = kPairA ? (task / (p.col_blocks / 2)) % p.num_rowsets
+                                  : ((task / p.col_blocks) * kClusterSize + static_cast<int>(crank)) % p.num_rowsets;
+        const int b_row = kPairA ? ((task % (p.col_blocks / 2)) * 2 + static_cast<int>(crank)) * kBRows
+                                 : (task % p.col_blocks) * kBRows;
         if constexpr (kGathers) {
           asm volatile("bar.sync 1, 128;" ::: "memory");
           s.rows[tid] = kMode == kCpAsyncContiguous ? (rowset * kRows + tid) % p.tokens : p.rowsets[rowset * kRows + tid];
@@ -210,6 +228,27 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
         for (int i = 0; i < loads; ++i) {
           const int kb = i % kblocks, half = i / kblocks;
           const int k0 = kb * kBlockK;
+          if constexpr (kPairA) {
+            // Threads 0-63 copy this CTA's half of the rows; thread 64 loads B and, once the half has landed, sends
+            // it to the same offset of the peer's stage. A stage's `empty` counts both CTAs' consumer warps, so the
+            // peer's stage is free too.
+            if (tid < 64) {
+              mbar_wait_spin(&s.empty[stage], phase ^ 1u);
+              probe::gather_half_kblock(smem_addr(s.a[stage]), p.x, p.hidden, s.rows, kb, tid, 64 * crank);
+              cp_async_mbar_arrive_noinc(&s.half_full[stage]);
+            } else if (tid == 64) {
+              mbar_wait_spin(&s.empty[stage], phase ^ 1u);
+              mbar_arrive_expect_tx(&s.full[stage], kBBytes + kABytes / 2);
+              tma_load_2d(s.b[stage], &w_map, &s.full[stage], k0, b_row);
+              mbar_wait_spin(&s.half_full[stage], phase);
+              fence_proxy_async_shared();  // the copies' generic-proxy writes, read next by the bulk copy
+              probe::bulk_copy_to_peer(smem_addr(s.a[stage]) + crank * (kABytes / 2), kABytes / 2, &s.full[stage],
+                                       crank ^ 1u);
+              mbar_arrive(&s.full[stage]);  // this CTA's own half is in
+            }
+            advance();
+            continue;
+          }
           mbar_wait_spin(&s.empty[stage], phase ^ 1u);
           if constexpr (kGathers) {
             if (tid == 0) {
@@ -296,11 +335,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   mainloop<kMode, 1>(p, ring_map, w_map, w_half_map, sink);
 }
 
-template <bool kClusterRelease>
+template <int kMode, bool kClusterRelease>
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
     cluster_kernel(Problem p, const __grid_constant__ CUtensorMap ring_map, const __grid_constant__ CUtensorMap w_map,
                    const __grid_constant__ CUtensorMap w_half_map, float* sink) {
-  mainloop<kMcastB, 2, kClusterRelease>(p, ring_map, w_map, w_half_map, sink);
+  mainloop<kMode, 2, kClusterRelease>(p, ring_map, w_map, w_half_map, sink);
 }
 
 }  // namespace probe
@@ -376,8 +415,12 @@ int main(int argc, char** argv) {
                              (int)smem_bytes));
   PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kPingPongSharedEarly>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem_bytes));
-  PROBE_CHECK(cudaFuncSetAttribute(cluster_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
-  PROBE_CHECK(cudaFuncSetAttribute(cluster_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(cluster_kernel<kMcastB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(cluster_kernel<kMcastB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(cluster_kernel<kCpAsyncPairA, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem_bytes));
   const Problem p{x, tokens, hidden, num_rowsets, d_rowsets, tasks_per_cta, col_blocks,
                   static_cast<unsigned>(epilogue_ns)};
   // Pairs of SMs must sit in one GPC: fewer than 66 clusters of two may fit at once, and a cluster that does not
@@ -387,7 +430,7 @@ int main(int argc, char** argv) {
   occ.blockDim = dim3(kThreads);
   occ.dynamicSmemBytes = smem_bytes;
   int max_clusters = 0;
-  PROBE_CHECK(cudaOccupancyMaxActiveClusters(&max_clusters, cluster_kernel<false>, &occ));
+  PROBE_CHECK(cudaOccupancyMaxActiveClusters(&max_clusters, cluster_kernel<kMcastB, false>, &occ));
   const int cluster_ctas = std::min(ctas, 2 * max_clusters);
   std::printf("clusters of 2 resident at once: %d (cluster grid %d CTAs)\n", max_clusters, cluster_ctas);
   const double flops = 2.0 * ctas * tasks_per_cta * (double)kRows * kBRows * hidden;
@@ -404,9 +447,18 @@ int main(int argc, char** argv) {
       case kCpAsyncNoFence:
         single_kernel<kCpAsyncNoFence><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
         break;
-      case kMcastB: cluster_kernel<false><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
+      case kMcastB:
+        cluster_kernel<kMcastB, false><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+        break;
       case kMcastBClusterRelease:
-        cluster_kernel<true><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+        cluster_kernel<kMcastB, true><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+        break;
+      case kCpAsyncPairA:
+        cluster_kernel<kCpAsyncPairA, false><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map,
+                                                                                     sink);
+        break;
+      case kCpAsyncClusterGrid:
+        single_kernel<kCpAsync><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
         break;
       case kPingPong: single_kernel<kPingPong><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
       case kNoLoadPingPong:
@@ -430,7 +482,7 @@ int main(int argc, char** argv) {
   for (int m = 0; m < kModes; ++m) {
     // Not run: K past the ring.
     if (std::isnan(ms[m]) || ((m == kPingPongShared || m == kPingPongSharedEarly) && !shared_fits)) continue;
-    const int grid = (m == kMcastB || m == kBoxClusterGrid || m == kMcastBClusterRelease) ? cluster_ctas : ctas;
+    const int grid = on_cluster_grid(m) ? cluster_ctas : ctas;
     const double med = ms[m];
     const double tflops = flops * grid / ctas / (med * 1e-3) / 1e12;
     std::printf("%-24s %6d %10.3f %10.1f %12.2f\n", kNames[m], grid, med, tflops, tflops / grid);

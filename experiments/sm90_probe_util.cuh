@@ -53,6 +53,7 @@ struct Shared {
   alignas(1024) uint8_t b[kStages][kBBytes];
   uint64_t full[kStages];
   uint64_t empty[kStages];
+  uint64_t half_full[kStages];  // cpasync-pairA: this CTA's half of the A stage has landed (its own copies)
   int rows[kRows];  // the tile's token rows (gathers)
 };
 
@@ -108,6 +109,29 @@ __device__ __forceinline__ void gather_kblock(uint32_t stage_a, const char* x, i
     mok::sm90::cp_async_16(stage_a + mok::sm90::sw128_chunk_offset(r, chunk),
                            x + static_cast<long long>(rows[r]) * hidden * 2 + kb * 128 + chunk * 16, 16u);
   }
+}
+
+// One CTA's half of gather mode's copies (cpasync-pairA): producer thread `tid` of 64 copies chunk tid % 8 of tile
+// rows row0 + tid / 8 + 8 i (i < 8), row0 = 0 or 64, to where TMA's 128-byte swizzle would put them.
+__device__ __forceinline__ void gather_half_kblock(uint32_t stage_a, const char* x, int hidden, const int* rows, int kb,
+                                                   int tid, int row0) {
+  const int chunk = tid & 7;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int r = row0 + (tid >> 3) + 8 * i;
+    mok::sm90::cp_async_16(stage_a + mok::sm90::sw128_chunk_offset(r, chunk),
+                           x + static_cast<long long>(rows[r]) * hidden * 2 + kb * 128 + chunk * 16, 16u);
+  }
+}
+
+// `bytes` of this CTA's shared memory at `src` into the same offset in CTA `rank` of the cluster by the bulk copy
+// engine, completing them on that CTA's mbarrier at the offset of `bar`.
+__device__ __forceinline__ void bulk_copy_to_peer(uint32_t src, uint32_t bytes, uint64_t* bar, uint32_t rank) {
+  uint32_t dst, remote_bar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(dst) : "r"(src), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(mok::sm90::smem_addr(bar)), "r"(rank));
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(dst), "r"(src), "r"(bytes), "r"(remote_bar) : "memory");
 }
 
 // Milliseconds per launch of each of `modes` modes: the median of `runs` CUDA-event timings after one warm-up round,
