@@ -3,16 +3,11 @@
 # four-wave ring), gather against ring at anchor-2, the down span 8 against 16 at anchor-2; (2) Nsight Compute's
 # source counters on anchor-2's megakernel launches (ring and gather), built with -lineinfo: where the 1.36 G warp
 # instructions per forward go (round 35: 1.5x SonicMoE's GEMMs).
-T0=$(date +%s); K=$OUT/k; mkdir -p $K
-export PYTHONPATH=$PWD TORCH_EXTENSIONS_DIR=$PWD/build/mok-cache/torch_extensions TRITON_CACHE_DIR=$PWD/build/mok-cache/triton
-export MOK_GIT_COMMIT=${MOK_GIT_COMMIT:-unknown} MOK_CUDA_LINEINFO=1
-el() { echo "$1 rc=$2 +$(( $(date +%s)-T0 ))s"; }
-ab() {  # ab NAME TIMEOUT ARGS...
-  local name=$1 limit=$2; shift 2
-  timeout $limit python3 experiments/ab_kernels.py --rounds 8 "$@" > $K/ab_$name.log 2>&1
-  el "ab $name" $?; grep -E "B/A|skipped|Error" $K/ab_$name.log | cut -c1-200
-}
-python3 -m mok.cuda.build --jit > $K/build.log 2>&1; el build $?
+# The preamble (environment, `el`, `build_jit`, `ab`) is experiments/device_call.sh since round 37's review;
+# the commands are the ones that ran.
+export MOK_CUDA_LINEINFO=1
+source experiments/device_call.sh
+build_jit
 ab ring_gather 120 --launch-a dispatch=ring --launch-b dispatch=gather anchor-3 anchor-4
 ab gather_ring 60 --launch-a dispatch=gather --launch-b dispatch=ring anchor-2
 ab span16 60 --launch-a dispatch=gather --launch-b dispatch=gather --launch-b down_span=16 anchor-2

@@ -5,17 +5,11 @@
 # bytes (the row's next K block too) instead of 128. At anchors 2 and 1 (the gather-mode shapes). (3) The task timeline
 # at anchor-2 (gather) and anchor-3 (ring) at HEAD. (4) The traffic with round 36's defaults at anchor-5 and anchor-3
 # (round 36's next_call.sh, call A).
-T0=$(date +%s); K=$OUT/k; mkdir -p $K
-export PYTHONPATH=$PWD TORCH_EXTENSIONS_DIR=$PWD/build/mok-cache/torch_extensions TRITON_CACHE_DIR=$PWD/build/mok-cache/triton
-export MOK_GIT_COMMIT=${MOK_GIT_COMMIT:-unknown}
+# The preamble (environment, `el`, `build_jit`, `ab`) is experiments/device_call.sh since round 37's review;
+# the commands are the ones that ran.
+source experiments/device_call.sh
 P=experiments/results/h200_2026-12-01_round37/patches
-el() { echo "$1 rc=$2 +$(( $(date +%s)-T0 ))s"; }
-ab() {  # ab NAME TIMEOUT ARGS...
-  local name=$1 limit=$2; shift 2
-  timeout $limit python3 experiments/ab_kernels.py --rounds 8 "$@" > $K/ab_$name.log 2>&1
-  el "ab $name" $?; grep -E "B/A|skipped|Error" $K/ab_$name.log | cut -c1-200
-}
-python3 -m mok.cuda.build --jit > $K/build.log 2>&1; el build $?
+build_jit
 for n in 2 4 8; do ab prefetch$n 60 --launch-b gather_prefetch=$n anchor-2 anchor-1; done
 ab l2_256b 90 --patch $P/gather_l2_256b.patch anchor-2 anchor-1
 timeout 120 python3 experiments/task_timeline.py anchor-2 anchor-3 > $K/timeline.log 2>&1; el timeline $?

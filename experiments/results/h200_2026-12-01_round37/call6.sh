@@ -5,16 +5,10 @@
 #     the same access pattern and instruction count as the real gather).
 # If the second runs like the first, the gather's cost is DRAM latency (deeper A pipelining would help); if like
 # HEAD, it is the copy path itself.
-T0=$(date +%s); K=$OUT/k; mkdir -p $K
-export PYTHONPATH=$PWD TORCH_EXTENSIONS_DIR=$PWD/build/mok-cache/torch_extensions TRITON_CACHE_DIR=$PWD/build/mok-cache/triton
-export MOK_GIT_COMMIT=${MOK_GIT_COMMIT:-unknown}
+# The preamble (environment, `el`, `build_jit`, `ab`) is experiments/device_call.sh since round 37's review;
+# the commands are the ones that ran.
+source experiments/device_call.sh
 P=experiments/results/h200_2026-12-01_round37/patches
-el() { echo "$1 rc=$2 +$(( $(date +%s)-T0 ))s"; }
-ab() {  # ab NAME TIMEOUT ARGS...
-  local name=$1 limit=$2; shift 2
-  timeout $limit python3 experiments/ab_kernels.py --rounds 8 "$@" > $K/ab_$name.log 2>&1
-  el "ab $name" $?; grep -E "B/A|skipped|Error" $K/ab_$name.log | cut -c1-200
-}
-python3 -m mok.cuda.build --jit > $K/build.log 2>&1; el build $?
+build_jit
 for c in probe_gather_no_loads probe_gather_l2_rows; do ab $c 120 --patch $P/$c.patch anchor-2 anchor-1; done
 tar czf $OUT/call6.tgz -C $OUT k
