@@ -137,37 +137,35 @@ def join(listing: list[ListingLine], rows: list[dict], max_mismatch: float = 0.0
     return list(zip(listing, rows))
 
 
-def caller_of(pairs: list[tuple[ListingLine, dict]], index: int) -> tuple[str, int] | None:
-    """The nearest instruction before ``index`` whose line is not in a helper file: the code that inlined it."""
-    for j in range(index - 1, -1, -1):
-        where = pairs[j][0].where
-        if where is not None and where[0] not in HELPER_FILES:
-            return where
-    return None
-
-
 def by_line(pairs: list[tuple[ListingLine, dict]], with_caller: bool = False) -> dict[tuple, list[float]]:
-    """[instructions, samples] per source line (with ``with_caller``: per (line, caller) for helper-file lines)."""
+    """[instructions, samples] per source line. With ``with_caller`` a helper-file line is split by the line that
+    inlined it: the nearest earlier instruction whose line is not in a helper file (one pass, in address order)."""
     sums: dict[tuple, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
-    for i, (instruction, row) in enumerate(pairs):
-        key: tuple = (instruction.where,)
-        if with_caller and instruction.where is not None and instruction.where[0] in HELPER_FILES:
-            key = (instruction.where, caller_of(pairs, i))
+    caller: tuple[str, int] | None = None
+    for instruction, row in pairs:
+        where = instruction.where
+        in_helper = where is not None and where[0] in HELPER_FILES
+        key: tuple = (where, caller) if with_caller and in_helper else (where,)
+        if where is not None and not in_helper:
+            caller = where
         sums[key][0] += number(row.get(INSTRUCTIONS, "0"))
         sums[key][1] += number(row.get(SAMPLES, "0"))
     return dict(sums)
 
 
-def stall_reasons(pairs: list[tuple[ListingLine, dict]], where: tuple[str, int], top: int = 3) -> str:
-    """The ``top`` stall reasons of one source line, as shares of its samples."""
-    counts: collections.Counter = collections.Counter()
+def stall_reasons(pairs: list[tuple[ListingLine, dict]], top: int = 3) -> dict[tuple[str, int], str]:
+    """Each source line's ``top`` stall reasons, as shares of its samples (``"-"`` for a line without samples)."""
+    counts: dict[tuple[str, int], collections.Counter] = collections.defaultdict(collections.Counter)
     for instruction, row in pairs:
-        if instruction.where == where:
-            for name, value in row.items():
-                if name.startswith("stall_") and "Not Issued" not in name:
-                    counts[name[len("stall_"):]] += number(value)
-    total = sum(counts.values())
-    return ", ".join(f"{name} {100 * v / total:.0f}%" for name, v in counts.most_common(top)) if total else "-"
+        for name, value in row.items():
+            if name.startswith("stall_") and "Not Issued" not in name:
+                counts[instruction.where][name[len("stall_"):]] += number(value)
+    out = {}
+    for where, reasons in counts.items():
+        total = sum(reasons.values())
+        out[where] = (", ".join(f"{name} {100 * v / total:.0f}%" for name, v in reasons.most_common(top))
+                      if total else "-")
+    return out
 
 
 def describe(key: tuple) -> str:
@@ -176,16 +174,17 @@ def describe(key: tuple) -> str:
     return place(key[0]) if len(key) == 1 else f"{place(key[0])} <- {place(key[1])}"
 
 
-def table(sums: dict[tuple, list[float]], order: int, top: int, pairs=None) -> str:
-    """Markdown rows of the ``top`` keys by instructions (order 0) or samples (order 1), as shares of the totals."""
+def table(sums: dict[tuple, list[float]], order: int, top: int, reasons: dict | None = None) -> str:
+    """Markdown rows of the ``top`` keys by instructions (order 0) or samples (order 1), as shares of the totals;
+    with ``reasons`` (:func:`stall_reasons`), each plain line's top stall reasons in a last column."""
     total_i = sum(v[0] for v in sums.values()) or 1.0
     total_s = sum(v[1] for v in sums.values()) or 1.0
-    lines = ["| line | instructions | share | samples share |" + (" top stalls |" if pairs else ""),
-             "|---|---|---|---|" + ("---|" if pairs else "")]
+    lines = ["| line | instructions | share | samples share |" + (" top stalls |" if reasons else ""),
+             "|---|---|---|---|" + ("---|" if reasons else "")]
     for key, (i, s) in sorted(sums.items(), key=lambda kv: -kv[1][order])[:top]:
-        reasons = f" {stall_reasons(pairs, key[0])} |" if pairs and len(key) == 1 and key[0] else (" |" if pairs else "")
+        extra = f" {reasons.get(key[0], '-') if len(key) == 1 else ''} |" if reasons else ""
         lines.append(f"| {describe(key)} | {i / 1e6:.2f} M | {100 * i / total_i:.1f}% | {100 * s / total_s:.1f}% |"
-                     + reasons)
+                     + extra)
     return "\n".join(lines)
 
 
@@ -262,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(pairs)} instructions; {sum(number(r.get(INSTRUCTIONS, '0')) for _, r in pairs) / 1e9:.3f} G executed, "
           f"{sum(number(r.get(SAMPLES, '0')) for _, r in pairs):.0f} stall samples\n")
     lines = by_line(pairs)
-    reasons = pairs if args.reasons else None
+    reasons = stall_reasons(pairs) if args.reasons else None
     print("## By executed instructions\n\n" + table(lines, 0, args.top, reasons) + "\n")
     print("## By stall samples\n\n" + table(lines, 1, args.top, reasons) + "\n")
     print("## Helper lines by the line that inlined them (samples)\n\n" + table(by_line(pairs, True), 1, args.top) + "\n")

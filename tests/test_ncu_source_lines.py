@@ -70,7 +70,7 @@ def test_sums_by_line_and_by_the_inlining_line():
     # The same wait, split between the consumer's mainloop (line 337) and the producer's loop (line 282).
     assert callers[(("sync.cuh", 241), ("gemm_mainloop.cuh", 337))] == [2000.0, 60.0]
     assert callers[(("sync.cuh", 241), ("gemm_mainloop.cuh", 282))] == [500.0, 30.0]
-    assert nsl.stall_reasons(pairs, ("sync.cuh", 241)) == "long_sb 89%, wait 11%"
+    assert nsl.stall_reasons(pairs)[("sync.cuh", 241)] == "long_sb 89%, wait 11%"
     text = nsl.table(callers, 1, 2)
     assert "sync.cuh:241 <- gemm_mainloop.cuh:337 | 0.00 M | 50.0% | 60.0%" in text
 
