@@ -311,8 +311,10 @@ __device__ __forceinline__ void run_consumer_task(const Sm90MoeParams& p, Shared
     case kTaskGateUp: {
       float acc[128];
       task_mainloop<Tiles, kOverlap>(p, s, pipe, t, p.hidden / Tiles::kBlockK, consumer_wg, p.gather_x != 0, acc);
-      wait_staging_free<Tiles>(p, s, consumer_wg, handoff);  // the store warp has read the last down rows
-      gate_up_epilogue<Tiles>(p, v, t, s, acc, consumer_wg);
+      wait_staging_free<Tiles>(p, s, consumer_wg, handoff);  // the store warp has read the last rows handed to it
+      const bool h_by_store_warp = h_stored_by_store_warps(p);
+      gate_up_epilogue<Tiles>(p, v, t, s, acc, consumer_wg, h_by_store_warp);
+      if (h_by_store_warp) hand_staging_to_store_warp<Tiles>(s, consumer_wg, handoff);
       break;
     }
     case kTaskDown:
@@ -384,13 +386,13 @@ template <class Tiles>
 __device__ __forceinline__ void signal_finished_tasks(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
                                                       const ScheduleView& v) {
   uint32_t slot = 0, parity = 0;
-  uint32_t stores_parity = 0;  // bit i: parity of the next phase of stores_done[i] (one phase per down task)
+  uint32_t stores_parity = 0;  // bit i: parity of the next phase of stores_done[i] (one phase per task the store warps store)
   while (true) {
     // A failed wait means an error was recorded: every other wait fails fast from now on, so just stop.
     if (!mbar_wait(p, &s.task_done[slot], parity, kCtrMbarTaskDone, static_cast<int>(slot))) break;
     const Task t = s.tasks[slot];
     if (t.kind == kTaskStop) break;
-    if (p.store_warps && t.kind == kTaskDown) {  // its rows leave through the store warps (store_warps.cuh)
+    if (stored_by_store_warps(p, t)) {  // its rows leave through the store warps (store_warps.cuh)
       const uint32_t stores = (stores_parity >> slot) & 1u;
       if (!mbar_wait(p, &s.stores_done[slot], stores, kCtrMbarStoresDone, static_cast<int>(slot))) break;
       stores_parity ^= 1u << slot;
@@ -415,7 +417,7 @@ __device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, Share
     const int warp = threadIdx.x / 32;
     if (p.signal_warp && threadIdx.x == kSignalThread) signal_finished_tasks<Tiles>(p, s, v);
     if (p.store_warps && warp >= kFirstStoreWarp && warp < kFirstStoreWarp + Tiles::kNumConsumerWG) {
-      run_store_warp<Tiles>(p, s, warp - kFirstStoreWarp);
+      run_store_warp<Tiles>(p, s, v, warp - kFirstStoreWarp);
     }
     return;
   }

@@ -22,21 +22,29 @@
 //
 // Every staging use (the gate/up epilogues too) first waits for drained[w], so the tile is never rewritten
 // before the store warp read it. The store warps walk the task queue like the consumers (they count in the
-// slot's `task_empty`), so they see every task; only down tasks involve them. The signal warp waits for the
-// task slot's `stores_done` before it signals a down task, so the combine never reads a slot the store warp has
-// not written, and the push counts (`push_count`, added by the store warps) are complete when it reads them.
-// NOTE: one `stores_done` per queue slot, not one in all: the store warps may finish two down tasks before the
+// slot's `task_empty`), so they see every task; down tasks and (bf16) gate/up tasks involve them. The signal
+// warp waits for the task slot's `stores_done` before it signals such a task, so the combine never reads a slot
+// the store warp has not written, and the push counts (`push_count`, added by the store warps) are complete when
+// it reads them. NOTE: one `stores_done` per queue slot, not one in all: the store warps may finish two tasks before the
 // signal warp looks at the first, and one barrier would then have moved two phases on (parity cannot tell). A
 // slot is refilled only after the signal warp has handled its task, so a slot's barrier is never two phases on.
 //
 // Arithmetic and destinations are down_epilogue_push's (combine.cuh), so the bits do not change.
+//
+// Gate/up tasks (bf16, round 38): the consumers stage their h rows (two TMA boxes per warpgroup) and hand the whole
+// staging over the same way; lane 0 of the store warp issues the two TMA stores, arrives on `drained` once the TMA has
+// read them, waits until they are written and arrives on `stores_done`, and the signal warp signals the task after
+// that, as for a down task. Without the store warps the consumers' thread 0 does that wait itself (store_h_tma), and
+// the warpgroup waits with it before its next mainloop. Same bits: the same staged values reach the same rows.
 #pragma once
 
 #include <cstdint>
 
 #include "combine.cuh"
 #include "epilogue_staging.cuh"
+#include "scheduler.cuh"
 #include "sync.cuh"
+#include "tma.cuh"
 #include "workspace.cuh"
 
 namespace mok::sm90 {
@@ -45,6 +53,15 @@ constexpr int kFirstStoreWarp = 2;  // warps 2 .. 2 + kNumConsumerWG - 1 of the 
 static_assert(kFirstStoreWarp + Sm90Tiles::kNumConsumerWG <= Sm90Tiles::kProducerThreads / 32,
               "one idle producer warp per consumer warpgroup (warp 0 drives TMA, warp 1 signals)");
 static_assert(Sm90Tiles::kTaskQueue <= 32, "the signal warp keeps one stores_done parity bit per queue slot");
+
+// Whether the store warps take a gate/up task's h rows (bf16 only: MXFP8's h is rounded per block and stored by the
+// consumers as rows).
+__device__ __forceinline__ bool h_stored_by_store_warps(const Sm90MoeParams& p) { return p.store_warps && !p.mxfp8; }
+
+// The tasks the signal warp signals only after both store warps arrived on the slot's `stores_done`.
+__device__ __forceinline__ bool stored_by_store_warps(const Sm90MoeParams& p, const Task& t) {
+  return p.store_warps && (t.kind == kTaskDown || (t.kind == kTaskGateUp && h_stored_by_store_warps(p)));
+}
 
 // A wait whose outcome is the same in every lane: on a recorded error or a time-out some lanes could give up
 // while others still see the phase complete, and a warp that returns in part would leave its full-mask
@@ -120,10 +137,29 @@ __device__ __forceinline__ void store_staged_half_rows(const Sm90MoeParams& p, c
   }
 }
 
+// Lane 0: warpgroup `consumer_wg`'s staged h rows of gate/up task t (64 rows x 128 columns, two TMA boxes) into the
+// ring, as store_h_tma does for the consumers. The staging is free again once the TMA has read it (`drained`); the
+// task may be signalled once the rows are written (`stores_done`, after the async-proxy fence finish_tma_stores has).
+template <class Tiles>
+__device__ __forceinline__ void store_h_rows(const Sm90MoeParams& p, const ScheduleView& v, SharedStorage<Tiles>& s,
+                                             const Task& t, int consumer_wg, uint32_t task_slot) {
+  if ((threadIdx.x & 31) != 0) return;
+  const long long ring_row = static_cast<long long>(own_slot(p, t.rank)) * p.ring_rows +
+                             ring_row_of_tile(v, t.tile, Tiles::kBlockM) + 64 * consumer_wg;
+  issue_staged_boxes<Tiles>(&p.tmap_h_store, s.staging, consumer_wg, t.nblock * Tiles::kHalfN, p.intermediate,
+                            static_cast<int>(ring_row));
+  bulk_wait_group_read_all();
+  mbar_arrive(&s.drained[consumer_wg]);
+  bulk_wait_group_all();
+  fence_proxy_async_global();
+  mbar_arrive(&s.stores_done[task_slot]);
+}
+
 // One store warp (32 lanes) for consumer warpgroup `consumer_wg`, until the stop task. The destinations of its 64
 // rows are looked up once per task, before the rows are staged (while the consumers still run the mainloop).
 template <class Tiles>
-__device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedStorage<Tiles>& s, int consumer_wg) {
+__device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const ScheduleView& v,
+                                               int consumer_wg) {
   const int lane = threadIdx.x & 31;
   const int row0 = 64 * consumer_wg;
   TaskQueueCursor<Tiles::kTaskQueue> queue;
@@ -136,6 +172,13 @@ __device__ __forceinline__ void run_store_warp(const Sm90MoeParams& p, SharedSto
     uint32_t task_slot;
     const Task t = queue.take(s, task_slot);
     if (t.kind == kTaskStop) return;
+    if (t.kind == kTaskGateUp && h_stored_by_store_warps(p)) {
+      if (!warp_wait(p, &s.staged[consumer_wg], uses & 1u, kCtrMbarStaged, consumer_wg)) return;
+      store_h_rows<Tiles>(p, v, s, t, consumer_wg, task_slot);
+      __syncwarp();
+      ++uses;
+      continue;
+    }
     if (t.kind != kTaskDown) continue;
     // Each lane owns its two rows, so each lane counts them.
     const int rows[2] = {row0 + lane, row0 + 32 + lane};

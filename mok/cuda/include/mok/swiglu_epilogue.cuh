@@ -116,9 +116,14 @@ __device__ __forceinline__ void store_h_tma(const Sm90MoeParams& p, SharedStorag
 // GEMM again. All three go through the staging tile: the saved rows (and MXFP8's h) so that every global store is 16
 // contiguous bytes per lane (stores of the 4-byte fragment pairs straight from registers would be 8 times as many L2
 // writes), bf16 h so that two TMA boxes per warpgroup can carry it (store_h_tma).
+//
+// `h_by_store_warp` (bf16 with the store warps, run_consumer_task): the warpgroup only stages and fences its h rows;
+// the caller hands the staging to its store warp, which issues the two TMA stores and waits for them
+// (store_warps.cuh), so the consumers go on to their next mainloop instead of waiting for h's global writes.
 template <class Tiles>
 __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
-                                                 SharedStorage<Tiles>& s, const float (&acc)[128], int consumer_wg) {
+                                                 SharedStorage<Tiles>& s, const float (&acc)[128], int consumer_wg,
+                                                 bool h_by_store_warp) {
   static_assert(Tiles::kHalfN == 128, "gate/up tile = 128 gate + 128 up columns");
   if (p.ablate & kAblateEpilogue) return;  // timing ablation: the mainloop's cost alone
   const int col0 = t.nblock * Tiles::kHalfN;
@@ -147,6 +152,10 @@ __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const S
     stage_fragment_pairs<Tiles, StagingLayout::kTmaBoxes>(s.staging, consumer_wg, [&](int g) {
       return pack_bf16_pair(swiglu(acc[g], acc[64 + g]), swiglu(acc[g + 1], acc[64 + g + 1]));
     });
+    if (h_by_store_warp) {
+      fence_proxy_async_shared();  // this thread's staged pairs, visible to the TMA the store warp issues
+      return;
+    }
     store_h_tma<Tiles>(p, s, consumer_wg, ring_row0 + 64 * consumer_wg, col0);
   }
 }
