@@ -161,8 +161,9 @@ def default_signal_warp() -> bool:
 
 def default_store_warps() -> bool:
     """``MOK_CUDA_STORE_WARPS`` (default on): with the signal warp, two more idle producer warps store the second
-    half of each down tile's staged rows, so the consumer warpgroups start their next mainloop while those rows go
-    out (include/mok/store_warps.cuh, mok/cuda/README.md rounds 10 and 15). Changes no bit."""
+    half of each down tile's staged rows, and (bf16) each gate/up tile's h rows by TMA, so the consumer warpgroups
+    start their next mainloop while those rows go out (include/mok/store_warps.cuh, mok/cuda/README.md rounds 10, 15
+    and 38). Changes no bit."""
     return _env_on("MOK_CUDA_STORE_WARPS", "1")
 
 

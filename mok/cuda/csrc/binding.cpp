@@ -55,7 +55,8 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //     rounded through MXFP8); x_row_bytes 0 means bf16 rows (2H)
 //   signal_warp: pipelined variant, ring mode: an idle producer warp signals finished tasks (the consumers
 //     never wait for the gpu-scope fence)
-//   store_warps: with the signal warp, two idle producer warps store the down tiles' staged rows
+//   store_warps: with the signal warp, two idle producer warps store the down tiles' staged rows and (bf16) the
+//     gate/up tiles' h rows
 //   local_rank, phases: -1, 3 for emulated ranks; r >= 0 for one real rank per GPU (launch.cuh): then w_* are
 //     that rank's experts ([E_local, ...], segment_offsets [R, E_local + 1]), ring_x/ring_h are [ring_rows, ...]
 //     and saved_gate_up is [C, 2I]; phases 1 runs its expert tasks, 2 the combine of its own tokens

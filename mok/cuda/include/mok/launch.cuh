@@ -80,8 +80,9 @@ struct Sm90MoeProblem {
   int x_row_bytes = 0;           // 0: 2H (bf16 rows)
   bool signal_warp = true;       // pipelined variant, ring mode: a producer warp signals finished tasks (else a
                                  // consumer thread does, and its warpgroup waits for the fence)
-  bool store_warps = true;       // with the signal warp: two producer warps store half of each down tile's rows,
-                                 // so the consumers start the next mainloop sooner (store_warps.cuh); not with ablate
+  bool store_warps = true;       // with the signal warp: two producer warps store half of each down tile's rows and
+                                 // (bf16) each gate/up tile's h, so the consumers start the next mainloop sooner
+                                 // (store_warps.cuh); not with ablate
   int down_span = 1;             // column blocks per down task (dividing ceil(H / 256)): the rows' destinations are
                                  // resolved and the task signalled once per span; > 1 needs store_warps off
   bool overlap_steps = false;    // the task order mixes each step's gate/up tasks with the previous step's down

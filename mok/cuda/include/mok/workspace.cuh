@@ -215,7 +215,8 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int gather_prefetch;       // gather mode: K blocks ahead the producer asks L2 for the token rows (0 = never)
   int gather_row_prefetch;   // gather mode: at each gate/up tile's start, one bulk L2 prefetch per whole token row
   int signal_warp;           // 1: warp 1 of the producer warpgroup signals finished tasks (pipelined, ring mode)
-  int store_warps;           // 1: warps 2-3 of the producer warpgroup store the down tiles' staged rows
+  int store_warps;           // 1: warps 2-3 of the producer warpgroup store the down tiles' staged rows (and, bf16,
+                             //    the gate/up tiles' h rows)
                              //    (store_warps.cuh; needs signal_warp, and ablate == 0)
   int overlap_steps;         // 1: G(s) and W(s - 1) share a group of the task order (scheduler.cuh)
   int down_tma;              // 1: y and y_rows are set (the down tiles leave by TMA; see y below)
