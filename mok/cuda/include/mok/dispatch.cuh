@@ -55,8 +55,7 @@ __device__ __forceinline__ void dispatch_rows(const Sm90MoeParams& p, const Sche
   const int lane = thread & 31;
   const int num_warps = num_threads >> 5;
   const int ring_chunks = p.hidden / 8;  // 16-byte chunks of a bf16 ring row
-  const long long ring_row0 =
-      static_cast<long long>(own_slot(p, t.rank)) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
+  const long long ring_row0 = task_ring_row0(p, v, t, Tiles::kBlockM);
   const long long row0 = table_row0<Tiles>(p, t);
   uint4* ring_x = reinterpret_cast<uint4*>(p.ring_x);
   const int parts = v.dispatch_parts(t.minibatch);

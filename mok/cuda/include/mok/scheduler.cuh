@@ -387,4 +387,10 @@ __host__ __device__ inline int ring_row_of_tile(const ScheduleView& v, int tile,
   return ((minibatch % v.ring_slots) * v.tiles_per_minibatch + tile % v.tiles_per_minibatch) * block_m;
 }
 
+// Row of task t's tile's first row in the launch's ring buffers (ring_x, ring_h): its rank's ring, then its tile.
+__device__ __forceinline__ long long task_ring_row0(const Sm90MoeParams& p, const ScheduleView& v, const Task& t,
+                                                    int block_m) {
+  return static_cast<long long>(own_slot(p, t.rank)) * p.ring_rows + ring_row_of_tile(v, t.tile, block_m);
+}
+
 }  // namespace mok::sm90

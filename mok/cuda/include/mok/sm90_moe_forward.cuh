@@ -386,7 +386,7 @@ template <class Tiles>
 __device__ __forceinline__ void signal_finished_tasks(const Sm90MoeParams& p, SharedStorage<Tiles>& s,
                                                       const ScheduleView& v) {
   uint32_t slot = 0, parity = 0;
-  uint32_t stores_parity = 0;  // bit i: parity of the next phase of stores_done[i] (one phase per task the store warps store)
+  uint32_t stores_parity = 0;  // bit i: parity of the next phase of stores_done[i] (a phase per stored task)
   while (true) {
     // A failed wait means an error was recorded: every other wait fails fast from now on, so just stop.
     if (!mbar_wait(p, &s.task_done[slot], parity, kCtrMbarTaskDone, static_cast<int>(slot))) break;

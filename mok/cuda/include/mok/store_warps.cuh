@@ -23,11 +23,12 @@
 // Every staging use (the gate/up epilogues too) first waits for drained[w], so the tile is never rewritten
 // before the store warp read it. The store warps walk the task queue like the consumers (they count in the
 // slot's `task_empty`), so they see every task; down tasks and (bf16) gate/up tasks involve them. The signal
-// warp waits for the task slot's `stores_done` before it signals such a task, so the combine never reads a slot
-// the store warp has not written, and the push counts (`push_count`, added by the store warps) are complete when
-// it reads them. NOTE: one `stores_done` per queue slot, not one in all: the store warps may finish two tasks before the
-// signal warp looks at the first, and one barrier would then have moved two phases on (parity cannot tell). A
-// slot is refilled only after the signal warp has handled its task, so a slot's barrier is never two phases on.
+// warp waits for the task slot's `stores_done` before it signals such a task, so no reader sees rows the store
+// warp has not written, and the push counts (`push_count`, added by the store warps) are complete when it reads
+// them.
+// NOTE: one `stores_done` per queue slot, not one in all: the store warps may finish two tasks before the signal
+// warp looks at the first, and one barrier would then have moved two phases on (parity cannot tell). A slot is
+// refilled only after the signal warp has handled its task, so a slot's barrier is never two phases on.
 //
 // Arithmetic and destinations are down_epilogue_push's (combine.cuh), so the bits do not change.
 //
@@ -144,8 +145,7 @@ template <class Tiles>
 __device__ __forceinline__ void store_h_rows(const Sm90MoeParams& p, const ScheduleView& v, SharedStorage<Tiles>& s,
                                              const Task& t, int consumer_wg, uint32_t task_slot) {
   if ((threadIdx.x & 31) != 0) return;
-  const long long ring_row = static_cast<long long>(own_slot(p, t.rank)) * p.ring_rows +
-                             ring_row_of_tile(v, t.tile, Tiles::kBlockM) + 64 * consumer_wg;
+  const long long ring_row = task_ring_row0(p, v, t, Tiles::kBlockM) + 64 * consumer_wg;
   issue_staged_boxes<Tiles>(&p.tmap_h_store, s.staging, consumer_wg, t.nblock * Tiles::kHalfN, p.intermediate,
                             static_cast<int>(ring_row));
   bulk_wait_group_read_all();

@@ -142,8 +142,7 @@ __device__ __forceinline__ void gate_up_epilogue(const Sm90MoeParams& p, const S
   }
   // SwiGLU in registers, bf16 pairs into the staging tile, rows out to the ring: by TMA (bf16), or by the
   // consumers' own row stores (MXFP8, whose rounding stages the rows in the row layout).
-  const long long ring_row0 =
-      static_cast<long long>(own_slot(p, t.rank)) * p.ring_rows + ring_row_of_tile(v, t.tile, Tiles::kBlockM);
+  const long long ring_row0 = task_ring_row0(p, v, t, Tiles::kBlockM);
   if (p.mxfp8) {
     stage_h_mx_rounded<Tiles>(s, acc, consumer_wg);
     store_staged_rows<Tiles>(s, consumer_wg, reinterpret_cast<uint4*>(p.ring_h), ring_row0, p.intermediate / 8, col0,
