@@ -4,7 +4,8 @@
 # each consumer warpgroup multiplies 64 rows x 256 columns per turn (m64n256k16, as consume_tile) instead of 128 rows
 # x 128 columns (two m64n128k16 per k16 step), so a block reads 320 instead of 384 KB of wgmma operands from shared
 # memory. Round 38 (calls 3, 9) ruled out the epilogue and B's fetch as what holds anchor-2's down blocks at 4.25 us
-# (about 2.3 us of tensor work); the shared memory's 128 B per cycle is the next suspect. Gather-mode shapes only
+# (about 2.3 us of tensor work); the shared memory's 128 B per cycle is the next suspect (by arithmetic only; call C
+# measures it). Gather-mode shapes only
 # (the ping-pong runs there):
 #   source experiments/device_call.sh; R=experiments/results/h200_2026-12-01_round38
 #   AB_ROUNDS=12 ab pp_rows 200 --patch $R/pingpong_row_halves.patch anchor-2 anchor-1
