@@ -20,3 +20,8 @@
 #
 # Call C: Nsight Compute's MemoryWorkloadAnalysis on anchor-2's gather kernel (gpu_run.sh ncu stage with
 # MOK_NCU_SHAPE=anchor-2) to read the shared-memory pipe's utilisation directly, whatever call A shows.
+#
+# Call D (about 1 minute): why the qwen slice's forward moves most from run to run (round 38: 524.6 and 562.1 TFLOP/s
+# in two runs minutes apart; the kernel's span is about 0.80 ms of a 0.92-0.98 ms layer). Is a series of bench calls
+# host-bound there (the GPU idle between the router, top-k, schedule kernels and the megakernel)?
+#   python3 experiments/profile_forward.py qwen3.5-397b/ep64 kimi-k2.7/ep64 --backends cuda --sync-debug
