@@ -467,8 +467,9 @@ def test_signal_warp_equals_consumer_signalling_bitwise(name):
 
 @pytest.mark.parametrize("name", ["basic", "tiny-hidden", "ragged-tokens", "h-not-256", "one-hot-expert", "wide"])
 def test_store_warps_equal_consumer_stores_bitwise(name):
-    """The down tiles' rows stored by two producer warps (MOK_CUDA_STORE_WARPS=1, the default) or by the consumer
-    warpgroups themselves: the same rows to the same slots, so the same bits, output and saved gate/up rows alike,
+    """The down tiles' rows and (bf16, round 38) the gate/up tiles' h rows stored by two producer warps
+    (MOK_CUDA_STORE_WARPS=1, the default) or by the consumer warpgroups themselves: the same rows to the same slots
+    and ring rows, so the same bits, output and saved gate/up rows alike,
     whatever the EP degree (push counts per source rank), ring size, CTA count (1 CTA: every hand-off between the
     consumers, the store warps and the signal warp on one SM), fused top-1 or not, bf16 or MXFP8."""
     from mok.cuda.backend import sm90_forward

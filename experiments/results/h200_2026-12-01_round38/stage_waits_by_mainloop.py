@@ -4,7 +4,8 @@ task's consume_column_half). A heuristic: code placed after a function's last wg
 
     python3 experiments/results/h200_2026-12-01_round38/stage_waits_by_mainloop.py CSV.gz LISTING SECTION
 
-LISTING is `nvdisasm -g` of the same build (ncu_source_lines.build_listing() of that commit's tree). On round 37's
+LISTING is `nvdisasm -g` of the same build (ncu_source_lines.build_listing() of that commit's tree). The wait lines
+(sync.cuh 217, 226, 227, 241: mbar_wait and mbar_wait_slow) are those of sync.cuh from 71e2d5a to 5df9356. On round 37's
 anchor-2 gather kernel (call1's CSV, section 2; listing built from 71e2d5a): the full-stage wait (sync.cuh:241/217)
 before m64n256 wgmma holds 26.1% of the samples, before m64n128 2.4%: the down ping-pong does not wait for stages.
 """
@@ -22,9 +23,9 @@ pairs = nsl.join(nsl.read_listing(Path(listing).read_text(), nsl.function_tag(se
 following = [None] * len(pairs)  # the shape of the next HGMMA at or after each instruction
 shape = None
 for i in range(len(pairs) - 1, -1, -1):
-    words = [w for w in pairs[i][0].text.split() if not w.startswith("@")]
-    if words and words[0].startswith("HGMMA"):
-        shape = words[0]
+    text = pairs[i][0].text
+    if nsl.opcode(text) == "HGMMA":
+        shape = next(w for w in text.split() if w.startswith("HGMMA"))
     following[i] = shape
 total = sum(nsl.number(r.get(nsl.SAMPLES, "0")) for _, r in pairs) or 1.0
 waits = collections.Counter()

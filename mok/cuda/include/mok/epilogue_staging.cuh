@@ -116,18 +116,20 @@ __device__ __forceinline__ void issue_staged_boxes(const CUtensorMap* map, const
   bulk_commit_group();
 }
 
-// After an epilogue's TMA stores (the gate/up task's h, a down task's y blocks): they are written (and so read out
-// of the staging, which the warpgroup's next epilogue may use), and ordered before the generic release that signals
-// the task (its readers are other SMs: TMA loads of h, generic loads of y). Thread 0 of the warpgroup, which issued
-// them, before the task's barrier or its warp's arrival; the warpgroup's other threads meet it there before they
-// touch the staging.
+// The thread that issued TMA stores: they are written (and so read out of the staging), and ordered before the
+// generic release that signals their task (its readers are other SMs: TMA loads of h, generic loads of y).
+__device__ __forceinline__ void complete_tma_stores() {
+  bulk_wait_group_all();
+  // (The PTX ISA puts an implicit generic-async proxy fence after a bulk copy's completion: this one is explicit,
+  // belt and braces, not a second fence anyone needs to add elsewhere.)
+  fence_proxy_async_global();
+}
+
+// After an epilogue's TMA stores (the gate/up task's h, a down task's y blocks): complete_tma_stores by thread 0 of
+// the warpgroup, which issued them, before the task's barrier or its warp's arrival; the warpgroup's other threads
+// meet it there before they touch the staging (which the warpgroup's next epilogue may use).
 __device__ __forceinline__ void finish_tma_stores(int consumer_wg) {
-  if ((threadIdx.x & 127) == 0) {
-    bulk_wait_group_all();
-    // (The PTX ISA puts an implicit generic-async proxy fence after a bulk copy's completion: this one is explicit,
-    // belt and braces, not a second fence anyone needs to add elsewhere.)
-    fence_proxy_async_global();
-  }
+  if ((threadIdx.x & 127) == 0) complete_tma_stores();
   named_barrier_sync(consumer_wg_barrier(consumer_wg), 128);  // the staging is free for the next task's epilogue
 }
 

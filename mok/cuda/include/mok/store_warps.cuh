@@ -140,7 +140,7 @@ __device__ __forceinline__ void store_staged_half_rows(const Sm90MoeParams& p, c
 
 // Lane 0: warpgroup `consumer_wg`'s staged h rows of gate/up task t (64 rows x 128 columns, two TMA boxes) into the
 // ring, as store_h_tma does for the consumers. The staging is free again once the TMA has read it (`drained`); the
-// task may be signalled once the rows are written (`stores_done`, after the async-proxy fence finish_tma_stores has).
+// task may be signalled once the rows are written (`stores_done`, after complete_tma_stores).
 template <class Tiles>
 __device__ __forceinline__ void store_h_rows(const Sm90MoeParams& p, const ScheduleView& v, SharedStorage<Tiles>& s,
                                              const Task& t, int consumer_wg, uint32_t task_slot) {
@@ -150,8 +150,7 @@ __device__ __forceinline__ void store_h_rows(const Sm90MoeParams& p, const Sched
                             static_cast<int>(ring_row));
   bulk_wait_group_read_all();
   mbar_arrive(&s.drained[consumer_wg]);
-  bulk_wait_group_all();
-  fence_proxy_async_global();
+  complete_tma_stores();
   mbar_arrive(&s.stores_done[task_slot]);
 }
 
