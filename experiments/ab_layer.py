@@ -3,7 +3,7 @@ backend's environment switches, timed in rotation and compared bit for bit.
 
 :mod:`ab_kernels` times the megakernel alone. That can mislead when a change also costs host time outside the kernel:
 round 19's TMA down store made the kernel 0.960x the time of the push at anchor-1, but the layer only 0.995x, because
-the inverse map it then built in PyTorch cost 150-270 us of host time per call (mok/cuda/README.md, "Round 19"). This
+the inverse map it then built in PyTorch cost 150-270 us of host time per call (mok/cuda/ROUNDS.md, "Round 19"). This
 script times what a user calls. The two sides differ only in ``MOK_*`` environment variables that the backend reads at
 every call (``mok.cuda.backend``'s ``resolve_*`` and ``default_*`` functions), set before each call of their side::
 

@@ -38,10 +38,10 @@
 // Epilogue (argv[5], ns per tile, default 0): after each tile every consumer warpgroup spins that long on
 // %globaltimer, the tensor cores idle, as an epilogue's arithmetic and stores keep them. The cooperative modes pay it
 // after each mainloop; pingpong pays it while the other warpgroup multiplies. At anchor-2 the gate/up epilogue is
-// about 4.8 us per 57.5 us task, the down block's about 2.2 us per 4.1 us (mok/cuda/README.md, rounds 20-21).
+// about 4.8 us per 57.5 us task, the down block's about 2.2 us per 4.1 us (mok/cuda/ROUNDS.md, rounds 20-21).
 //
 // Modes run interleaved (rotated), so they share one power state: experiments/mainloop_gap.py runs them one at a
-// time for seconds each with the SM clock sampled, which is where the power limit shows (mok/cuda/README.md,
+// time for seconds each with the SM clock sampled, which is where the power limit shows (mok/cuda/ROUNDS.md,
 // "Round 13").
 //
 // Build and run (H200):

@@ -2,7 +2,7 @@
 epilogues ablated) next to ``torch._grouped_mm`` on the same rows, under Nsight Compute.
 
 Why: in round 6, with communication removed, the megakernel still took 1.07-1.15x ``torch._grouped_mm``'s time on
-anchors 3-5, and gather dispatch was 10-18% slower than ring at I = 2048 (mok/cuda/README.md). Round 7's run of this
+anchors 3-5, and gather dispatch was 10-18% slower than ring at I = 2048 (mok/cuda/ROUNDS.md). Round 7's run of this
 script found the mainloop on par and the gap in the epilogues (``experiments/results/h200_2026-11-29_round7/``). Timing differences say how
 much; counters (tensor-pipe activity, L2 and DRAM throughput, L2 hit rate, warp stall reasons) say why. The
 grouped GEMM's kernel name also tells which tile and cluster shape the vendor library picked.

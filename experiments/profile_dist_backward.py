@@ -4,7 +4,7 @@ Round 27's two-GPU bench (``torchrun -m mok.dist_cli bench``, 2,048 tokens per G
 (the Triton pipeline on the megakernel's saved gate/up rows) slower than the ``triton`` backend's (the same
 pipeline on its own forward's saved rows): 15.2 against 14.5 ms at kimi-k2.7, 6.9 against 6.5 at qwen3.5-397b
 (call 7 found the same kernels, one more pull of token rows for ``cuda``, and the weight gradients bound by their
-stores: ``mok/cuda/README.md``, "Round 27"). This script builds the
+stores: ``mok/cuda/ROUNDS.md``, "Round 27"). This script builds the
 bench's own layer (:func:`mok.dist_cli.layer_inputs`, :func:`mok.dist_cli.layer_calls`), warms each backend up,
 then profiles one backward per backend with ``torch.profiler`` on every rank and prints rank 0's table: the
 backward's wall time, its GPU kernels by total time, and the host's share.

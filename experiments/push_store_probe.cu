@@ -1,7 +1,7 @@
 // How fast can one SM push a down tile's rows to their scattered combine slots, and with how many warps?
 //
 // Round 14's task timeline put anchor-2's down tasks at about 2 us of mainloop and 3.5 us (gather mode: the consumer
-// warpgroups store) or 4.9 us (ring mode: two store warps) after it (mok/cuda/README.md, "Round 14"). This probe runs
+// warpgroups store) or 4.9 us (ring mode: two store warps) after it (mok/cuda/ROUNDS.md, "Round 14"). This probe runs
 // the push alone: 132 CTAs, each storing 128 x 256 bf16 tiles (64 KB, one down tile) row by row from a staging tile in
 // shared memory into rows scattered over a [slots, H] buffer, anchor-2's sizes by default (524,288 slots of H = 4096:
 // 4.3 GB, every (slot, column block) written once, 67,584 tiles). No loads from global memory, no lookups (the slot

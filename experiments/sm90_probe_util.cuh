@@ -64,7 +64,7 @@ __device__ __forceinline__ void mbar_wait_spin(uint64_t* bar, uint32_t parity) {
 }
 
 // Arrive on the mbarrier at the same offset in CTA `rank` of the cluster. kClusterRelease: with release semantics
-// at cluster scope (what round 9's cluster draft used: 1.8x slower, mok/cuda/README.md "Round 13"); otherwise the
+// at cluster scope (what round 9's cluster draft used: 1.8x slower, mok/cuda/ROUNDS.md "Round 13"); otherwise the
 // instruction's defaults, as CUTLASS's cluster barrier arrives.
 template <bool kClusterRelease>
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {

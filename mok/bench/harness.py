@@ -307,7 +307,7 @@ def time_interleaved(fns: dict[str, Callable[[int], Any]], *, device: torch.devi
 
     For A/B comparisons of a few percent. Separate series (``time_fn`` one after another) take in whatever
     the machine drifts by between them; a fixed order favours whichever version runs after the slowest one
-    (on the H200, up to 5% at large layers, mok/cuda/README.md "Round 8"), and so does an order in which one
+    (on the H200, up to 5% at large layers, mok/cuda/ROUNDS.md "Round 8"), and so does an order in which one
     label follows another more often than the rest (round 31). No warm-up: call each function once before, the
     last label last. CUDA devices are timed with CUDA events per call, synchronised after each; others with a
     host clock.
@@ -346,7 +346,7 @@ def time_rotated(fns: dict[str, Callable[[int], Any]], *, device: torch.device |
     SM clock within seconds: round 16's A/B clock logs show medians of 1,395-1,980 MHz by shape and minima down to
     1,080 MHz) nor the slowdown a neighbour leaves behind (round 31: a series after a power-hungry backend runs up to
     10% slower) favours a label. :func:`time_fn`'s series one after another took in whatever the machine drifted
-    by between them (mok/cuda/README.md, round 16: 5% at anchor-2 from call to call). :func:`time_interleaved`
+    by between them (mok/cuda/ROUNDS.md, round 16: 5% at anchor-2 from call to call). :func:`time_interleaved`
     synchronises after every call instead, for kernels alone.
     """
     device = torch.device(device)

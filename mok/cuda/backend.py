@@ -148,21 +148,21 @@ def resolve_dispatch(dispatch: str | None, intermediate: int) -> str:
 def default_gather_row_prefetch() -> bool:
     """``MOK_CUDA_GATHER_ROW_PREFETCH`` (default off; EXPERIMENT): gather mode asks L2 for each tile row whole (one
     bulk prefetch of H x 2 bytes per row) when the tile starts. Slower or equal on every shape measured (H200,
-    round 8, a fixed-order probe: mok/cuda/README.md), so it stays off."""
+    round 8, a fixed-order probe: mok/cuda/ROUNDS.md), so it stays off."""
     return _env_on("MOK_CUDA_GATHER_ROW_PREFETCH", "0")
 
 
 def default_signal_warp() -> bool:
     """``MOK_CUDA_SIGNAL_WARP`` (default on): in the pipelined variant's ring mode an idle producer warp runs the
     gpu-scope fence and the counter updates of every finished task, so the consumer warpgroups never wait for
-    them (mok/cuda/README.md, round 8). Changes no bit."""
+    them (mok/cuda/ROUNDS.md, round 8). Changes no bit."""
     return _env_on("MOK_CUDA_SIGNAL_WARP", "1")
 
 
 def default_store_warps() -> bool:
     """``MOK_CUDA_STORE_WARPS`` (default on): with the signal warp, two more idle producer warps store the second
     half of each down tile's staged rows, and (bf16) each gate/up tile's h rows by TMA, so the consumer warpgroups
-    start their next mainloop while those rows go out (include/mok/store_warps.cuh, mok/cuda/README.md rounds 10, 15
+    start their next mainloop while those rows go out (include/mok/store_warps.cuh, mok/cuda/ROUNDS.md rounds 10, 15
     and 38). Changes no bit."""
     return _env_on("MOK_CUDA_STORE_WARPS", "1")
 
@@ -250,7 +250,7 @@ def resolve_overlap_steps(overlap_steps: bool | None, allowed: bool) -> bool:
     Off by default because it measured slower where it matters most (H200, round 18, A/B of the kernel alone, one
     build launched both ways): gather mode 0.996x the time at anchor-2 and 0.988x at anchor-1, but ring mode 1.056x
     at anchor-3, 1.041x at the qwen slice, 1.144x at the kimi slice and 1.187x at anchor-5, where each step's
-    experts' weights no longer fit in L2 beside the previous step's (mok/cuda/README.md, round 18). Kept as an
+    experts' weights no longer fit in L2 beside the previous step's (mok/cuda/ROUNDS.md, round 18). Kept as an
     option for research on the task order."""
     if overlap_steps is None:
         return _env_on("MOK_CUDA_OVERLAP_STEPS", "0") and allowed
@@ -339,7 +339,7 @@ def default_skip_padding_half() -> bool:
     """``MOK_CUDA_SKIP_PADDING_HALF`` (default on; pipelined variant): a GEMM tile whose rows 64..127 are all
     padding (the last tile of an expert with at most 64 rows left) runs only the first consumer warpgroup's wgmma;
     the second waits for and releases each stage without multiplying, its accumulators stay zero (what its zero
-    rows give), and its epilogue runs as always. Changes no bit (GPU test); mok/cuda/README.md, round 12."""
+    rows give), and its epilogue runs as always. Changes no bit (GPU test); mok/cuda/ROUNDS.md, round 12."""
     return _env_on("MOK_CUDA_SKIP_PADDING_HALF", "1")
 
 
@@ -361,7 +361,7 @@ def resolve_down_ping_pong(down_ping_pong: bool | None, allowed: bool) -> bool:
     ``MOK_CUDA_DOWN_PING_PONG`` (default on) where allowed. The two consumer warpgroups then take turns on the
     tensor cores: each multiplies one 128-column half of every down block over all 128 rows while the other runs its
     epilogue (include/mok/sm90_moe_forward.cuh, run_down_task). It changes no bit (the same products in the same K
-    order; GPU test). Round 21 (mok/cuda/README.md): kernel time off vs on 0.981 at anchor-2, 0.995 at anchor-1;
+    order; GPU test). Round 21 (mok/cuda/ROUNDS.md): kernel time off vs on 0.981 at anchor-2, 0.995 at anchor-1;
     the layer 0.995 and 0.987."""
     if down_ping_pong is None:
         return _env_on("MOK_CUDA_DOWN_PING_PONG", "1") and allowed
@@ -375,7 +375,7 @@ def default_early_combine() -> bool:
     """``MOK_CUDA_EARLY_COMBINE`` (default off): top-k > 1 layers sum each token's K rows as soon as the step
     holding the last of them is done, during later steps' GEMMs, instead of all tokens after the last GEMM
     (include/mok/scheduler.cuh; :func:`mok.cuda.schedule_tables.combine_order`). Changes no bit. Off because it
-    measured slower on the H200 (round 11, mok/cuda/README.md: 0.5-2.3% on anchors 1-5, balanced A/B)."""
+    measured slower on the H200 (round 11, mok/cuda/ROUNDS.md: 0.5-2.3% on anchors 1-5, balanced A/B)."""
     return _env_on("MOK_CUDA_EARLY_COMBINE", "0")
 
 

@@ -16,7 +16,7 @@ timeout 240 python3 experiments/tune_triton.py --shapes "2048,7168,2048,192,8;an
 #   torchrun --nproc-per-node 2 experiments/profile_dist_backward.py --model kimi-k2.7   (wgrad was 9.0 ms)
 #
 # Call C (nvidia-h200, at most 8 minutes, carrying .carry/sonic: move the large result files out of the tree first,
-# see mok/cuda/README.md's device notes): where SonicMoE's backward stalls (round 26: nothing printed for 460 s).
+# see mok/cuda/ROUNDS.md's device notes): where SonicMoE's backward stalls (round 26: nothing printed for 460 s).
 # --stacks-every prints every thread's Python stack to stderr every 45 s while the bench runs:
 #   MOK_STAGES=bench MOK_SONIC_SHAPES=anchor-5 MOK_BENCH_SHAPES=anchor-5 MOK_TIMEOUT_BENCH=420 MOK_DEADLINE_S=450 \
 #     MOK_BENCH_ARGS="--backends torch,cuda --passes fwd,bwd --sonic-backward --stacks-every 45" bash experiments/gpu_run.sh

@@ -8,7 +8,7 @@ K=$OUT/k; mkdir -p $K
 for s in anchor-2 anchor-5; do timeout 150 python3 experiments/profile_backward.py $s --router --backends cuda,triton > $K/profile_$s.log 2>&1; echo $s rc=$?; grep -A14 "backward wall" $K/profile_$s.log | grep -v "^---" | cut -c1-60,130-175 | head -32; done
 #
 # Call B (nvidia-h200, at most 8 minutes, carrying .carry/sonic: move the large result files out of the tree first,
-# see mok/cuda/README.md's device notes): SonicMoE's backward alone at anchor-5 (round 26: nothing printed for 460 s),
+# see mok/cuda/ROUNDS.md's device notes): SonicMoE's backward alone at anchor-5 (round 26: nothing printed for 460 s),
 # with every thread's Python stack printed every 45 s, so a stall shows where it is:
 #   MOK_STAGES=bench MOK_SONIC_SHAPES=anchor-5 MOK_BENCH_SHAPES=anchor-5 MOK_TIMEOUT_BENCH=420 MOK_DEADLINE_S=450 \
 #     MOK_BENCH_ARGS="--backends torch,cuda --passes fwd,bwd --sonic-backward --stacks-every 45" bash experiments/gpu_run.sh

@@ -176,7 +176,7 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
                 Tiles::kBlockM * Tiles::kStagingPitch / (8 * Tiles::kCombineTokens), q.top_k);
   // Only the pipelined variant in ring mode has an idle producer warp to signal with.
   const bool signal_warp = q.signal_warp && q.variant == Sm90Variant::kPipelined && !q.gather_x;
-  // Ping-pong down blocks (run_down_task; mok/cuda/README.md, round 21): with down_tma in the pipelined
+  // Ping-pong down blocks (run_down_task; mok/cuda/ROUNDS.md, round 21): with down_tma in the pipelined
   // variant, where the warpgroups meet at every task's end: not with the signal warp, whose warpgroups drift apart
   // between tasks (the store warps come only with it). And only where a down block's whole K fits in the stage ring:
   // the second warpgroup releases a stage only in its own turn, so a first warpgroup needing more than kStages K

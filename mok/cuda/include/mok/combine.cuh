@@ -121,7 +121,7 @@ __device__ __forceinline__ void resolve_destinations(const Sm90MoeParams& p, con
 // weights, so N rows wait for two L2 round trips (fused top-1: three) rather than 2N (3N). The consumers go further
 // and give each lane one row (consumer_row_lookup). Row by row, eight rows per consumer thread (round 13 and before),
 // each row's loads waited behind the previous row's counting and error branch: 16 round trips at anchor-2 (top-16,
-// no weights), about 3 us of every 8 us down task there, after the mainloop (mok/cuda/README.md, round 14).
+// no weights), about 3 us of every 8 us down task there, after the mainloop (mok/cuda/ROUNDS.md, round 14).
 template <class Tiles, int N>
 __device__ __forceinline__ void push_destinations(const Sm90MoeParams& p, const Task& t, const int (&rows)[N],
                                                   bool count, int* push_count, uint4* (&dst)[N], float (&weight)[N]) {

@@ -249,7 +249,7 @@ __device__ __forceinline__ void gather_issue(const Sm90MoeParams& p, const Share
   }
   // Optional (p.gather_prefetch > 0): ask L2 for the K block `gather_prefetch` blocks ahead, one 128-byte line
   // per thread (the thread of chunk c takes its row of pass c). The idea was that token rows, unlike the ring,
-  // miss L2 on a tile's first read; on the H200 it made no difference (mok/cuda/README.md), so it is off.
+  // miss L2 on a tile's first read; on the H200 it made no difference (mok/cuda/ROUNDS.md), so it is off.
   const int ahead = kb + p.gather_prefetch;
   if (p.gather_prefetch > 0 && ahead < num_kblocks) {
     const char* src = s.gather_src[row + chunk * Tiles::kGatherRowsPerPass];

@@ -38,7 +38,7 @@
 // the others. Every dependency still points backwards: W(s - 1, q) waits for G(s - 1, q), a group earlier; G(s)
 // waits for W(s - ring_slots) (ring h free), which needs ring_slots >= 2 (the host refuses 1); dispatch is unchanged.
 // Not with early combine, whose blocks follow W(s) in step s.
-// Measured (round 18, mok/cuda/README.md): 0.4-1.2% faster in gather mode (anchors 1-2), 4-19% slower in ring
+// Measured (round 18, mok/cuda/ROUNDS.md): 0.4-1.2% faster in gather mode (anchors 1-2), 4-19% slower in ring
 // mode (anchors 3 and 5, the slices), where a step's gate/up weights and the previous step's down weights no longer
 // share L2; so it is off by default (MOK_CUDA_OVERLAP_STEPS).
 //
@@ -51,7 +51,7 @@
 // step m runs in step m + 1 (the last step: ready after it or the one before), after that step's down tiles,
 // while later GEMMs still run. A whole step's tasks lie between W(m) and the block, so its wait has usually been
 // met when it is claimed. Only the tokens ready in the last two steps remain a tail.
-// Measured (round 11, mok/cuda/README.md): correct and bit-identical, but 0.5-2.3% slower than the tail on
+// Measured (round 11, mok/cuda/ROUNDS.md): correct and bit-identical, but 0.5-2.3% slower than the tail on
 // anchors 1-5 in a balanced A/B, so it is off by default (MOK_CUDA_EARLY_COMBINE).
 //
 // One real rank per launch (`local_rank` >= 0, expert parallelism across GPUs): the other ranks' groups are empty

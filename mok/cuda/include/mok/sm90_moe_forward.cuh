@@ -48,7 +48,7 @@ __device__ __forceinline__ bool is_gemm_task(const Task& t) {
 // Whether a task's writes are read by TMA (the async proxy) later in the launch: ring x rows (dispatch) and ring h
 // rows (gate/up). Pushes, sums and saved rows are read with generic loads or after the launch, so they need no
 // proxy fence. (Since round 20 bf16 h leaves by TMA store, so only MXFP8's gate/up rows need it; round 21 timed the
-// narrower rule at 0.994-1.001x the kernel time, so the fence stays for bf16 too: mok/cuda/README.md, "Round 21".)
+// narrower rule at 0.994-1.001x the kernel time, so the fence stays for bf16 too: mok/cuda/ROUNDS.md, "Round 21".)
 __device__ __forceinline__ bool writes_feed_tma(const Task& t) {
   return t.kind == kTaskDispatch || t.kind == kTaskGateUp;
 }
@@ -177,7 +177,7 @@ __device__ __forceinline__ int down_block(const Sm90MoeParams& p, const Task& t,
 // A down tile of exactly kStages K blocks (I = 256) keeps its A in the stage ring: block c's K block k lands in
 // stage (first + c * kStages + k) % kStages, the stage that already holds A's K block k from the task's first
 // block, and nothing else writes a stage's A in between. So blocks after the first load B alone: 128 of 192 KB,
-// the A re-reads from L2 gone (mok/cuda/README.md, round 17).
+// the A re-reads from L2 gone (mok/cuda/ROUNDS.md, round 17).
 template <class Tiles>
 __device__ __forceinline__ void produce_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
                                              const ScheduleView& v, const Task& t, int producer_thread) {
@@ -227,12 +227,12 @@ __device__ __forceinline__ void task_mainloop(const Sm90MoeParams& p, SharedStor
 // table entries are loaded before the first mainloop and resolved after it (combine.cuh); the destinations serve
 // every block, and each row is counted once per block. Wider spans pay the lookups' round trip, and the task's
 // hand-off, fence and signal, once per span instead of once per block (the fixed cost that made anchor-2's down
-// tasks slow: mok/cuda/README.md, round 16). With store warps (pipelined variant, one block per task: the launch
+// tasks slow: mok/cuda/ROUNDS.md, round 16). With store warps (pipelined variant, one block per task: the launch
 // checks) the consumers push half the rows and the store warps the other half (store_warps.cuh).
 // Ping-pong (p.down_ping_pong; pipelined variant, down_tma, no signal warp): the two warpgroups take turns on the
 // tensor cores instead of multiplying each block together. Warpgroup w multiplies column half w of every block (all
 // 128 rows: consume_column_half), and while one multiplies, the other runs its epilogue, which the tensor cores
-// otherwise wait for (a down block at anchor-2: 1.85 us of mainloop, 2.2 us of the rest; mok/cuda/README.md, round
+// otherwise wait for (a down block at anchor-2: 1.85 us of mainloop, 2.2 us of the rest; mok/cuda/ROUNDS.md, round
 // 20). The turns go 0, 1, 0, 1, ... block by block: warpgroup 0 waits until warpgroup 1 has issued the last wgmma of
 // its mainloop of the previous block, warpgroup 1 until warpgroup 0 has of the same block (round 22: the turn passes
 // once they are issued, not once they completed). Both read every stage, so each stage is released by all

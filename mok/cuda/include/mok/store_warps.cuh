@@ -5,7 +5,7 @@
 // staged rows out to the combine slots no wgmma runs: a down tile writes 64 KB (128 rows x 256 bf16) to rows
 // scattered over the combine slots. Warps 2 and 3 of the producer warpgroup (idle in ring mode: thread 0 drives TMA,
 // warp 1 signals) take the second half of the copy over, which then overlaps the next tile's mainloop. (Handing the
-// gate/up tiles' h rows over as well, or h and the saved gate/up rows, measured no better: mok/cuda/README.md,
+// gate/up tiles' h rows over as well, or h and the saved gate/up rows, measured no better: mok/cuda/ROUNDS.md,
 // round 10.)
 //
 // Hand-off, per consumer warpgroup w and store warp 2 + w (the staging rows 64w .. 64w + 63 are w's alone).

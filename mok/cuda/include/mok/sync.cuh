@@ -294,7 +294,7 @@ struct TaskQueueCursor {
   // from. NOTE: one reader per warp, so the arrival releases exactly the read it follows. When every lane read the
   // slot, only __syncwarp ordered the other lanes' reads before lane 0's arrival (correct by the PTX memory model),
   // and compute-sanitizer's racecheck flagged them against the producer's next write of the slot in 1 of 4 runs
-  // (round 17); with one reader, 3 of 3 runs were clean (mok/cuda/README.md, round 18).
+  // (round 17); with one reader, 3 of 3 runs were clean (mok/cuda/ROUNDS.md, round 18).
   template <class Storage>
   __device__ __forceinline__ Task take(Storage& s, uint32_t& task_slot) {
     const bool lane0 = (threadIdx.x & 31) == 0;

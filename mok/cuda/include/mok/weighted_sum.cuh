@@ -5,7 +5,7 @@
 //
 // Why a second kernel: in the megakernel the sum is the layer's tail (it waits for every push of its source rank),
 // run by one CTA of eight consumer warps per SM in tasks of 16 tokens, each task filling its table and meeting at
-// barriers: about 3.6 TB/s at anchor-2, where SonicMoE's separate sum reads 4.1-4.3 (mok/cuda/README.md, round 32; a
+// barriers: about 3.6 TB/s at anchor-2, where SonicMoE's separate sum reads 4.1-4.3 (mok/cuda/ROUNDS.md, round 32; a
 // deeper in-kernel loop through the idle stages lost). Here three CTAs share each SM, 24 warps with 96 KB of loads in
 // flight, and the kernel boundary replaces the combine tasks' counter waits (nothing runs in the tail beside the sum
 // anyway: every push must have landed). Round 34: 4.15 TB/s at anchor-2, the forward 0.977x the time (anchor-1
