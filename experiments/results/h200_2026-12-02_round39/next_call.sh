@@ -12,9 +12,18 @@
 # Call B: profile_forward.py at anchors 3-5 beside SonicMoE (call9.sh with the shapes changed), to split their gaps
 # by GEMM as call 9 did at anchor-2 (there: the down GEMM at parity, the gate/up GEMM 3.66 against 3.38 ms).
 #
-# Candidate to write first (round 39, call 9): a cheaper SwiGLU in the gate/up epilogue, the gap at anchor-2. Its two
-# MUFU operations per element (ex2, rcp) are about 1.1 us of a 4.9 us epilogue per task (arithmetic). Half the
-# elements' 2^x by a polynomial on the FMA pipe (range-reduced, about 2^-22 relative, like ex2.approx) would split the
-# load between the two pipes. h would move by a bf16 ulp about as rarely as today's approximations move it against
-# the exact formula (swiglu_epilogue.cuh's NOTE). Measure with ab_kernels at anchors 1-2 and the kimi / qwen slices;
-# the outputs are then NOT bitwise equal to A's, so check them against the fp64 oracle (tests/test_cuda_*_gpu.py).
+# Call C (first, about 3 minutes): swiglu_packed_rounding.patch (round 39, written after the device time was spent;
+# compiled without spills, never run). The SASS of the gate/up epilogue has two F2F.BF16.F32 per element (gate and up
+# rounded to bf16 one by one) beside its MUFU.EX2 and MUFU.RCP. The patch rounds the pair with one F2FP (as the
+# staging already packs) and unpacks with two integer ops: the same round-to-nearest-even, so the same bits. The
+# MXFP8 path's rounding of h goes the same way. F2F.BF16.F32 in each forward kernel instantiation: 318 -> 0 (cuobjdump).
+# If conversions are as slow on Hopper as Triton's PR 4563 says, the epilogue's slow-pipe operations per element go
+# from four to three or two.
+#   source experiments/device_call.sh; R=experiments/results/h200_2026-12-02_round39
+#   AB_ROUNDS=10 ab packed_rounding 280 --patch $R/swiglu_packed_rounding.patch anchor-2 anchor-1 anchor-3 anchor-5 \
+#     kimi-k2.7/ep64 qwen3.5-397b/ep64
+# Adopt at B/A <= 0.99 on a shape with every output bitwise equal and none above 1.005, then the GPU suite
+# (MOK_STAGES=tests,sanitize MOK_TIMEOUT_TESTS=420 MOK_TIMEOUT_SANITIZE=150 MOK_DEADLINE_S=585).
+#
+# Later: the SwiGLU's MUFU operations (ex2, rcp) split with a polynomial 2^x on the FMA pipe: changes bits, needs an
+# accuracy check against the fp64 oracle, and by round 39's arithmetic saves at most about 1% of a gate/up task.
