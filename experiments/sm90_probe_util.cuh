@@ -1,7 +1,8 @@
-// What the standalone SM90 probes (tma_row_gather_probe.cu, mainloop_roofline_probe.cu, push_store_probe.cu) share
-// beyond the megakernel's own primitives (mok/cuda/include/mok/sync.cuh, tma.cuh), which they use as the kernel does:
-// a CUDA error check, the interleaved median timer, a tensor map like the kernel's, an mbarrier wait without the
-// kernel's error record, and the few 2-CTA cluster operations the kernel on main does not have.
+// What the standalone SM90 probes (tma_row_gather_probe.cu, mainloop_roofline_probe.cu, push_store_probe.cu,
+// swiglu_epilogue_probe.cu) share beyond the megakernel's own primitives (mok/cuda/include/mok/sync.cuh, tma.cuh),
+// which they use as the kernel does: a CUDA error check, the interleaved median timer, a tensor map like the kernel's,
+// an mbarrier wait without the kernel's error record, and the few 2-CTA cluster operations the kernel on main does
+// not have.
 #pragma once
 
 #include <cuda.h>

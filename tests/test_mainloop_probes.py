@@ -1,7 +1,7 @@
 """CPU checks of the standalone SM90 probes (experiments/tma_row_gather_probe.cu, mainloop_roofline_probe.cu,
-push_store_probe.cu) and mainloop_gap.py: every probe compiles for sm_90a with the kernel's current headers, without
-spills and without wgmma serialisation (a serialised wgmma would make the probe's roofline a lie), and mainloop_gap
-reads the probe's table and asks only for modes the probe has."""
+push_store_probe.cu, swiglu_epilogue_probe.cu) and mainloop_gap.py: every probe compiles for sm_90a with the
+kernel's current headers, without spills and without wgmma serialisation (a serialised wgmma would make the probe's
+roofline a lie), and mainloop_gap reads the probe's table and asks only for modes the probe has."""
 
 import re
 import subprocess
@@ -18,7 +18,7 @@ import mainloop_gap  # noqa: E402
 
 NVCC = build.find_nvcc()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (PATH, CUDA_HOME, /usr/local/cuda)")
-PROBES = ["tma_row_gather_probe.cu", "mainloop_roofline_probe.cu", "push_store_probe.cu"]
+PROBES = ["tma_row_gather_probe.cu", "mainloop_roofline_probe.cu", "push_store_probe.cu", "swiglu_epilogue_probe.cu"]
 
 
 @needs_nvcc

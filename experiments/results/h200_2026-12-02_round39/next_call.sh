@@ -19,6 +19,10 @@
 # MXFP8 path's rounding of h goes the same way. F2F.BF16.F32 in each forward kernel instantiation: 318 -> 0 (cuobjdump).
 # If conversions are as slow on Hopper as Triton's PR 4563 says, the epilogue's slow-pipe operations per element go
 # from four to three or two.
+# First the pieces alone (seconds): experiments/swiglu_epilogue_probe.cu, whose f2f / f2fp / ex2 rows say which pipe
+# the conversions use and whose swiglu / swiglu-packed rows say what the patch saves per gate/up tile:
+#   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I mok/cuda/include -o build/swiglu_epilogue_probe \
+#     experiments/swiglu_epilogue_probe.cu && build/swiglu_epilogue_probe > $OUT/swiglu_probe.log
 #   source experiments/device_call.sh; R=experiments/results/h200_2026-12-02_round39
 #   AB_ROUNDS=10 ab packed_rounding 280 --patch $R/swiglu_packed_rounding.patch anchor-2 anchor-1 anchor-3 anchor-5 \
 #     kimi-k2.7/ep64 qwen3.5-397b/ep64
