@@ -9,7 +9,7 @@
 //   ffma            x = x * a + b                                   the FMA pipe, for scale
 //   f2f             x = float(bf16_rn(x)) * a + b                   one F2F.BF16.F32 per result
 //   f2fp            (x, y) = float2(bf16x2_rn(x, y)) * a + b        one F2FP per two results
-//   ex2             x = ex2.approx(x) * a + b                       one MUFU.EX2 per result
+//   ex2             x = ex2.approx(-x) * a + b                      one MUFU.EX2 per result
 //   rcp             x = rcp.approx(x) * a + b                       one MUFU.RCP per result
 //   swiglu          g = swiglu(g, g / 2 + u0) * a + b               the kernel's swiglu() as it is in the header
 //   swiglu-packed   the same with gate and up rounded by one F2FP   round 39's swiglu_packed_rounding.patch
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kThreads) throughput_kernel(int iterations, fl
       for (int c = 0; c < kChains; ++c) {
         if constexpr (kMode == kFfma) x[c] = fmaf(x[c], a, b);
         if constexpr (kMode == kF2f) x[c] = fmaf(bf16_round(x[c]), a, b);
-        if constexpr (kMode == kEx2) x[c] = fmaf(ex2_approx(x[c]), a, b);
+        if constexpr (kMode == kEx2) x[c] = fmaf(ex2_approx(-x[c]), a, b);
         if constexpr (kMode == kRcp) x[c] = fmaf(rcp_approx(x[c] + 2.0f), a, b);
         // up follows the chain too, or the compiler rounds a loop-invariant up once, outside the loop
         if constexpr (kMode == kSwiglu) x[c] = fmaf(mok::sm90::swiglu(x[c], fmaf(x[c], 0.5f, y[c])), a, b);
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   float* sink = nullptr;
   PROBE_CHECK(cudaMalloc(&cycles, blocks * sizeof(long long)));
   PROBE_CHECK(cudaMalloc(&sink, kThreads * sizeof(float)));
-  // a = 0.5, b = 0.25: every chain's map contracts toward a fixed point inside (-4, 4).
+  // a = 0.5, b = 0.25: every chain's map contracts toward a fixed point in (0, 1) (ex2 of -x, rcp of x + 2).
   std::vector<std::vector<double>> per_mode(kNumModes);
   for (int run = 0; run < runs; ++run) {
     for (int m = 0; m < kNumModes; ++m) {  // modes interleaved, so drift spreads over all of them
