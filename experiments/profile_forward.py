@@ -63,7 +63,8 @@ def kernel_table(intervals: list[tuple[float, float, str]], calls: int) -> list[
 # every other kernel is the router and the routing. The megakernel is one kernel: :func:`layer_pieces` splits it by
 # its task timeline instead.
 KERNEL_PIECES = (("gate/up GEMM", ("GemmGated",)), ("down GEMM", ("GemmDefault",)),
-                 ("weighted sum", ("token_gather_sum",)), ("megakernel", ("sm90_moe_forward_kernel",)))
+                 ("weighted sum", ("token_gather_sum", "sm90_moe_sum_kernel")),  # SonicMoE's; mok's since round 34
+                 ("megakernel", ("sm90_moe_forward_kernel",)))
 TIMELINE_PIECES = {"dispatch": "dispatch", "gate_up": "gate/up GEMM", "down": "down GEMM", "combine": "weighted sum"}
 IDLE_PIECE = "megakernel head and tail"  # its CTAs' time before their first task and after their last
 OTHER_PIECE = "router and routing"

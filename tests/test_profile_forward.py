@@ -61,3 +61,7 @@ def test_layer_pieces_group_kernels_and_split_the_megakernel_by_its_timeline():
     assert pieces["megakernel head and tail"] == pytest.approx(0.1)
     assert sum(pieces.values()) == pytest.approx(10.2)  # every kernel's time, nothing dropped
     assert script.layer_pieces(mega) == {"megakernel": 10.0, "router and routing": 0.2}  # no timeline: kept whole
+    # The sum as a kernel of its own (round 34) is the weighted sum, beside any combine tasks' share of the megakernel.
+    with_sum = mega + [{"name": "mok::sm90::sm90_moe_sum_kernel(mok::sm90::Sm90MoeParams)", "time_per_call": 1.1}]
+    assert script.layer_pieces(with_sum, kinds)["weighted sum"] == pytest.approx(1.1 + 1.5)
+    assert script.layer_pieces(with_sum)["weighted sum"] == pytest.approx(1.1)
