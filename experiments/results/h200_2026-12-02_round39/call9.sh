@@ -2,6 +2,8 @@
 # the tree while it ran): profile_forward.py at anchor-2, cuda and SonicMoE in one process: each one's kernels per
 # call, to set beside calls 4-5's map (round 32 did this before the sum kernel, the ping-pong's later changes and the
 # CUDA top-k).
+# (Review: gpu_run.sh's fwdprofile stage does the same SonicMoE setup; next time call it instead of these lines, e.g.
+#  MOK_STAGES=fwdprofile MOK_FWDPROFILE_SHAPES=anchor-2 MOK_FWDPROFILE_BACKENDS=cuda,sonicmoe bash experiments/gpu_run.sh)
 T0=$(date +%s); K=$OUT/k; mkdir -p $K
 export PYTHONPATH=$PWD TORCH_EXTENSIONS_DIR=$PWD/build/mok-cache/torch_extensions TRITON_CACHE_DIR=$PWD/build/mok-cache/triton
 export MOK_GIT_COMMIT=a8d641e

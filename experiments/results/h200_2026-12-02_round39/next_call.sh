@@ -9,8 +9,12 @@
 #     MOK_TIMEOUT_BENCH=400 MOK_DEADLINE_S=440 MOK_BENCH_ARGS="--backends torch,cuda --passes fwd --interleave" \
 #     bash experiments/gpu_run.sh      # carry [".carry/sonic", ".carry/quack_cache.tgz"]; restore the folder after
 #
-# Call B: profile_forward.py at anchors 3-5 beside SonicMoE (call9.sh with the shapes changed), to split their gaps
-# by GEMM as call 9 did at anchor-2 (there: the down GEMM at parity, the gate/up GEMM 3.66 against 3.38 ms).
+# Call B: profile_forward.py at anchors 3-5 beside SonicMoE, to split their gaps by GEMM as call 9 did at anchor-2
+# (there: the down GEMM at parity, the gate/up GEMM 3.66 against 3.38 ms), with experiments/results moved out as in
+# call A and the same carry:
+#   MOK_STAGES=fwdprofile MOK_FWDPROFILE_SHAPES="anchor-3 anchor-4 anchor-5" MOK_FWDPROFILE_BACKENDS=cuda,sonicmoe \
+#     MOK_TIMEOUT_FWDPROFILE=400 bash experiments/gpu_run.sh
+# and the task timelines of the same shapes (task_timeline.py), which split the megakernel's share.
 #
 # Call C (first, about 3 minutes): swiglu_packed_rounding.patch (round 39, written after the device time was spent;
 # compiled without spills, never run). The SASS of the gate/up epilogue has two F2F.BF16.F32 per element (gate and up
