@@ -42,8 +42,6 @@ constexpr int kTileElements = 128 * 128;  // SwiGLU results of one gate/up tile
 enum Mode { kFfma, kF2f, kF2fp, kEx2, kRcp, kSwiglu, kSwigluPacked, kNumModes };
 const char* kNames[] = {"ffma", "f2f", "f2fp", "ex2", "rcp", "swiglu", "swiglu-packed"};
 
-__device__ __forceinline__ float bf16_round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-
 __device__ __forceinline__ float ex2_approx(float v) {
   float r;
   asm volatile("ex2.approx.f32 %0, %1;" : "=f"(r) : "f"(v));
@@ -90,7 +88,7 @@ __global__ void __launch_bounds__(kThreads) throughput_kernel(int iterations, fl
 #pragma unroll
       for (int c = 0; c < kChains; ++c) {
         if constexpr (kMode == kFfma) x[c] = fmaf(x[c], a, b);
-        if constexpr (kMode == kF2f) x[c] = fmaf(bf16_round(x[c]), a, b);
+        if constexpr (kMode == kF2f) x[c] = fmaf(mok::sm90::round_to_bf16(x[c]), a, b);  // the kernel's F2F rounding
         if constexpr (kMode == kEx2) x[c] = fmaf(ex2_approx(-x[c]), a, b);
         if constexpr (kMode == kRcp) x[c] = fmaf(rcp_approx(x[c] + 2.0f), a, b);
         // up follows the chain too, or the compiler rounds a loop-invariant up once, outside the loop
