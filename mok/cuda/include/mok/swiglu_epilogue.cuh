@@ -21,7 +21,12 @@
 
 namespace mok::sm90 {
 
-__device__ __forceinline__ float round_to_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+// a and b rounded to bf16 (nearest even), as two __float2bfloat16_rn would round them, by one packed conversion
+// (F2FP, as pack_bf16_pair) and two integer ops instead of two F2F conversions.
+__device__ __forceinline__ float2 round_pair_to_bf16(float a, float b) {
+  const uint32_t rounded = pack_bf16_pair(a, b);  // a in the low half
+  return make_float2(__uint_as_float(rounded << 16), __uint_as_float(rounded & 0xFFFF0000u));
+}
 
 // NOTE: the sigmoid uses the hardware approximations (ex2.approx through __expf, a fast reciprocal through
 // __fdividef: a few ulp of fp32, against IEEE expf and a correctly rounded division in mok/swiglu.py). The
@@ -30,8 +35,9 @@ __device__ __forceinline__ float round_to_bf16(float v) { return __bfloat162floa
 // the fp32 value lies within a few fp32 ulp of a bf16 rounding boundary. For large |gate| the reciprocal of
 // an infinite denominator is 0, as in the exact form.
 __device__ __forceinline__ float swiglu(float gate_acc, float up_acc) {
-  const float gate = round_to_bf16(gate_acc);
-  const float up = round_to_bf16(up_acc);
+  const float2 rounded = round_pair_to_bf16(gate_acc, up_acc);
+  const float gate = rounded.x;
+  const float up = rounded.y;
   const float sigmoid = __fdividef(1.0f, 1.0f + __expf(-gate));
   return (gate * sigmoid) * up;
 }
@@ -74,8 +80,9 @@ __device__ __forceinline__ void stage_h_mx_rounded(SharedStorage<Tiles>& s, cons
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
         const int g = 4 * (4 * b + jj) + 2 * i;
-        h[2 * jj] = round_to_bf16(swiglu(acc[g], acc[64 + g]));
-        h[2 * jj + 1] = round_to_bf16(swiglu(acc[g + 1], acc[64 + g + 1]));
+        const float2 rounded = round_pair_to_bf16(swiglu(acc[g], acc[64 + g]), swiglu(acc[g + 1], acc[64 + g + 1]));
+        h[2 * jj] = rounded.x;
+        h[2 * jj + 1] = rounded.y;
         amax = fmaxf(amax, fmaxf(mx_magnitude(h[2 * jj]), mx_magnitude(h[2 * jj + 1])));
       }
       amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
