@@ -22,7 +22,10 @@
 namespace mok::sm90 {
 
 // a and b rounded to bf16 (nearest even), as two __float2bfloat16_rn would round them, by one packed conversion
-// (F2FP, as pack_bf16_pair) and two integer ops instead of two F2F conversions.
+// (F2FP, as pack_bf16_pair) and two integer ops instead of two F2F conversions. On Hopper an F2F.BF16.F32 runs at the
+// MUFU's rate (about 16 per clock per SM, experiments/swiglu_epilogue_probe.cu), so two of them per element cost as
+// much as the sigmoid's ex2 and rcp together; the packed form made the kernel 0.3-1.7% faster (mok/cuda/ROUNDS.md,
+// round 40).
 __device__ __forceinline__ float2 round_pair_to_bf16(float a, float b) {
   const uint32_t rounded = pack_bf16_pair(a, b);  // a in the low half
   return make_float2(__uint_as_float(rounded << 16), __uint_as_float(rounded & 0xFFFF0000u));
