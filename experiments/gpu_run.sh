@@ -23,7 +23,8 @@
 #              rotation, bitwise compared: host costs included)
 #   fwdprofile experiments/profile_forward.py --sync-debug at $MOK_FWDPROFILE_SHAPES, backends
 #              $MOK_FWDPROFILE_BACKENDS (default cuda,torch; sonicmoe as for energy): the bench's forward (router,
-#              autograd) against no_grad and no router, its kernels per call and the GPU's idle gaps
+#              autograd) against no_grad and no router, its kernels per call and the GPU's idle gaps (all of it
+#              kept in results/profile_forward.json)
 #   profile    experiments/profile_backward.py --sync-debug at $MOK_PROFILE_SHAPES: host vs kernel time of a backward
 #   roofline   experiments/mainloop_roofline_probe.cu and experiments/mainloop_gap.py: the bare GEMM mainloop (loads
 #              by TMA, cp.async gather, 2-CTA multicast, none) and the megakernel, with the SM clock and power
@@ -291,7 +292,7 @@ for f in sorted(glob.glob(\"$OUT/results/validate_*gpu.json\")):
       # experiments/profile_forward.py: what the bench's forward spends beyond the megakernel (round 16).
       run_stage fwdprofile "${MOK_TIMEOUT_FWDPROFILE:-200}" bash -c "python3 -m mok.cuda.build --jit \
         && python3 experiments/profile_forward.py --sync-debug --backends ${MOK_FWDPROFILE_BACKENDS:-cuda,torch} \
-           ${MOK_FWDPROFILE_SHAPES:-anchor-2 kimi-k2.7/ep64}" ;;
+           --json $OUT/results/profile_forward.json ${MOK_FWDPROFILE_SHAPES:-anchor-2 kimi-k2.7/ep64}" ;;
     profile)
       # experiments/profile_backward.py: host vs kernel time of one training backward per backend, and where the
       # backward synchronises with the host, at $MOK_PROFILE_SHAPES (default: the qwen slice, the host-bound one).

@@ -13,7 +13,7 @@
 
 ``sonicmoe`` is a backend name too (round 32): SonicMoE's whole layer (:class:`mok.bench.baselines.SonicLayer`,
 its own router inside), profiled the same way, so its kernels can be set beside the megakernel's. ``--json``
-keeps every backend's times and kernel table.
+keeps every backend's times and kernel table; :func:`records_from_log` reads them back from a printed log.
 
 Run on the H200 from the repository root::
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -90,6 +91,39 @@ def layer_pieces(kernels: list[dict], timeline_kinds: dict | None = None) -> dic
         pieces["megakernel"] = mega
     order = [name for name, _ in KERNEL_PIECES] + ["dispatch", IDLE_PIECE, OTHER_PIECE]
     return {name: pieces[name] for name in sorted(pieces, key=order.index)}
+
+
+_HEADER = re.compile(r"^(\S+) (\S+): (bench fwd .*)$")         # "anchor-3 cuda: bench fwd 5.509 ms (598.7 TFLOP/s), ..."
+_TIME = re.compile(r"([a-z_ ()]+?) ([0-9.]+) ms \(")              # "no_grad 6.039 ms (" -> label, ms
+_SPAN = re.compile(r"GPU span ([0-9.]+) ms per call, busy ([0-9.]+) ms")
+_KERNEL_ROW = re.compile(r"^\s+([0-9.]+)\s+([0-9.]+)  (.+)$")     # "  5025.0   1.0  void mok::sm90::..."
+
+
+def records_from_log(text: str) -> list[dict]:
+    """The records of a run's printed log (for runs kept without ``--json``): per (shape, backend) its bench times
+    (``times_ms``), span and busy time (us per call) and ``kernels_us`` as :func:`kernel_table` rows. The log prints
+    each kernel table's first 14 rows with names cut at 100 characters, so the smallest kernels are missing; the
+    names still carry :data:`KERNEL_PIECES`' marks."""
+    records: list[dict] = []
+    in_table = False
+    for line in text.splitlines():
+        header = _HEADER.match(line)
+        if header:
+            times = {label.strip(" ,"): float(ms) for label, ms in _TIME.findall(header.group(3))}
+            records.append({"shape": header.group(1), "backend": header.group(2), "times_ms": times, "kernels_us": []})
+            in_table = False
+        elif not records:
+            continue
+        elif (span := _SPAN.search(line)) is not None:
+            records[-1]["span_us"], records[-1]["busy_us"] = float(span.group(1)) * 1e3, float(span.group(2)) * 1e3
+        elif line.strip().startswith("kernels by GPU time per call"):
+            in_table = True
+        elif in_table and (row := _KERNEL_ROW.match(line)) is not None:
+            records[-1]["kernels_us"].append({"name": row.group(3), "time_per_call": float(row.group(1)),
+                                              "launches_per_call": float(row.group(2))})
+        else:
+            in_table = False
+    return records
 
 
 def bench_times(fwd, device, n_sets: int, iters: int) -> dict[str, float]:
