@@ -34,6 +34,17 @@
 //   pingpong-early,         pingpong and pingpong-shared, passing the turn right after the last wgmma of the turn is
 //   pingpong-shared-early   issued instead of after it completed (CUTLASS's hand-over; the kernel's is the latter,
 //                           and round 21's pp_early_handover.patch is the former): no drained tensor pipe per turn
+//   box-store               box, and after each tile a real epilogue's memory work: each consumer warpgroup packs its
+//                           64 x 256 fp32 accumulators to bf16 pairs, writes them into its 16 KB staging in two halves
+//                           and sends each half to global memory by one bulk copy, waiting for the first half's reads
+//                           before staging the second (the kernel's down epilogue with down_tma, in bytes and waits)
+//   box-store-deferred      the same work moved into the next tile's mainloop (round 40's lead for the gate/up and down
+//                           epilogues): the bf16 pairs stay in 64 registers, the next tile's first K block is issued,
+//                           and half h is staged and stored right after K block h's wgmma are committed, so the tensor
+//                           cores multiply while the warpgroup stores (asynchronous wgmma, as FlashAttention-3 overlaps
+//                           its softmax); the stand-in epilogue below is split the same way. The last tile's halves go
+//                           out after the loop. What it shows: how much of an epilogue this hides, and whether 64 more
+//                           live registers beside the 128 accumulators fit (nvcc -Xptxas -v: spills)
 //
 // Epilogue (argv[5], ns per tile, default 0): after each tile every consumer warpgroup spins that long on
 // %globaltimer, the tensor cores idle, as an epilogue's arithmetic and stores keep them. The cooperative modes pay it
@@ -56,6 +67,7 @@
 #include <random>
 #include <vector>
 
+#include "mok/epilogue_staging.cuh"  // pack_bf16_pair
 #include "mok/gemm_mainloop.cuh"  // the kernel's own wgmma wrapper, SW128 descriptors, mbarrier and TMA helpers
 #include "sm90_probe_util.cuh"
 
@@ -78,11 +90,14 @@ enum Mode {
   kPingPongSharedEarly = 12,
   kCpAsyncPairA = 13,
   kCpAsyncClusterGrid = 14,
+  kBoxStore = 15,
+  kBoxStoreDeferred = 16,
 };
 const char* kNames[] = {"noload", "box", "cpasync", "mcastB", "box@mcastB-grid", "mcastB-release.cluster",
                         "cpasync-nofence", "cpasync-contiguous", "pingpong", "noload-pingpong", "pingpong-shared",
-                        "pingpong-early", "pingpong-shared-early", "cpasync-pairA", "cpasync@mcastB-grid"};
-constexpr int kModes = 15;
+                        "pingpong-early", "pingpong-shared-early", "cpasync-pairA", "cpasync@mcastB-grid", "box-store",
+                        "box-store-deferred"};
+constexpr int kModes = 17;
 // Modes that launch on the cluster grid (cluster_ctas CTAs, below).
 __host__ __device__ constexpr bool on_cluster_grid(int mode) {
   return mode == kMcastB || mode == kBoxClusterGrid || mode == kMcastBClusterRelease || mode == kCpAsyncPairA ||
@@ -100,7 +115,46 @@ struct Problem {
   int tasks_per_cta;
   int col_blocks;
   unsigned epilogue_ns;  // per tile and consumer warpgroup: the tensor cores idle this long (0: no epilogue)
+  char* y;               // box-store modes: [tiles, CTAs, 2 warpgroups, 32 KB] of bf16 output, each tile its own
 };
+
+// box-store modes: each consumer warpgroup's staging (16 KB: half of its 64 x 256 bf16 tile), after Shared.
+constexpr int kStagingBytes = 16384;
+__device__ __forceinline__ uint8_t* staging_of(Shared& s, int wg) {
+  return reinterpret_cast<uint8_t*>(&s) + ((sizeof(Shared) + 1023) / 1024) * 1024 + wg * kStagingBytes;
+}
+__device__ __forceinline__ void consumer_wg_sync(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(4 + wg) : "memory"); }
+
+// Half `kHalf` of this warpgroup's bf16 tile (`pairs`: 64 bf16 pairs per thread, 128 bytes per thread and half) into
+// its staging, then out to `dst` by one 16 KB bulk copy from thread 0. The staging is reused only once the previous
+// copy has read it (thread 0 waits, the warpgroup's barrier passes that on). The 16-byte chunks of a thread's
+// 128-byte row are XOR-swizzled by the thread, so that a quarter-warp's stores hit eight different bank groups.
+template <int kHalf>
+__device__ __forceinline__ void stage_and_store_half(const uint32_t (&pairs)[64], uint8_t* staging, char* dst, int wg) {
+  const int t = threadIdx.x & 127;
+  if (t == 0) mok::sm90::bulk_wait_group_read_all();
+  consumer_wg_sync(wg);
+  const uint32_t row = smem_addr(staging) + t * 128;
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {  // st.shared: through a generic pointer the compiler emits generic stores
+    const int q = 32 * kHalf + 4 * c;
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(row + 16 * (c ^ (t & 7))), "r"(pairs[q]),
+                 "r"(pairs[q + 1]), "r"(pairs[q + 2]), "r"(pairs[q + 3]) : "memory");
+  }
+  mok::sm90::fence_proxy_async_shared();  // the generic-proxy writes, read next by the bulk copy (async proxy)
+  consumer_wg_sync(wg);
+  if (t == 0) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst + kHalf * kStagingBytes),
+                 "r"(smem_addr(staging)), "n"(kStagingBytes) : "memory");
+    mok::sm90::bulk_commit_group();
+  }
+}
+
+// The accumulators as bf16 pairs (one F2FP per pair, as the kernel's epilogues pack them).
+__device__ __forceinline__ void pack_accumulators(const float (&acc)[128], uint32_t (&pairs)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) pairs[i] = mok::sm90::pack_bf16_pair(acc[2 * i], acc[2 * i + 1]);
+}
 
 // A stand-in epilogue: `ns` nanoseconds in which this warpgroup issues no wgmma.
 __device__ __forceinline__ void idle_epilogue(unsigned ns) {
@@ -206,7 +260,11 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
   auto advance = [&] {
     if (++stage == kStages) { stage = 0; phase ^= 1u; }
   };
+  // box-store modes: the kernel's register split (56 producer, 224 consumer registers), which the 64 registers of
+  // deferred bf16 pairs beside the 128 accumulators need (at the launch's 168 they spill).
+  constexpr bool kStoreModes = kMode == kBoxStore || kMode == kBoxStoreDeferred;
   if (tid < 128) {
+    if constexpr (kStoreModes) mok::sm90::setmaxnreg_dec<56>();
     if (kNoLoads || (!kGathers && tid != 0)) {
       // nothing to load, or not the TMA thread
     } else {
@@ -281,9 +339,16 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
     ping_pong_consumer<!kNoLoads, kSharedStages, kMode == kPingPongEarly || kMode == kPingPongSharedEarly>(
         p, s, tid / 128 - 1, kblocks, sink);
   } else {
+    if constexpr (kStoreModes) mok::sm90::setmaxnreg_inc<224>();
     const int wg = tid / 128 - 1, lane = tid & 31;
+    constexpr bool kStores = kStoreModes;
+    constexpr bool kDeferred = kMode == kBoxStoreDeferred;
+    uint8_t* staging = kStores ? staging_of(s, wg) : nullptr;
+    // Tile j's 32 KB of this warpgroup's output in y (each tile its own, so the bytes leave the L2 as the kernel's do).
+    auto tile_dst = [&](int j) { return p.y + ((static_cast<size_t>(j) * gridDim.x + blockIdx.x) * 2 + wg) * 32768; };
     float keep = 0.0f;
     float acc[128];
+    uint32_t held[64];  // box-store-deferred: the previous tile's bf16 pairs, stored during this tile's first K blocks
     for (int j = 0; j < p.tasks_per_cta; ++j) {
 #pragma unroll
       for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
@@ -301,6 +366,11 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
           mok::sm90::wgmma_m64n256k16_bf16(acc, mok::sm90::desc_advance_bytes(da, k * 32),
                                            mok::sm90::desc_advance_bytes(db, k * 32), 1);
         mok::sm90::wgmma_commit();
+        if constexpr (kDeferred) {  // the previous tile's halves while K blocks 0 and 1 multiply (K >= 128)
+          if (j > 0 && kb == 0) stage_and_store_half<0>(held, staging, tile_dst(j - 1), wg);
+          if (j > 0 && kb == 1) stage_and_store_half<1>(held, staging, tile_dst(j - 1), wg);
+          if (j > 0 && kb < 2) idle_epilogue(p.epilogue_ns / 2);
+        }
         mok::sm90::wgmma_wait<1>();
         mok::sm90::fence_accumulators(acc);
         if (kMode != kNoLoad && kb > 0 && lane == 0) {
@@ -320,8 +390,27 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
         }
       }
       __syncwarp();
-      idle_epilogue(p.epilogue_ns);
+      if constexpr (kDeferred) {
+        pack_accumulators(acc, held);  // stored during the next tile's mainloop, or after the loop
+      } else if constexpr (kStores) {
+        pack_accumulators(acc, held);
+        stage_and_store_half<0>(held, staging, tile_dst(j), wg);
+        stage_and_store_half<1>(held, staging, tile_dst(j), wg);
+        idle_epilogue(p.epilogue_ns);
+      } else {
+        idle_epilogue(p.epilogue_ns);
+      }
       keep += acc[0] + acc[127];  // constant indices: a run-time index would put acc in local memory
+    }
+    if constexpr (kDeferred) {  // the last tile's halves: nothing left to overlap them with
+      if (p.tasks_per_cta > 0) {
+        stage_and_store_half<0>(held, staging, tile_dst(p.tasks_per_cta - 1), wg);
+        stage_and_store_half<1>(held, staging, tile_dst(p.tasks_per_cta - 1), wg);
+        idle_epilogue(p.epilogue_ns);
+      }
+    }
+    if constexpr (kStores) {
+      if ((tid & 127) == 0) mok::sm90::bulk_wait_group_all();  // the copies' writes are done before the CTA exits
     }
     if (keep == 1234.5f) sink[0] = keep;
   }
@@ -372,6 +461,12 @@ int main(int argc, char** argv) {
   const int iters = argc > 3 ? std::atoi(argv[3]) : 7;
   // pingpong-shared: a warpgroup's turn must fit the stage ring (see the mode list above).
   const bool shared_fits = hidden / kBlockK <= kStages;
+  // box-store-deferred stores the previous tile's two halves during K blocks 0 and 1: two K blocks at least.
+  const bool deferred_fits = hidden / kBlockK >= 2;
+  if (only == kBoxStoreDeferred && !deferred_fits) {
+    std::fprintf(stderr, "%s needs K >= %d, got %d\n", kNames[only], 2 * kBlockK, hidden);
+    return 2;
+  }
   if ((only == kPingPongShared || only == kPingPongSharedEarly) && !shared_fits) {
     std::fprintf(stderr, "%s needs K <= %d (the stage ring), got %d\n", kNames[only], kStages * kBlockK, hidden);
     return 2;
@@ -395,6 +490,8 @@ int main(int argc, char** argv) {
   PROBE_CHECK(cudaMalloc(&d_rowsets, rowsets.size() * 4));
   PROBE_CHECK(cudaMemcpy(d_rowsets, rowsets.data(), rowsets.size() * 4, cudaMemcpyHostToDevice));
   PROBE_CHECK(cudaMalloc(&sink, 4));
+  char* y = nullptr;  // box-store modes: each tile's 64 KB of output per CTA
+  PROBE_CHECK(cudaMalloc(&y, (size_t)ctas * tasks_per_cta * 2 * 32768));
   const CUtensorMap ring_map = encode_bf16_2d(ring, (uint64_t)num_rowsets * kRows, hidden, kRows);
   const CUtensorMap w_map = encode_bf16_2d(w, (uint64_t)col_blocks * kBRows, hidden, kBRows);
   const CUtensorMap w_half_map = encode_bf16_2d(w, (uint64_t)col_blocks * kBRows, hidden, kBRows / 2);
@@ -421,8 +518,14 @@ int main(int argc, char** argv) {
                                    (int)smem_bytes));
   PROBE_CHECK(cudaFuncSetAttribute(cluster_kernel<kCpAsyncPairA, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem_bytes));
+  // box-store modes: two warpgroups' staging after the stages (227 KB in all; the kernel's own split).
+  const size_t store_smem_bytes = (sizeof(Shared) + 1023) / 1024 * 1024 + 2 * kStagingBytes + 1024;
+  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kBoxStore>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)store_smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kBoxStoreDeferred>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)store_smem_bytes));
   const Problem p{x, tokens, hidden, num_rowsets, d_rowsets, tasks_per_cta, col_blocks,
-                  static_cast<unsigned>(epilogue_ns)};
+                  static_cast<unsigned>(epilogue_ns), y};
   // Pairs of SMs must sit in one GPC: fewer than 66 clusters of two may fit at once, and a cluster that does not
   // fit would run in a second wave. The cluster grid is what fits; box@mcastB-grid is box on as many CTAs.
   cudaLaunchConfig_t occ{};
@@ -475,13 +578,24 @@ int main(int argc, char** argv) {
           single_kernel<kPingPongSharedEarly><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
         }
         break;
+      case kBoxStore:
+        single_kernel<kBoxStore><<<ctas, kThreads, store_smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+        break;
+      case kBoxStoreDeferred:
+        if (deferred_fits) {
+          single_kernel<kBoxStoreDeferred><<<ctas, kThreads, store_smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+        }
+        break;
       default: single_kernel<kBox><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
     }
   }, only);
   std::printf("%-24s %6s %10s %10s %12s\n", "mode", "CTAs", "ms", "TFLOP/s", "TFLOP/s/SM");
   for (int m = 0; m < kModes; ++m) {
     // Not run: K past the ring.
-    if (std::isnan(ms[m]) || ((m == kPingPongShared || m == kPingPongSharedEarly) && !shared_fits)) continue;
+    if (std::isnan(ms[m]) || ((m == kPingPongShared || m == kPingPongSharedEarly) && !shared_fits) ||
+        (m == kBoxStoreDeferred && !deferred_fits)) {
+      continue;
+    }
     const int grid = on_cluster_grid(m) ? cluster_ctas : ctas;
     const double med = ms[m];
     const double tflops = flops * grid / ctas / (med * 1e-3) / 1e12;
