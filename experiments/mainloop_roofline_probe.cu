@@ -45,6 +45,9 @@
 //                           its softmax); the stand-in epilogue below is split the same way. The last tile's halves go
 //                           out after the loop. What it shows: how much of an epilogue this hides, and whether 64 more
 //                           live registers beside the 128 accumulators fit (nvcc -Xptxas -v: spills)
+//   box-store-threads,      the same two, with each half sent by the warpgroup's own 16-byte stores from the staging
+//   box-store-threads-deferred  instead of a bulk copy: how the kernel writes the saved gate/up rows of a training
+//                           forward (store_staged_rows), which the bench's forward runs; such stores hold the warps
 //
 // Epilogue (argv[5], ns per tile, default 0): after each tile every consumer warpgroup spins that long on
 // %globaltimer, the tensor cores idle, as an epilogue's arithmetic and stores keep them. The cooperative modes pay it
@@ -92,12 +95,14 @@ enum Mode {
   kCpAsyncClusterGrid = 14,
   kBoxStore = 15,
   kBoxStoreDeferred = 16,
+  kBoxStoreThreads = 17,
+  kBoxStoreThreadsDeferred = 18,
 };
 const char* kNames[] = {"noload", "box", "cpasync", "mcastB", "box@mcastB-grid", "mcastB-release.cluster",
                         "cpasync-nofence", "cpasync-contiguous", "pingpong", "noload-pingpong", "pingpong-shared",
                         "pingpong-early", "pingpong-shared-early", "cpasync-pairA", "cpasync@mcastB-grid", "box-store",
-                        "box-store-deferred"};
-constexpr int kModes = 17;
+                        "box-store-deferred", "box-store-threads", "box-store-threads-deferred"};
+constexpr int kModes = 19;
 // Modes that launch on the cluster grid (cluster_ctas CTAs, below).
 __host__ __device__ constexpr bool on_cluster_grid(int mode) {
   return mode == kMcastB || mode == kBoxClusterGrid || mode == kMcastBClusterRelease || mode == kCpAsyncPairA ||
@@ -129,10 +134,12 @@ __device__ __forceinline__ void consumer_wg_sync(int wg) { asm volatile("bar.syn
 // its staging, then out to `dst` by one 16 KB bulk copy from thread 0. The staging is reused only once the previous
 // copy has read it (thread 0 waits, the warpgroup's barrier passes that on). The 16-byte chunks of a thread's
 // 128-byte row are XOR-swizzled by the thread, so that a quarter-warp's stores hit eight different bank groups.
-template <int kHalf>
+// kThreadStores: the warpgroup copies the staged half out itself, 16 bytes per thread and step (a warp writes 512
+// contiguous bytes per step), then meets at its barrier before the staging is reused.
+template <int kHalf, bool kThreadStores>
 __device__ __forceinline__ void stage_and_store_half(const uint32_t (&pairs)[64], uint8_t* staging, char* dst, int wg) {
   const int t = threadIdx.x & 127;
-  if (t == 0) mok::sm90::bulk_wait_group_read_all();
+  if (!kThreadStores && t == 0) mok::sm90::bulk_wait_group_read_all();
   consumer_wg_sync(wg);
   const uint32_t row = smem_addr(staging) + t * 128;
 #pragma unroll
@@ -141,12 +148,25 @@ __device__ __forceinline__ void stage_and_store_half(const uint32_t (&pairs)[64]
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(row + 16 * (c ^ (t & 7))), "r"(pairs[q]),
                  "r"(pairs[q + 1]), "r"(pairs[q + 2]), "r"(pairs[q + 3]) : "memory");
   }
-  mok::sm90::fence_proxy_async_shared();  // the generic-proxy writes, read next by the bulk copy (async proxy)
-  consumer_wg_sync(wg);
-  if (t == 0) {
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst + kHalf * kStagingBytes),
-                 "r"(smem_addr(staging)), "n"(kStagingBytes) : "memory");
-    mok::sm90::bulk_commit_group();
+  if constexpr (kThreadStores) {
+    consumer_wg_sync(wg);
+    const uint32_t base = smem_addr(staging);
+#pragma unroll
+    for (int step = 0; step < kStagingBytes / (128 * 16); ++step) {
+      const uint32_t offset = (step * 128 + t) * 16;
+      uint4 v;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(base + offset));
+      *reinterpret_cast<uint4*>(dst + kHalf * kStagingBytes + offset) = v;
+    }
+  } else {
+    mok::sm90::fence_proxy_async_shared();  // the generic-proxy writes, read next by the bulk copy (async proxy)
+    consumer_wg_sync(wg);
+    if (t == 0) {
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst + kHalf * kStagingBytes),
+                   "r"(smem_addr(staging)), "n"(kStagingBytes) : "memory");
+      mok::sm90::bulk_commit_group();
+    }
   }
 }
 
@@ -262,7 +282,8 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
   };
   // box-store modes: the kernel's register split (56 producer, 224 consumer registers), which the 64 registers of
   // deferred bf16 pairs beside the 128 accumulators need (at the launch's 168 they spill).
-  constexpr bool kStoreModes = kMode == kBoxStore || kMode == kBoxStoreDeferred;
+  constexpr bool kStoreModes = kMode == kBoxStore || kMode == kBoxStoreDeferred || kMode == kBoxStoreThreads ||
+                               kMode == kBoxStoreThreadsDeferred;
   if (tid < 128) {
     if constexpr (kStoreModes) mok::sm90::setmaxnreg_dec<56>();
     if (kNoLoads || (!kGathers && tid != 0)) {
@@ -342,7 +363,8 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
     if constexpr (kStoreModes) mok::sm90::setmaxnreg_inc<224>();
     const int wg = tid / 128 - 1, lane = tid & 31;
     constexpr bool kStores = kStoreModes;
-    constexpr bool kDeferred = kMode == kBoxStoreDeferred;
+    constexpr bool kDeferred = kMode == kBoxStoreDeferred || kMode == kBoxStoreThreadsDeferred;
+    constexpr bool kByThreads = kMode == kBoxStoreThreads || kMode == kBoxStoreThreadsDeferred;
     uint8_t* staging = kStores ? staging_of(s, wg) : nullptr;
     // Tile j's 32 KB of this warpgroup's output in y (each tile its own, so the bytes leave the L2 as the kernel's do).
     auto tile_dst = [&](int j) { return p.y + ((static_cast<size_t>(j) * gridDim.x + blockIdx.x) * 2 + wg) * 32768; };
@@ -367,8 +389,8 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
                                            mok::sm90::desc_advance_bytes(db, k * 32), 1);
         mok::sm90::wgmma_commit();
         if constexpr (kDeferred) {  // the previous tile's halves while K blocks 0 and 1 multiply (K >= 128)
-          if (j > 0 && kb == 0) stage_and_store_half<0>(held, staging, tile_dst(j - 1), wg);
-          if (j > 0 && kb == 1) stage_and_store_half<1>(held, staging, tile_dst(j - 1), wg);
+          if (j > 0 && kb == 0) stage_and_store_half<0, kByThreads>(held, staging, tile_dst(j - 1), wg);
+          if (j > 0 && kb == 1) stage_and_store_half<1, kByThreads>(held, staging, tile_dst(j - 1), wg);
           if (j > 0 && kb < 2) idle_epilogue(p.epilogue_ns / 2);
         }
         mok::sm90::wgmma_wait<1>();
@@ -394,8 +416,8 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
         pack_accumulators(acc, held);  // stored during the next tile's mainloop, or after the loop
       } else if constexpr (kStores) {
         pack_accumulators(acc, held);
-        stage_and_store_half<0>(held, staging, tile_dst(j), wg);
-        stage_and_store_half<1>(held, staging, tile_dst(j), wg);
+        stage_and_store_half<0, kByThreads>(held, staging, tile_dst(j), wg);
+        stage_and_store_half<1, kByThreads>(held, staging, tile_dst(j), wg);
         idle_epilogue(p.epilogue_ns);
       } else {
         idle_epilogue(p.epilogue_ns);
@@ -404,12 +426,12 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
     }
     if constexpr (kDeferred) {  // the last tile's halves: nothing left to overlap them with
       if (p.tasks_per_cta > 0) {
-        stage_and_store_half<0>(held, staging, tile_dst(p.tasks_per_cta - 1), wg);
-        stage_and_store_half<1>(held, staging, tile_dst(p.tasks_per_cta - 1), wg);
+        stage_and_store_half<0, kByThreads>(held, staging, tile_dst(p.tasks_per_cta - 1), wg);
+        stage_and_store_half<1, kByThreads>(held, staging, tile_dst(p.tasks_per_cta - 1), wg);
         idle_epilogue(p.epilogue_ns);
       }
     }
-    if constexpr (kStores) {
+    if constexpr (kStores && !kByThreads) {
       if ((tid & 127) == 0) mok::sm90::bulk_wait_group_all();  // the copies' writes are done before the CTA exits
     }
     if (keep == 1234.5f) sink[0] = keep;
@@ -463,7 +485,7 @@ int main(int argc, char** argv) {
   const bool shared_fits = hidden / kBlockK <= kStages;
   // box-store-deferred stores the previous tile's two halves during K blocks 0 and 1: two K blocks at least.
   const bool deferred_fits = hidden / kBlockK >= 2;
-  if (only == kBoxStoreDeferred && !deferred_fits) {
+  if ((only == kBoxStoreDeferred || only == kBoxStoreThreadsDeferred) && !deferred_fits) {
     std::fprintf(stderr, "%s needs K >= %d, got %d\n", kNames[only], 2 * kBlockK, hidden);
     return 2;
   }
@@ -524,6 +546,10 @@ int main(int argc, char** argv) {
                                    (int)store_smem_bytes));
   PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kBoxStoreDeferred>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)store_smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kBoxStoreThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)store_smem_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kBoxStoreThreadsDeferred>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)store_smem_bytes));
   const Problem p{x, tokens, hidden, num_rowsets, d_rowsets, tasks_per_cta, col_blocks,
                   static_cast<unsigned>(epilogue_ns), y};
   // Pairs of SMs must sit in one GPC: fewer than 66 clusters of two may fit at once, and a cluster that does not
@@ -586,6 +612,15 @@ int main(int argc, char** argv) {
           single_kernel<kBoxStoreDeferred><<<ctas, kThreads, store_smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
         }
         break;
+      case kBoxStoreThreads:
+        single_kernel<kBoxStoreThreads><<<ctas, kThreads, store_smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
+        break;
+      case kBoxStoreThreadsDeferred:
+        if (deferred_fits) {
+          single_kernel<kBoxStoreThreadsDeferred><<<ctas, kThreads, store_smem_bytes>>>(p, ring_map, w_map,
+                                                                                        w_half_map, sink);
+        }
+        break;
       default: single_kernel<kBox><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
     }
   }, only);
@@ -593,7 +628,7 @@ int main(int argc, char** argv) {
   for (int m = 0; m < kModes; ++m) {
     // Not run: K past the ring.
     if (std::isnan(ms[m]) || ((m == kPingPongShared || m == kPingPongSharedEarly) && !shared_fits) ||
-        (m == kBoxStoreDeferred && !deferred_fits)) {
+        ((m == kBoxStoreDeferred || m == kBoxStoreThreadsDeferred) && !deferred_fits)) {
       continue;
     }
     const int grid = on_cluster_grid(m) ? cluster_ctas : ctas;

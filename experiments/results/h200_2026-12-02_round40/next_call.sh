@@ -6,7 +6,9 @@
 # during the next tile's K blocks 0 and 1, 64 registers of bf16 pairs held beside the accumulators; compiled without
 # spills at the kernel's 224 consumer registers, never run). The stand-in epilogue (last argument, ns per tile) plays
 # the SwiGLU's arithmetic: about 1,200 ns per gate/up tile since round 40. K: 1024 and 2048 are the down GEMMs of
-# anchors 3 and 5, 4096 the gate/up GEMM of anchors 2-4; 160 tiles per CTA reach the power limit.
+# anchors 3 and 5, 4096 the gate/up GEMM of anchors 2-4; 160 tiles per CTA reach the power limit. box-store-threads
+# (-deferred) are the same with the warpgroup's own 16-byte stores, as the saved gate/up rows of the bench's training
+# forward leave.
 #   mkdir -p build && nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I mok/cuda/include \
 #     -o build/mainloop_roofline_probe experiments/mainloop_roofline_probe.cu
 #   for k in 1024 2048 4096; do for e in 0 1200; do
@@ -14,7 +16,7 @@
 #   done; done
 #   build/mainloop_roofline_probe 160 all 3 2048 0 > $OUT/probe_k2048_e0_160.log; grep -E "^box" $OUT/probe_k2048_e0_160.log
 # Read: box-store / box is what the epilogue's stores cost a tile; box-store-deferred / box is what is left of it when
-# deferred. If the deferred mode recovers most of the difference (at E = 1200 too), write the kernel change as "What
+# deferred (and the -threads pair the same for stores the threads issue). If the deferred mode recovers most of the difference (at E = 1200 too), write the kernel change as "What
 # is left" describes it (mok/cuda/README.md: the gate/up epilogue's "rest", and the down task's epilogue in ring mode;
 # the two rules: the signal moves into the next task's mainloop, and never wait for the next task or its first stage
 # while an epilogue is held). If it does not, the smem traffic of the staging competes with wgmma's operand reads and
