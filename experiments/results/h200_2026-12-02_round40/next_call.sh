@@ -22,6 +22,21 @@
 # while an epilogue is held). If it does not, the smem traffic of the staging competes with wgmma's operand reads and
 # the lead is dead: say so in What is left.
 #
+# Call A2 (about 5 minutes, whatever call A says; in the same call if there is room): held_gate_up.patch (this
+# folder; written after round 40's device time, compiled without spills or wgmma serialisation, never run). A gate/up
+# task whose next task is already queued and is a gate/up task both warpgroups multiply keeps its staged h: the TMA
+# stores are issued after the next task's K block 0 is committed and waited for (with the task's signal) after K
+# block 2, so the tensor cores multiply meanwhile. The same arithmetic, so every output must be bitwise equal; the
+# rules that keep it free of deadlock are in the patch's held_gate_up.cuh. Not with MXFP8 or store warps, which run at
+# the EP-64 slices (round 38), so the held path runs at the anchors; the kimi slice is the control (expect 1.00):
+#   source experiments/device_call.sh; R40=experiments/results/h200_2026-12-02_round40
+#   AB_ROUNDS=10 ab held 300 --patch $R40/held_gate_up.patch anchor-2 anchor-1 anchor-3 anchor-5 kimi-k2.7/ep64
+#   AB_ROUNDS=6 ab held_saved 200 --patch $R40/held_gate_up.patch --saved-rows anchor-2 anchor-3
+# A hang (the call's timeout) or a bitwise difference is a bug in the patch's rules: read held_gate_up.cuh's two rules
+# against what happened before measuring anything else. Adopt at B/A <= 0.99 on a shape, all bitwise equal, none above
+# 1.005; then apply it, and the GPU suite and compute-sanitizer racecheck (sanitize_check's H = 320 runs the hook at K
+# blocks 0 and 2) in two calls as below.
+#
 # Call B: anchors 3 and 5 beside SonicMoE sustained at the power limit (round 40: one call's bench ratio moves by
 # 5-10% at these shapes, the clock capped in parts of the timed runs). experiments/results moved out and the SonicMoE
 # bundle carried, as in round 40's calls 4-5 ([".carry/sonic", ".carry/quack_cache.tgz"]):
