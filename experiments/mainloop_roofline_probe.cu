@@ -563,8 +563,8 @@ int main(int argc, char** argv) {
   const int cluster_ctas = std::min(ctas, 2 * max_clusters);
   std::printf("clusters of 2 resident at once: %d (cluster grid %d CTAs)\n", max_clusters, cluster_ctas);
   const double flops = 2.0 * ctas * tasks_per_cta * (double)kRows * kBRows * hidden;
-  std::printf("132 CTAs x %d tiles of 128 x 256 x %d, epilogue %d ns per tile; median of %d runs, modes interleaved\n",
-              tasks_per_cta, hidden, epilogue_ns, iters);
+  std::printf("132 CTAs x %d tiles of 128 x 256 x %d, %d stages, epilogue %d ns per tile; median of %d runs, modes "
+              "interleaved\n", tasks_per_cta, hidden, kStages, epilogue_ns, iters);
   const std::vector<double> ms = median_ms_rotated(kModes, iters, [&](int mode) {
     switch (mode) {
       case kNoLoad: single_kernel<kNoLoad><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;

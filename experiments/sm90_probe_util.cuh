@@ -42,7 +42,13 @@ using mok::sm90::tma_load_2d;
 
 // The megakernel's stage ring: 4 stages of A (128 rows x 64 bf16) and B (256 rows x 64 bf16), 128-byte swizzled
 // (its shared memory also holds the epilogue staging and the task queue, which the probes do not need).
-constexpr int kStages = 4;
+// -DPROBE_STAGES=3 builds a probe with three: what a stage fewer costs the mainloop, the price of 32 KB of epilogue
+// staging per consumer warpgroup (round 40's lead for the down epilogue, mok/cuda/README.md "What is left").
+#ifndef PROBE_STAGES
+#define PROBE_STAGES 4
+#endif
+constexpr int kStages = PROBE_STAGES;
+static_assert(kStages >= 2 && kStages <= 4, "the stage ring fits shared memory with 2 to 4 stages");
 constexpr int kRows = 128;   // A rows per tile
 constexpr int kBRows = 256;  // B rows per tile
 constexpr int kBlockK = 64;  // bf16 columns per K block: 128 bytes

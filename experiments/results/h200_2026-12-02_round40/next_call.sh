@@ -15,6 +15,11 @@
 #     build/mainloop_roofline_probe 16 all 7 $k $e > $OUT/probe_k${k}_e${e}.log; grep -E "^box" $OUT/probe_k${k}_e${e}.log
 #   done; done
 #   build/mainloop_roofline_probe 160 all 3 2048 0 > $OUT/probe_k2048_e0_160.log; grep -E "^box" $OUT/probe_k2048_e0_160.log
+# and the same mainloop with three stages instead of four (the price of 32 KB of staging per warpgroup, which the down
+# epilogue would need to be held: What is left):
+#   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I mok/cuda/include -DPROBE_STAGES=3 \
+#     -o build/mainloop_roofline_probe3 experiments/mainloop_roofline_probe.cu
+#   for k in 1024 2048 4096; do build/mainloop_roofline_probe3 16 box 7 $k 0 | grep -E "^box"; done
 # Read: box-store / box is what the epilogue's stores cost a tile; box-store-deferred / box is what is left of it when
 # deferred (and the -threads pair the same for stores the threads issue). If the deferred mode recovers most of the difference (at E = 1200 too), write the kernel change as "What
 # is left" describes it (mok/cuda/README.md: the gate/up epilogue's "rest", and the down task's epilogue in ring mode;
