@@ -120,13 +120,16 @@ struct Problem {
   int tasks_per_cta;
   int col_blocks;
   unsigned epilogue_ns;  // per tile and consumer warpgroup: the tensor cores idle this long (0: no epilogue)
-  char* y;               // box-store modes: [tiles, CTAs, 2 warpgroups, 32 KB] of bf16 output, each tile its own
+  char* y;               // box-store modes: [tiles, CTAs, 2 warpgroups, kTileBytes] of bf16 output, each tile its own
 };
 
-// box-store modes: each consumer warpgroup's staging (16 KB: half of its 64 x 256 bf16 tile), after Shared.
+// box-store modes: each consumer warpgroup's staging (16 KB: half of its 64 x 256 bf16 tile, kTileBytes), after
+// Shared (1024-aligned, as a bulk copy's source need not be but the kernel's staging is).
 constexpr int kStagingBytes = 16384;
+constexpr int kTileBytes = 2 * kStagingBytes;  // a warpgroup's 64 x 256 bf16 output tile
+constexpr size_t kStagingOffset = (sizeof(Shared) + 1023) / 1024 * 1024;
 __device__ __forceinline__ uint8_t* staging_of(Shared& s, int wg) {
-  return reinterpret_cast<uint8_t*>(&s) + ((sizeof(Shared) + 1023) / 1024) * 1024 + wg * kStagingBytes;
+  return reinterpret_cast<uint8_t*>(&s) + kStagingOffset + wg * kStagingBytes;
 }
 __device__ __forceinline__ void consumer_wg_sync(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(4 + wg) : "memory"); }
 
@@ -280,12 +283,13 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
   auto advance = [&] {
     if (++stage == kStages) { stage = 0; phase ^= 1u; }
   };
-  // box-store modes: the kernel's register split (56 producer, 224 consumer registers), which the 64 registers of
-  // deferred bf16 pairs beside the 128 accumulators need (at the launch's 168 they spill).
+  // box-store modes: the kernel's register split (mok::sm90::RegisterSplit: 56 producer, 224 consumer registers),
+  // which the 64 registers of deferred bf16 pairs beside the 128 accumulators need (at the launch's 168 they spill).
   constexpr bool kStoreModes = kMode == kBoxStore || kMode == kBoxStoreDeferred || kMode == kBoxStoreThreads ||
                                kMode == kBoxStoreThreadsDeferred;
+  using Split = mok::sm90::RegisterSplit<false>;
   if (tid < 128) {
-    if constexpr (kStoreModes) mok::sm90::setmaxnreg_dec<56>();
+    if constexpr (kStoreModes) mok::sm90::setmaxnreg_dec<Split::kProducer>();
     if (kNoLoads || (!kGathers && tid != 0)) {
       // nothing to load, or not the TMA thread
     } else {
@@ -360,14 +364,15 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
     ping_pong_consumer<!kNoLoads, kSharedStages, kMode == kPingPongEarly || kMode == kPingPongSharedEarly>(
         p, s, tid / 128 - 1, kblocks, sink);
   } else {
-    if constexpr (kStoreModes) mok::sm90::setmaxnreg_inc<224>();
+    if constexpr (kStoreModes) mok::sm90::setmaxnreg_inc<Split::kConsumer>();
     const int wg = tid / 128 - 1, lane = tid & 31;
-    constexpr bool kStores = kStoreModes;
     constexpr bool kDeferred = kMode == kBoxStoreDeferred || kMode == kBoxStoreThreadsDeferred;
     constexpr bool kByThreads = kMode == kBoxStoreThreads || kMode == kBoxStoreThreadsDeferred;
-    uint8_t* staging = kStores ? staging_of(s, wg) : nullptr;
-    // Tile j's 32 KB of this warpgroup's output in y (each tile its own, so the bytes leave the L2 as the kernel's do).
-    auto tile_dst = [&](int j) { return p.y + ((static_cast<size_t>(j) * gridDim.x + blockIdx.x) * 2 + wg) * 32768; };
+    uint8_t* staging = kStoreModes ? staging_of(s, wg) : nullptr;
+    // Tile j's output of this warpgroup in y (each tile its own, so the bytes leave the L2 as the kernel's do).
+    auto tile_dst = [&](int j) {
+      return p.y + ((static_cast<size_t>(j) * gridDim.x + blockIdx.x) * 2 + wg) * kTileBytes;
+    };
     float keep = 0.0f;
     float acc[128];
     uint32_t held[64];  // box-store-deferred: the previous tile's bf16 pairs, stored during this tile's first K blocks
@@ -414,7 +419,7 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
       __syncwarp();
       if constexpr (kDeferred) {
         pack_accumulators(acc, held);  // stored during the next tile's mainloop, or after the loop
-      } else if constexpr (kStores) {
+      } else if constexpr (kStoreModes) {
         pack_accumulators(acc, held);
         stage_and_store_half<0, kByThreads>(held, staging, tile_dst(j), wg);
         stage_and_store_half<1, kByThreads>(held, staging, tile_dst(j), wg);
@@ -431,7 +436,7 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
         idle_epilogue(p.epilogue_ns);
       }
     }
-    if constexpr (kStores && !kByThreads) {
+    if constexpr (kStoreModes && !kByThreads) {
       if ((tid & 127) == 0) mok::sm90::bulk_wait_group_all();  // the copies' writes are done before the CTA exits
     }
     if (keep == 1234.5f) sink[0] = keep;
@@ -512,8 +517,8 @@ int main(int argc, char** argv) {
   PROBE_CHECK(cudaMalloc(&d_rowsets, rowsets.size() * 4));
   PROBE_CHECK(cudaMemcpy(d_rowsets, rowsets.data(), rowsets.size() * 4, cudaMemcpyHostToDevice));
   PROBE_CHECK(cudaMalloc(&sink, 4));
-  char* y = nullptr;  // box-store modes: each tile's 64 KB of output per CTA
-  PROBE_CHECK(cudaMalloc(&y, (size_t)ctas * tasks_per_cta * 2 * 32768));
+  char* y = nullptr;  // box-store modes: each tile's output per CTA (two warpgroups' kTileBytes)
+  PROBE_CHECK(cudaMalloc(&y, (size_t)ctas * tasks_per_cta * 2 * kTileBytes));
   const CUtensorMap ring_map = encode_bf16_2d(ring, (uint64_t)num_rowsets * kRows, hidden, kRows);
   const CUtensorMap w_map = encode_bf16_2d(w, (uint64_t)col_blocks * kBRows, hidden, kBRows);
   const CUtensorMap w_half_map = encode_bf16_2d(w, (uint64_t)col_blocks * kBRows, hidden, kBRows / 2);
@@ -541,7 +546,7 @@ int main(int argc, char** argv) {
   PROBE_CHECK(cudaFuncSetAttribute(cluster_kernel<kCpAsyncPairA, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem_bytes));
   // box-store modes: two warpgroups' staging after the stages (227 KB in all; the kernel's own split).
-  const size_t store_smem_bytes = (sizeof(Shared) + 1023) / 1024 * 1024 + 2 * kStagingBytes + 1024;
+  const size_t store_smem_bytes = kStagingOffset + 2 * kStagingBytes + 1024;
   PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kBoxStore>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)store_smem_bytes));
   PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kBoxStoreDeferred>, cudaFuncAttributeMaxDynamicSharedMemorySize,

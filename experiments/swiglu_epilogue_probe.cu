@@ -1,11 +1,11 @@
 // What does the gate/up epilogue's SwiGLU cost per element on one SM, and which instructions set that cost?
 //
 // Round 39 measured the epilogue of anchor-2's gate/up task at 4.9 us (task timeline), about 2.6 us of it SwiGLU
-// and staging. For each element the kernel's swiglu() (mok/swiglu_epilogue.cuh) runs two MUFU operations (ex2, rcp)
-// and, in its SASS, two F2F.BF16.F32 conversions (gate and up rounded to bf16 one at a time). If conversions run at
-// the MUFU's rate, that is four slow-pipe operations per element. Round 39's swiglu_packed_rounding.patch rounds the
-// pair with one F2FP instead; round 40 measured it (3.89 -> 7.13 results/clk/SM here, 0.8-1.7% of the forward at
-// five of six shapes) and adopted it. This probe times each piece alone and both SwiGLU forms, with no loads and no
+// and staging. For each element the kernel's swiglu() (mok/swiglu_epilogue.cuh) then ran two MUFU operations (ex2,
+// rcp) and, in its SASS, two F2F.BF16.F32 conversions (gate and up rounded to bf16 one at a time). If conversions
+// run at the MUFU's rate, that is four slow-pipe operations per element. Round 39's swiglu_packed_rounding.patch
+// rounds the pair with one F2FP instead; round 40 measured it (3.89 -> 7.13 results/clk/SM here; the kernel alone
+// 0.983-0.997x the time at six shapes) and adopted it. This probe times each piece alone and both SwiGLU forms, with no loads and no
 // stores:
 //
 //   ffma            x = x * a + b                                   the FMA pipe, for scale
@@ -31,7 +31,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "mok/swiglu_epilogue.cuh"  // the kernel's swiglu() and pack_bf16_pair()
+#include "mok/swiglu_epilogue.cuh"  // the kernel's swiglu() and round_pair_to_bf16()
 #include "sm90_probe_util.cuh"        // PROBE_CHECK
 
 namespace probe {
@@ -84,9 +84,9 @@ __global__ void __launch_bounds__(kThreads) throughput_kernel(int iterations, fl
     if constexpr (kMode == kF2fp) {  // two results per packed conversion: chains in pairs
 #pragma unroll
       for (int c = 0; c < kChains; c += 2) {
-        const uint32_t rounded = mok::sm90::pack_bf16_pair(x[c], x[c + 1]);
-        x[c] = fmaf(__uint_as_float(rounded << 16), a, b);
-        x[c + 1] = fmaf(__uint_as_float(rounded & 0xFFFF0000u), a, b);
+        const float2 rounded = mok::sm90::round_pair_to_bf16(x[c], x[c + 1]);  // the kernel's packed rounding
+        x[c] = fmaf(rounded.x, a, b);
+        x[c + 1] = fmaf(rounded.y, a, b);
       }
     } else {
 #pragma unroll
