@@ -48,6 +48,26 @@
 //   box-store-threads,      the same two, with each half sent by the warpgroup's own 16-byte stores from the staging
 //   box-store-threads-deferred  instead of a bulk copy: how the kernel writes the saved gate/up rows of a training
 //                           forward (store_staged_rows), which the bench's forward runs; such stores hold the warps
+//   Round 41 ran the four above: deferred, the stores cost more than after the mainloop (+1.37-1.94 against
+//   +0.81-1.06 us per tile at every K), while the stand-in's spin, split the same way, overlapped the wgmma. These
+//   modes ask which step of the store path does not overlap with wgmma in flight (serial and deferred as named):
+//   box-stage, box-stage-deferred   only the st.shared of each half into the staging (and the warpgroup barrier before
+//                           it): no proxy fence, no copy; nothing reaches global memory
+//   box-store-deferred-nofence  box-store-deferred without the proxy fence before the bulk copy (not a correct
+//                           ordering in general; timing only)
+//   box-global, box-global-deferred  no staging: each thread stores its bf16 pairs straight to global memory in the
+//                           accumulators' own layout (row 16 w + lane / 4 and + 8, two columns per pair), as an
+//                           epilogue without shared memory would
+//   And which step of the store path costs the time after the mainloop (serial):
+//   box-store-nowait        box-store without waiting for the first half's copy to read the staging before the
+//                           second half is staged (the bytes race: timing only)
+//   box-store-nofence       box-store without the proxy fences (timing only)
+//   box-store-whole         32 KB of staging per warpgroup: the whole tile staged, then one 32 KB bulk copy, so no
+//                           wait between halves. Fits beside three stages only (-DPROBE_STAGES=3; 64 KB more than
+//                           the kernel's staging); skipped at four
+//   What they found (round 41, calls 2-3): the st.shared cost 0-0.4 us and overlap when deferred; neither the wait
+//   nor the fence is the serial cost; deferred, the fence waits for the wgmma in flight (0.25-0.7 us); the copy's
+//   bytes are what is left; straight from registers costs 5-7 us per tile (a warp store writes 8 rows x 16 bytes).
 //
 // Epilogue (argv[5], ns per tile, default 0): after each tile every consumer warpgroup spins that long on
 // %globaltimer, the tensor cores idle, as an epilogue's arithmetic and stores keep them. The cooperative modes pay it
@@ -97,16 +117,48 @@ enum Mode {
   kBoxStoreDeferred = 16,
   kBoxStoreThreads = 17,
   kBoxStoreThreadsDeferred = 18,
+  kBoxStage = 19,
+  kBoxStageDeferred = 20,
+  kBoxStoreDeferredNoFence = 21,
+  kBoxGlobal = 22,
+  kBoxGlobalDeferred = 23,
+  kBoxStoreNoWait = 24,
+  kBoxStoreNoFence = 25,
+  kBoxStoreWhole = 26,
 };
 const char* kNames[] = {"noload", "box", "cpasync", "mcastB", "box@mcastB-grid", "mcastB-release.cluster",
                         "cpasync-nofence", "cpasync-contiguous", "pingpong", "noload-pingpong", "pingpong-shared",
                         "pingpong-early", "pingpong-shared-early", "cpasync-pairA", "cpasync@mcastB-grid", "box-store",
-                        "box-store-deferred", "box-store-threads", "box-store-threads-deferred"};
-constexpr int kModes = 19;
+                        "box-store-deferred", "box-store-threads", "box-store-threads-deferred", "box-stage",
+                        "box-stage-deferred", "box-store-deferred-nofence", "box-global", "box-global-deferred",
+                        "box-store-nowait", "box-store-nofence", "box-store-whole"};
+constexpr int kModes = 27;
 // Modes that launch on the cluster grid (cluster_ctas CTAs, below).
 __host__ __device__ constexpr bool on_cluster_grid(int mode) {
   return mode == kMcastB || mode == kBoxClusterGrid || mode == kMcastBClusterRelease || mode == kCpAsyncPairA ||
          mode == kCpAsyncClusterGrid;
+}
+// The modes that write an output tile after each mainloop (box-store and round 41's variants), those that do it
+// during the next tile's first K blocks, and how a half leaves (stage_and_store_half).
+__host__ __device__ constexpr bool is_store_mode(int mode) { return mode >= kBoxStore && mode <= kBoxStoreWhole; }
+__host__ __device__ constexpr bool is_deferred_store(int mode) {
+  return mode == kBoxStoreDeferred || mode == kBoxStoreThreadsDeferred || mode == kBoxStageDeferred ||
+         mode == kBoxStoreDeferredNoFence || mode == kBoxGlobalDeferred;
+}
+enum class HalfOut { kBulkCopy, kThreadStores, kBulkCopyNoFence, kBulkCopyNoWait, kStageOnly, kGlobalFromRegisters,
+                     kWholeTile };
+__host__ __device__ constexpr HalfOut half_out(int mode) {
+  return (mode == kBoxStoreThreads || mode == kBoxStoreThreadsDeferred) ? HalfOut::kThreadStores
+         : (mode == kBoxStoreDeferredNoFence || mode == kBoxStoreNoFence) ? HalfOut::kBulkCopyNoFence
+         : mode == kBoxStoreNoWait                                      ? HalfOut::kBulkCopyNoWait
+         : mode == kBoxStoreWhole                                       ? HalfOut::kWholeTile
+         : (mode == kBoxStage || mode == kBoxStageDeferred)             ? HalfOut::kStageOnly
+         : (mode == kBoxGlobal || mode == kBoxGlobalDeferred)           ? HalfOut::kGlobalFromRegisters
+                                                                        : HalfOut::kBulkCopy;
+}
+__host__ __device__ constexpr bool uses_bulk_copy(HalfOut out) {
+  return out == HalfOut::kBulkCopy || out == HalfOut::kBulkCopyNoFence || out == HalfOut::kBulkCopyNoWait ||
+         out == HalfOut::kWholeTile;
 }
 // Named barrier 2 + w: warpgroup w's turn begins (1 is the producers').
 __host__ __device__ constexpr uint32_t turn_barrier(int wg) { return 2u + static_cast<uint32_t>(wg); }
@@ -128,30 +180,54 @@ struct Problem {
 constexpr int kStagingBytes = 16384;
 constexpr int kTileBytes = 2 * kStagingBytes;  // a warpgroup's 64 x 256 bf16 output tile
 constexpr size_t kStagingOffset = (sizeof(Shared) + 1023) / 1024 * 1024;
-__device__ __forceinline__ uint8_t* staging_of(Shared& s, int wg) {
-  return reinterpret_cast<uint8_t*>(&s) + kStagingOffset + wg * kStagingBytes;
+__device__ __forceinline__ uint8_t* staging_of(Shared& s, int wg, bool whole_tile) {
+  return reinterpret_cast<uint8_t*>(&s) + kStagingOffset + wg * (whole_tile ? kTileBytes : kStagingBytes);
 }
 __device__ __forceinline__ void consumer_wg_sync(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(4 + wg) : "memory"); }
 
 // Half `kHalf` of this warpgroup's bf16 tile (`pairs`: 64 bf16 pairs per thread, 128 bytes per thread and half) into
-// its staging, then out to `dst` by one 16 KB bulk copy from thread 0. The staging is reused only once the previous
-// copy has read it (thread 0 waits, the warpgroup's barrier passes that on). The 16-byte chunks of a thread's
-// 128-byte row are XOR-swizzled by the thread, so that a quarter-warp's stores hit eight different bank groups.
-// kThreadStores: the warpgroup copies the staged half out itself, 16 bytes per thread and step (a warp writes 512
-// contiguous bytes per step), then meets at its barrier before the staging is reused.
-template <int kHalf, bool kThreadStores>
+// its staging, then out to `dst` by one 16 KB bulk copy from thread 0 (kOut = kBulkCopy). The staging is reused only
+// once the previous copy has read it (thread 0 waits, the warpgroup's barrier passes that on). The 16-byte chunks of
+// a thread's 128-byte row are XOR-swizzled by the thread, so that a quarter-warp's stores hit eight different bank
+// groups. The other ways out (HalfOut):
+//   kThreadStores         the warpgroup copies the staged half out itself, 16 bytes per thread and step (a warp
+//                         writes 512 contiguous bytes per step), then meets at its barrier before the staging is reused
+//   kBulkCopyNoFence      kBulkCopy without the proxy fence (timing only)
+//   kBulkCopyNoWait       kBulkCopy without the wait for the previous copy's reads (timing only)
+//   kStageOnly            the barrier and the st.shared, nothing more
+//   kWholeTile            half h staged at 16 KB h of a 32 KB staging, never waited for in between; after the second
+//                         half, one 32 KB bulk copy (the wait for the previous tile's copy comes before the first)
+//   kGlobalFromRegisters  no staging and no barrier: each pair straight to its place in the 64 x 256 tile (512-byte
+//                         rows), pairs[2 j + r] at row 16 w + lane / 4 + 8 r, columns 8 j + 2 (lane % 4) (wgmma's
+//                         accumulator layout), so a warp's store writes 8 rows x 16 bytes
+template <int kHalf, HalfOut kOut>
 __device__ __forceinline__ void stage_and_store_half(const uint32_t (&pairs)[64], uint8_t* staging, char* dst, int wg) {
   const int t = threadIdx.x & 127;
-  if (!kThreadStores && t == 0) mok::sm90::bulk_wait_group_read_all();
-  consumer_wg_sync(wg);
-  const uint32_t row = smem_addr(staging) + t * 128;
+  if constexpr (kOut == HalfOut::kGlobalFromRegisters) {
+    const int row = 16 * (t / 32) + (t & 31) / 4, column = 2 * (t & 3);
+#pragma unroll
+    for (int jj = 0; jj < 16; ++jj) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int j = 16 * kHalf + jj;
+        *reinterpret_cast<uint32_t*>(dst + (row + 8 * r) * 512 + (8 * j + column) * 2) = pairs[2 * j + r];
+      }
+    }
+    return;
+  }
+  constexpr bool kWhole = kOut == HalfOut::kWholeTile;
+  constexpr bool kBulk = uses_bulk_copy(kOut);
+  const bool wait_reads = kWhole ? kHalf == 0 : kBulk && kOut != HalfOut::kBulkCopyNoWait;
+  if (wait_reads && t == 0) mok::sm90::bulk_wait_group_read_all();
+  if (!kWhole || kHalf == 0) consumer_wg_sync(wg);
+  const uint32_t row = smem_addr(staging) + (kWhole ? kHalf * kStagingBytes : 0) + t * 128;
 #pragma unroll
   for (int c = 0; c < 8; ++c) {  // st.shared: through a generic pointer the compiler emits generic stores
     const int q = 32 * kHalf + 4 * c;
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(row + 16 * (c ^ (t & 7))), "r"(pairs[q]),
                  "r"(pairs[q + 1]), "r"(pairs[q + 2]), "r"(pairs[q + 3]) : "memory");
   }
-  if constexpr (kThreadStores) {
+  if constexpr (kOut == HalfOut::kThreadStores) {
     consumer_wg_sync(wg);
     const uint32_t base = smem_addr(staging);
 #pragma unroll
@@ -162,8 +238,19 @@ __device__ __forceinline__ void stage_and_store_half(const uint32_t (&pairs)[64]
                    : "r"(base + offset));
       *reinterpret_cast<uint4*>(dst + kHalf * kStagingBytes + offset) = v;
     }
-  } else {
-    mok::sm90::fence_proxy_async_shared();  // the generic-proxy writes, read next by the bulk copy (async proxy)
+  } else if constexpr (kWhole) {
+    if constexpr (kHalf == 1) {
+      mok::sm90::fence_proxy_async_shared();
+      consumer_wg_sync(wg);
+      if (t == 0) {
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(smem_addr(staging)),
+                     "n"(kTileBytes) : "memory");
+        mok::sm90::bulk_commit_group();
+      }
+    }
+  } else if constexpr (kBulk) {
+    // the generic-proxy writes, read next by the bulk copy (async proxy)
+    if constexpr (kOut != HalfOut::kBulkCopyNoFence) mok::sm90::fence_proxy_async_shared();
     consumer_wg_sync(wg);
     if (t == 0) {
       asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst + kHalf * kStagingBytes),
@@ -285,8 +372,7 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
   };
   // box-store modes: the kernel's register split (mok::sm90::RegisterSplit: 56 producer, 224 consumer registers),
   // which the 64 registers of deferred bf16 pairs beside the 128 accumulators need (at the launch's 168 they spill).
-  constexpr bool kStoreModes = kMode == kBoxStore || kMode == kBoxStoreDeferred || kMode == kBoxStoreThreads ||
-                               kMode == kBoxStoreThreadsDeferred;
+  constexpr bool kStoreModes = is_store_mode(kMode);
   using Split = mok::sm90::RegisterSplit<false>;
   if (tid < 128) {
     if constexpr (kStoreModes) mok::sm90::setmaxnreg_dec<Split::kProducer>();
@@ -366,9 +452,9 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
   } else {
     if constexpr (kStoreModes) mok::sm90::setmaxnreg_inc<Split::kConsumer>();
     const int wg = tid / 128 - 1, lane = tid & 31;
-    constexpr bool kDeferred = kMode == kBoxStoreDeferred || kMode == kBoxStoreThreadsDeferred;
-    constexpr bool kByThreads = kMode == kBoxStoreThreads || kMode == kBoxStoreThreadsDeferred;
-    uint8_t* staging = kStoreModes ? staging_of(s, wg) : nullptr;
+    constexpr bool kDeferred = is_deferred_store(kMode);
+    constexpr HalfOut kOut = half_out(kMode);
+    uint8_t* staging = kStoreModes ? staging_of(s, wg, kOut == HalfOut::kWholeTile) : nullptr;
     // Tile j's output of this warpgroup in y (each tile its own, so the bytes leave the L2 as the kernel's do).
     auto tile_dst = [&](int j) {
       return p.y + ((static_cast<size_t>(j) * gridDim.x + blockIdx.x) * 2 + wg) * kTileBytes;
@@ -394,8 +480,8 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
                                            mok::sm90::desc_advance_bytes(db, k * 32), 1);
         mok::sm90::wgmma_commit();
         if constexpr (kDeferred) {  // the previous tile's halves while K blocks 0 and 1 multiply (K >= 128)
-          if (j > 0 && kb == 0) stage_and_store_half<0, kByThreads>(held, staging, tile_dst(j - 1), wg);
-          if (j > 0 && kb == 1) stage_and_store_half<1, kByThreads>(held, staging, tile_dst(j - 1), wg);
+          if (j > 0 && kb == 0) stage_and_store_half<0, kOut>(held, staging, tile_dst(j - 1), wg);
+          if (j > 0 && kb == 1) stage_and_store_half<1, kOut>(held, staging, tile_dst(j - 1), wg);
           if (j > 0 && kb < 2) idle_epilogue(p.epilogue_ns / 2);
         }
         mok::sm90::wgmma_wait<1>();
@@ -421,8 +507,8 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
         pack_accumulators(acc, held);  // stored during the next tile's mainloop, or after the loop
       } else if constexpr (kStoreModes) {
         pack_accumulators(acc, held);
-        stage_and_store_half<0, kByThreads>(held, staging, tile_dst(j), wg);
-        stage_and_store_half<1, kByThreads>(held, staging, tile_dst(j), wg);
+        stage_and_store_half<0, kOut>(held, staging, tile_dst(j), wg);
+        stage_and_store_half<1, kOut>(held, staging, tile_dst(j), wg);
         idle_epilogue(p.epilogue_ns);
       } else {
         idle_epilogue(p.epilogue_ns);
@@ -431,12 +517,12 @@ __device__ void mainloop(const Problem& p, const CUtensorMap& ring_map, const CU
     }
     if constexpr (kDeferred) {  // the last tile's halves: nothing left to overlap them with
       if (p.tasks_per_cta > 0) {
-        stage_and_store_half<0, kByThreads>(held, staging, tile_dst(p.tasks_per_cta - 1), wg);
-        stage_and_store_half<1, kByThreads>(held, staging, tile_dst(p.tasks_per_cta - 1), wg);
+        stage_and_store_half<0, kOut>(held, staging, tile_dst(p.tasks_per_cta - 1), wg);
+        stage_and_store_half<1, kOut>(held, staging, tile_dst(p.tasks_per_cta - 1), wg);
         idle_epilogue(p.epilogue_ns);
       }
     }
-    if constexpr (kStoreModes && !kByThreads) {
+    if constexpr (kStoreModes && uses_bulk_copy(kOut)) {
       if ((tid & 127) == 0) mok::sm90::bulk_wait_group_all();  // the copies' writes are done before the CTA exits
     }
     if (keep == 1234.5f) sink[0] = keep;
@@ -456,6 +542,22 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
     cluster_kernel(Problem p, const __grid_constant__ CUtensorMap ring_map, const __grid_constant__ CUtensorMap w_map,
                    const __grid_constant__ CUtensorMap w_half_map, float* sink) {
   mainloop<kMode, 2, kClusterRelease>(p, ring_map, w_map, w_half_map, sink);
+}
+
+// The store modes' kernels (is_store_mode) by mode number at run time: with `launch` false, allow the one of `mode`
+// its shared memory (the staging after the stages); with `launch` true, launch it.
+template <int kMode = kBoxStore>
+void store_mode_kernel(int mode, bool launch, int ctas, size_t smem, const Problem& p, const CUtensorMap& ring_map,
+                       const CUtensorMap& w_map, const CUtensorMap& w_half_map, float* sink) {
+  if constexpr (is_store_mode(kMode)) {
+    if (mode != kMode) {
+      store_mode_kernel<kMode + 1>(mode, launch, ctas, smem, p, ring_map, w_map, w_half_map, sink);
+    } else if (launch) {
+      single_kernel<kMode><<<ctas, kThreads, smem>>>(p, ring_map, w_map, w_half_map, sink);
+    } else {
+      PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    }
+  }
 }
 
 }  // namespace probe
@@ -490,7 +592,7 @@ int main(int argc, char** argv) {
   const bool shared_fits = hidden / kBlockK <= kStages;
   // box-store-deferred stores the previous tile's two halves during K blocks 0 and 1: two K blocks at least.
   const bool deferred_fits = hidden / kBlockK >= 2;
-  if ((only == kBoxStoreDeferred || only == kBoxStoreThreadsDeferred) && !deferred_fits) {
+  if (only >= 0 && is_deferred_store(only) && !deferred_fits) {
     std::fprintf(stderr, "%s needs K >= %d, got %d\n", kNames[only], 2 * kBlockK, hidden);
     return 2;
   }
@@ -547,14 +649,20 @@ int main(int argc, char** argv) {
                                    (int)smem_bytes));
   // box-store modes: two warpgroups' staging after the stages (227 KB in all; the kernel's own split).
   const size_t store_smem_bytes = kStagingOffset + 2 * kStagingBytes + 1024;
-  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kBoxStore>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)store_smem_bytes));
-  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kBoxStoreDeferred>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)store_smem_bytes));
-  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kBoxStoreThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)store_smem_bytes));
-  PROBE_CHECK(cudaFuncSetAttribute(single_kernel<kBoxStoreThreadsDeferred>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)store_smem_bytes));
+  // box-store-whole: 32 KB per warpgroup, which only three stages leave room for (the opt-in limit: 227 KB).
+  const size_t whole_smem_bytes = kStagingOffset + 2 * kTileBytes + 1024;
+  const bool whole_fits = whole_smem_bytes <= 227 * 1024;
+  auto smem_of = [&](int mode) { return mode == kBoxStoreWhole ? whole_smem_bytes : store_smem_bytes; };
+  if (only == kBoxStoreWhole && !whole_fits) {
+    std::fprintf(stderr, "box-store-whole needs %zu bytes of shared memory: build with -DPROBE_STAGES=3\n",
+                 whole_smem_bytes);
+    return 2;
+  }
+  for (int m = kBoxStore; is_store_mode(m); ++m) {
+    if (m != kBoxStoreWhole || whole_fits) {
+      store_mode_kernel(m, false, ctas, smem_of(m), Problem{}, ring_map, w_map, w_half_map, sink);
+    }
+  }
   const Problem p{x, tokens, hidden, num_rowsets, d_rowsets, tasks_per_cta, col_blocks,
                   static_cast<unsigned>(epilogue_ns), y};
   // Pairs of SMs must sit in one GPC: fewer than 66 clusters of two may fit at once, and a cluster that does not
@@ -609,21 +717,11 @@ int main(int argc, char** argv) {
           single_kernel<kPingPongSharedEarly><<<ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
         }
         break;
-      case kBoxStore:
-        single_kernel<kBoxStore><<<ctas, kThreads, store_smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
-        break;
-      case kBoxStoreDeferred:
-        if (deferred_fits) {
-          single_kernel<kBoxStoreDeferred><<<ctas, kThreads, store_smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
-        }
-        break;
-      case kBoxStoreThreads:
-        single_kernel<kBoxStoreThreads><<<ctas, kThreads, store_smem_bytes>>>(p, ring_map, w_map, w_half_map, sink);
-        break;
-      case kBoxStoreThreadsDeferred:
-        if (deferred_fits) {
-          single_kernel<kBoxStoreThreadsDeferred><<<ctas, kThreads, store_smem_bytes>>>(p, ring_map, w_map,
-                                                                                        w_half_map, sink);
+      case kBoxStore: case kBoxStoreDeferred: case kBoxStoreThreads: case kBoxStoreThreadsDeferred:
+      case kBoxStage: case kBoxStageDeferred: case kBoxStoreDeferredNoFence: case kBoxGlobal: case kBoxGlobalDeferred:
+      case kBoxStoreNoWait: case kBoxStoreNoFence: case kBoxStoreWhole:
+        if ((deferred_fits || !is_deferred_store(mode)) && (mode != kBoxStoreWhole || whole_fits)) {
+          store_mode_kernel(mode, true, ctas, smem_of(mode), p, ring_map, w_map, w_half_map, sink);
         }
         break;
       default: single_kernel<kBox><<<cluster_ctas, kThreads, smem_bytes>>>(p, ring_map, w_map, w_half_map, sink); break;
@@ -633,7 +731,7 @@ int main(int argc, char** argv) {
   for (int m = 0; m < kModes; ++m) {
     // Not run: K past the ring.
     if (std::isnan(ms[m]) || ((m == kPingPongShared || m == kPingPongSharedEarly) && !shared_fits) ||
-        ((m == kBoxStoreDeferred || m == kBoxStoreThreadsDeferred) && !deferred_fits)) {
+        (is_deferred_store(m) && !deferred_fits) || (m == kBoxStoreWhole && !whole_fits)) {
       continue;
     }
     const int grid = on_cluster_grid(m) ? cluster_ctas : ctas;

@@ -38,6 +38,19 @@ def test_probe_compiles_for_sm90a_without_spills_or_serialised_wgmma(probe, defi
     assert "C7514" not in report and "C7520" not in report, f"wgmma serialised:\n{report}"
 
 
+def test_roofline_probe_names_each_mode_once_in_enum_order():
+    """kNames is indexed by the Mode enum and printed for every mode up to kModes: a mode added to one list and not
+    the others would print another mode's time under its name, or none."""
+    source = (ROOT / "experiments/mainloop_roofline_probe.cu").read_text()
+    enum = re.search(r"enum Mode \{(.*?)\};", source, re.S).group(1)
+    values = [int(v) for v in re.findall(r"k\w+ = (\d+),", enum)]
+    names = re.findall(r'"([^"]+)"', re.search(r"const char\* kNames\[\] = \{(.*?)\};", source, re.S).group(1))
+    modes = int(re.search(r"constexpr int kModes = (\d+);", source).group(1))
+    assert values == list(range(modes))
+    assert len(names) == modes == len(set(names))
+    assert {"box-store-whole", "box-store-nowait", "box-stage-deferred", "box-global"} <= set(names)
+
+
 def test_mainloop_gap_reads_the_probe_table():
     table = """132 CTAs x 160 tiles of 128 x 256 x 7168; median of 7 runs, modes interleaved
 mode                       CTAs         ms    TFLOP/s   TFLOP/s/SM
