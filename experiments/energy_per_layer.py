@@ -19,7 +19,12 @@ window. The order of backends alternates between repeats (A B C, then C B A, ...
     python3 experiments/energy_per_layer.py --reread LOG[.gz] --runs old.json --json new.json   # see reread_rows
 
 ``sonicmoe`` runs SonicMoE's whole layer (its own router), the mok backends the bench's layer (router inside), as
-in ``python -m mok.bench``. Needs a CUDA GPU and nvidia-smi; the arithmetic, the order, ``--replot`` and
+in ``python -m mok.bench``. A mok backend may carry ``MOK_*`` switches after ``+``, so that two settings of one backend
+are held at the power limit in one process, each run under its own switches and the others unset (as ab_layer.py
+sides differ):
+
+    python3 experiments/energy_per_layer.py anchor-3 --backends cuda,cuda+MOK_CUDA_DISPATCH=gather,sonicmoe
+ Needs a CUDA GPU and nvidia-smi; the arithmetic, the order, ``--replot`` and
 ``--reread`` run anywhere.
 """
 from __future__ import annotations
@@ -34,6 +39,32 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ab_kernels import read_clock_log, start_clock_sampler  # noqa: E402
+from ab_layer import environment, parse_env  # noqa: E402
+
+SONIC_BACKEND = "sonicmoe"  # mok.bench.baselines.SONIC_NAME, which imports torch: this file's CPU tests do not
+
+
+def parse_backend(spec: str) -> tuple[str, dict[str, str]]:
+    """A ``--backends`` entry as (backend, switches): ``"cuda"`` -> ``("cuda", {})``, ``"cuda+MOK_CUDA_DISPATCH=gather"``
+    -> ``("cuda", {"MOK_CUDA_DISPATCH": "gather"})``. SonicMoE takes no switches (mok's do not reach it)."""
+    backend, *pairs = spec.split("+")
+    if not backend:
+        raise ValueError(f"no backend before the switches in {spec!r}")
+    if pairs and backend == SONIC_BACKEND:
+        raise ValueError(f"{SONIC_BACKEND} takes no MOK_ switches: {spec!r}")
+    return backend, parse_env(pairs)
+
+
+def under_switches(fwd, switches: dict[str, str], names: set[str]):
+    """``fwd`` run with ``switches`` set and the other ``names`` (those another entry sets) unset, each call, and
+    the environment restored after it: the backends read their switches at every launch."""
+    if not names:
+        return fwd
+
+    def call(i):
+        with environment(switches, names):
+            return fwd(i)
+    return call
 
 
 def window_means(samples: list[tuple[float, float, float]], start: float, stop: float) -> tuple[float, float, int]:
@@ -127,7 +158,7 @@ def draw_runs(rows: list[dict]):
             energy.scatter([b] * len(runs), [r["joules"] for r in runs], color=f"C{b}")
             per_clock.scatter([r["sm_mhz"] for r in runs], [r["tflops_per_ghz"] for r in runs], color=f"C{b}",
                               label=backend)
-        energy.set_xticks(range(len(backends)), backends)
+        energy.set_xticks(range(len(backends)), [b.replace("+", "\n+") for b in backends], fontsize=7)  # switches
         energy.set_yscale("log")
         energy.set_title(shape)
         energy.set_ylabel("J per forward")
@@ -185,7 +216,7 @@ def measure_shape(name: str, backends: list[str], args, device) -> list[tuple]:
     live only in this call, so their memory goes when it returns."""
     import torch  # noqa: PLC0415
 
-    from mok.bench.baselines import SONIC_NAME, SonicLayer  # noqa: PLC0415
+    from mok.bench.baselines import SonicLayer  # noqa: PLC0415
     from mok.bench.harness import layer_flops  # noqa: PLC0415
     from mok.bench.problems import LayerProblem  # noqa: PLC0415
     from mok.config import get_shape  # noqa: PLC0415
@@ -193,13 +224,15 @@ def measure_shape(name: str, backends: list[str], args, device) -> list[tuple]:
     shape = get_shape(name)
     flops = layer_flops(shape, "fwd")
     problem = LayerProblem(shape, "bf16", device, router=True)
+    specs = {spec: parse_backend(spec) for spec in backends}
+    names = {name for _, switches in specs.values() for name in switches}
     calls = {}
-    for backend in backends:
-        if backend == SONIC_NAME:
+    for backend, (base, switches) in specs.items():
+        if base == SONIC_BACKEND:
             sonic = SonicLayer(shape, device)
             calls[backend] = (sonic.forward, len(sonic.xs))
         else:
-            calls[backend] = (problem.calls(backend)["fwd"], len(problem.xs))
+            calls[backend] = (under_switches(problem.calls(base)["fwd"], switches, names), len(problem.xs))
         fwd, n_sets = calls[backend]
         for i in range(3):  # compilation, autotuning, workspaces
             fwd(i % n_sets)
@@ -243,6 +276,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not args.shapes:
         parser.error("give at least one shape (or --replot, --reread)")
+    try:
+        for spec in args.backends.split(","):
+            parse_backend(spec)
+    except ValueError as error:
+        parser.error(str(error))
 
     import torch  # noqa: PLC0415
 

@@ -35,8 +35,9 @@
 #              kimi-k2.7/ep64"): the megakernel's task timeline, per kind of task its share of the SMs' time, rate,
 #              dependency waits, and the tail
 #   energy     experiments/energy_per_layer.py at $MOK_ENERGY_SHAPES (default "anchor-2 anchor-5"), backends
-#              $MOK_ENERGY_BACKENDS (default cuda,torch; naming sonicmoe unpacks it, with .carry/sonic carried): each
-#              forward back to back from a rested GPU with the SM clock and power sampled: ms, MHz, W and J per forward
+#              $MOK_ENERGY_BACKENDS (default cuda,torch; naming sonicmoe unpacks it, with .carry/sonic carried; an
+#              entry like cuda+MOK_CUDA_DISPATCH=gather runs the backend under that switch): each forward back to
+#              back from a rested GPU with the SM clock and power sampled: ms, MHz, W and J per forward
 #   ncusrc     Nsight Compute's source counters (per SASS instruction, gzipped CSV) of the megakernel's ring and
 #              gather launches at $MOK_NCU_SHAPE (default anchor-2); experiments/ncu_source_lines.py reads them
 #   traffic    experiments/forward_traffic.py under ncu at $MOK_TRAFFIC_SHAPES (default anchor-2), backends

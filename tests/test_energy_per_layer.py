@@ -1,12 +1,13 @@
 """experiments/energy_per_layer.py's arithmetic (means of the clock samples inside a run's window, energy per
-call), its run order, the re-reading of a saved log by busy stretches, and the plot, checked without a GPU; its
-argument parsing too."""
+call), its run order, the re-reading of a saved log by busy stretches, the plot, and the backend entries with MOK_
+switches (round 42), checked without a GPU; its argument parsing too."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import math
+import os
 
 import pytest
 
@@ -106,3 +107,38 @@ def test_needs_a_shape_or_a_file_to_read():
         script.main([])
     with pytest.raises(SystemExit):
         script.main(["--reread", "log.csv"])  # without --runs
+
+
+def test_a_backend_entry_may_carry_mok_switches():
+    script = load_script()
+    assert script.parse_backend("cuda") == ("cuda", {})
+    assert script.parse_backend("cuda+MOK_CUDA_DISPATCH=gather+MOK_CUDA_SUM_KERNEL=0") == (
+        "cuda", {"MOK_CUDA_DISPATCH": "gather", "MOK_CUDA_SUM_KERNEL": "0"})
+    for bad in ("cuda+DISPATCH=gather", "cuda+MOK_CUDA_DISPATCH", "+MOK_CUDA_DISPATCH=gather",
+                "sonicmoe+MOK_CUDA_DISPATCH=gather"):
+        with pytest.raises(ValueError):
+            script.parse_backend(bad)
+    from mok.bench.baselines import SONIC_NAME
+    assert script.SONIC_BACKEND == SONIC_NAME
+
+
+def test_each_entry_runs_under_its_own_switches_and_the_others_unset(monkeypatch):
+    script = load_script()
+    monkeypatch.setenv("MOK_CUDA_DISPATCH", "ring")  # set by the caller: the plain entry must not see it either
+    seen = []
+
+    def layer(i):
+        seen.append((i, os.environ.get("MOK_CUDA_DISPATCH")))
+
+    names = {"MOK_CUDA_DISPATCH"}
+    script.under_switches(layer, {"MOK_CUDA_DISPATCH": "gather"}, names)(0)
+    script.under_switches(layer, {}, names)(1)
+    assert seen == [(0, "gather"), (1, None)]
+    assert os.environ["MOK_CUDA_DISPATCH"] == "ring"  # restored after each call
+    assert script.under_switches(layer, {}, set()) is layer  # no entry has switches: the call as it is
+
+
+def test_a_bad_backend_entry_stops_before_any_gpu_work(capsys):
+    with pytest.raises(SystemExit):
+        load_script().main(["anchor-3", "--backends", "cuda,cuda+DISPATCH=gather"])
+    assert "MOK_NAME=VALUE" in capsys.readouterr().err

@@ -12,9 +12,14 @@
 # Read: DRAM read / write and L2 bytes per forward of the megakernel against SonicMoE's two GEMMs, and which of the
 # megakernel's streams (the ring's copy of x, the weights' re-reads, y and h) make the difference.
 #
-# Call B, the candidate that call A points at, timed as an energy A/B rather than a short one: for a kernel patch,
-# `ab_kernels.py --patch P --rounds 10 --clock-log $K/clock.csv` (its clock log shows whether the two builds ran at
-# the same clock) and then energy_per_layer.py at the shape, 8 s runs, three repeats, with the patch applied.
+# Call B, the candidate that call A points at, timed as an energy A/B rather than a short one. A candidate behind a
+# MOK_* switch runs as two backend entries of one process (energy_per_layer.py's `cuda+MOK_NAME=VALUE`, written after
+# round 41's device time: CPU-tested, never run on the GPU), e.g.
+#   MOK_STAGES=energy MOK_ENERGY_SHAPES="anchor-3 --seconds 8 --repeats 3" \
+#     MOK_ENERGY_BACKENDS="cuda,cuda+MOK_CUDA_DISPATCH=gather,sonicmoe" bash experiments/gpu_run.sh
+# (round 41's call 3 ran that comparison as two processes: ring 4.59 J, gather 4.83 J per forward; the one-process
+# form should agree). A kernel patch: `ab_kernels.py --patch P --rounds 10 --clock-log $K/clock.csv` (its clock log
+# shows whether the two builds ran at the same clock), then energy_per_layer.py with the patch applied.
 #
 # After any kernel change: the GPU suite in two calls (tests, then compute-sanitizer):
 #   MOK_STAGES=tests MOK_TIMEOUT_TESTS=570 MOK_DEADLINE_S=590 bash experiments/gpu_run.sh
