@@ -24,8 +24,8 @@ are held at the power limit in one process, each run under its own switches and 
 sides differ):
 
     python3 experiments/energy_per_layer.py anchor-3 --backends cuda,cuda+MOK_CUDA_DISPATCH=gather,sonicmoe
- Needs a CUDA GPU and nvidia-smi; the arithmetic, the order, ``--replot`` and
-``--reread`` run anywhere.
+
+Needs a CUDA GPU and nvidia-smi; the arithmetic, the order, ``--replot`` and ``--reread`` run anywhere.
 """
 from __future__ import annotations
 
@@ -45,8 +45,9 @@ SONIC_BACKEND = "sonicmoe"  # mok.bench.baselines.SONIC_NAME, which imports torc
 
 
 def parse_backend(spec: str) -> tuple[str, dict[str, str]]:
-    """A ``--backends`` entry as (backend, switches): ``"cuda"`` -> ``("cuda", {})``, ``"cuda+MOK_CUDA_DISPATCH=gather"``
-    -> ``("cuda", {"MOK_CUDA_DISPATCH": "gather"})``. SonicMoE takes no switches (mok's do not reach it)."""
+    """A ``--backends`` entry as (backend, switches): ``"cuda"`` -> ``("cuda", {})``,
+    ``"cuda+MOK_CUDA_DISPATCH=gather"`` -> ``("cuda", {"MOK_CUDA_DISPATCH": "gather"})``. SonicMoE takes no switches
+    (mok's do not reach it)."""
     backend, *pairs = spec.split("+")
     if not backend:
         raise ValueError(f"no backend before the switches in {spec!r}")

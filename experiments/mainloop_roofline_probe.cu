@@ -48,8 +48,8 @@
 //   box-store-threads,      the same two, with each half sent by the warpgroup's own 16-byte stores from the staging
 //   box-store-threads-deferred  instead of a bulk copy: how the kernel writes the saved gate/up rows of a training
 //                           forward (store_staged_rows), which the bench's forward runs; such stores hold the warps
-//   Round 41 ran the four above: deferred, the stores cost more than after the mainloop (+1.37-1.94 against
-//   +0.81-1.06 us per tile at every K), while the stand-in's spin, split the same way, overlapped the wgmma. These
+//   Round 41 ran the four above: deferred, the stores cost more than after the mainloop (+1.19-1.94 against
+//   +0.75-1.25 us per tile at every K), while the stand-in's spin, split the same way, overlapped the wgmma. These
 //   modes ask which step of the store path does not overlap with wgmma in flight (serial and deferred as named):
 //   box-stage, box-stage-deferred   only the st.shared of each half into the staging (and the warpgroup barrier before
 //                           it): no proxy fence, no copy; nothing reaches global memory

@@ -1,6 +1,6 @@
 """experiments/energy_per_layer.py's arithmetic (means of the clock samples inside a run's window, energy per
 call), its run order, the re-reading of a saved log by busy stretches, the plot, and the backend entries with MOK_
-switches (round 42), checked without a GPU; its argument parsing too."""
+switches (round 41), checked without a GPU; its argument parsing too."""
 
 from __future__ import annotations
 
