@@ -133,13 +133,14 @@ const char* kNames[] = {"noload", "box", "cpasync", "mcastB", "box@mcastB-grid",
                         "box-stage-deferred", "box-store-deferred-nofence", "box-global", "box-global-deferred",
                         "box-store-nowait", "box-store-nofence", "box-store-whole"};
 constexpr int kModes = 27;
+static_assert(sizeof(kNames) / sizeof(kNames[0]) == kModes, "one name per mode");
 // Modes that launch on the cluster grid (cluster_ctas CTAs, below).
 __host__ __device__ constexpr bool on_cluster_grid(int mode) {
   return mode == kMcastB || mode == kBoxClusterGrid || mode == kMcastBClusterRelease || mode == kCpAsyncPairA ||
          mode == kCpAsyncClusterGrid;
 }
-// The modes that write an output tile after each mainloop (box-store and round 41's variants), those that do it
-// during the next tile's first K blocks, and how a half leaves (stage_and_store_half).
+// The modes that write an output tile after each mainloop (box-store and round 41's variants: the enum's last ones,
+// so a range), those that do it during the next tile's first K blocks, and how a half leaves (stage_and_store_half).
 __host__ __device__ constexpr bool is_store_mode(int mode) { return mode >= kBoxStore && mode <= kBoxStoreWhole; }
 __host__ __device__ constexpr bool is_deferred_store(int mode) {
   return mode == kBoxStoreDeferred || mode == kBoxStoreThreadsDeferred || mode == kBoxStageDeferred ||

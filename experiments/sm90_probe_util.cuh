@@ -43,7 +43,7 @@ using mok::sm90::tma_load_2d;
 // The megakernel's stage ring: 4 stages of A (128 rows x 64 bf16) and B (256 rows x 64 bf16), 128-byte swizzled
 // (its shared memory also holds the epilogue staging and the task queue, which the probes do not need).
 // -DPROBE_STAGES=3 builds a probe with three: what a stage fewer costs the mainloop, the price of 32 KB of epilogue
-// staging per consumer warpgroup (round 40's lead for the down epilogue, mok/cuda/README.md "What is left").
+// staging per consumer warpgroup (round 41: nothing at K = 1024-4096; mok/cuda/ROUNDS.md).
 #ifndef PROBE_STAGES
 #define PROBE_STAGES 4
 #endif

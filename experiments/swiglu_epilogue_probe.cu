@@ -5,8 +5,8 @@
 // rcp) and, in its SASS, two F2F.BF16.F32 conversions (gate and up rounded to bf16 one at a time). If conversions
 // run at the MUFU's rate, that is four slow-pipe operations per element. Round 39's swiglu_packed_rounding.patch
 // rounds the pair with one F2FP instead; round 40 measured it (3.89 -> 7.13 results/clk/SM here; the kernel alone
-// 0.983-0.997x the time at six shapes) and adopted it. This probe times each piece alone and both SwiGLU forms, with no loads and no
-// stores:
+// 0.983-0.997x the time at six shapes) and adopted it. This probe times each piece alone and both SwiGLU forms, with
+// no loads and no stores:
 //
 //   ffma            x = x * a + b                                   the FMA pipe, for scale
 //   f2f             x = float(bf16_rn(x)) * a + b                   one F2F.BF16.F32 per result
