@@ -15,6 +15,10 @@ Two modes, one process per backend (a CUDA context per layer keeps the reports a
 ``METRICS`` is :data:`METRICS` joined by commas (``--print-metrics`` prints it). ``experiments/gpu_run.sh``'s stage
 ``traffic`` runs both for ``$MOK_TRAFFIC_SHAPES`` and ``$MOK_TRAFFIC_BACKENDS``. ``--plot out.png a.json b.json ...``
 draws the saved reports side by side, each forward split into its GEMMs, its weighted sum and the rest.
+``--explain a.json b.json ...`` sets each saved report's L2 bytes of the GEMMs beside a model of them
+(:func:`modelled_l2_bytes`): the bytes the GEMMs' tiles must move through L2, for the megakernel's tiles or SonicMoE's
+clusters, plus the DRAM bytes that pass through L2 on their way in or out (round 42: within 8% at anchors 2, 3
+and 5).
 """
 from __future__ import annotations
 
@@ -22,8 +26,10 @@ import argparse
 import csv
 import io
 import json
+import math
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -201,15 +207,127 @@ def plot(reports: list[Path], out: Path) -> None:
     print(f"wrote {out}")
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# A model of the GEMMs' L2 bytes. A GEMM tile of tile_m x tile_n reads a tile_m x K slice of A and a tile_n x K slice
+# of B through L2 (bf16), so a GEMM of M x N x K moves M K (N / tile_n) + N K (M / tile_m) elements of its operands:
+# the wider the tile, the fewer re-reads of the other operand. A cluster of CTAs can multicast the operand its CTAs
+# share: cluster_m CTAs along M share B (one L2 read lands in all their shared memories), cluster_n along N share A.
+# Round 42 found Nsight Compute's lts__t_bytes of the GEMM kernels equal to this model plus the kernels' DRAM bytes
+# (which pass through L2 on their way in or out) within 8% at anchors 2, 3 and 5, for the megakernel and SonicMoE.
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GemmTiles:
+    """One GEMM's output tile, and the cluster that multicasts the operand its CTAs share."""
+    tile_m: int
+    tile_n: int
+    cluster_m: int = 1  # CTAs along M sharing each B tile
+    cluster_n: int = 1  # CTAs along N sharing each A tile
+
+
+# The megakernel: 128 x 256 tiles for both GEMMs, no clusters (mok/cuda/include/mok/workspace.cuh, Sm90Tiles).
+MEGAKERNEL_TILES = (GemmTiles(128, 256), GemmTiles(128, 256))
+# SonicMoE's autotuned choice at the anchors (mok/cuda/ROUNDS.md, rounds 7 and 33): the gate/up GEMM 128 x 256 tiles
+# in clusters of 2 along M (the weights multicast), the down GEMM 256 x 128 tiles in clusters of 2 along N (the h
+# rows multicast). Its autotuner may pick others at other shapes.
+SONICMOE_TILES = (GemmTiles(128, 256, cluster_m=2), GemmTiles(256, 128, cluster_n=2))
+
+
+def _operand_bytes(experts: int, rows_per_expert: int, n: int, k: int, tiles: GemmTiles,
+                   a_loads_per_row_tile: float | None = None) -> tuple[float, float]:
+    """A's and B's bytes through L2 for ``experts`` GEMMs of rows_per_expert x n x k (bf16). ``a_loads_per_row_tile``
+    overrides how often each row tile's A is read (default: once per column tile, shared by the N cluster)."""
+    row_tiles = math.ceil(rows_per_expert / tiles.tile_m)
+    col_tiles = math.ceil(n / tiles.tile_n)
+    a_loads = col_tiles / tiles.cluster_n if a_loads_per_row_tile is None else a_loads_per_row_tile
+    a = experts * row_tiles * a_loads * tiles.tile_m * k * 2
+    b = experts * row_tiles * col_tiles * tiles.tile_n * k * 2 / tiles.cluster_m
+    return a, b
+
+
+def modelled_l2_bytes(shape, tiles: tuple[GemmTiles, GemmTiles] = MEGAKERNEL_TILES, ring_copy: bool = True,
+                      down_a_span: int = 1, saved_preact: bool = False) -> dict[str, float]:
+    """GB that one forward's two GEMMs move through L2 at ``shape`` (a :class:`mok.config.MoEShape`) with routing
+    spread evenly over the experts: each GEMM's A and B tile loads, the h and y rows they write (each expert's rows
+    padded to the gate/up tile's height, as the megakernel's schedule pads them), and, with ``ring_copy``, the
+    dispatch's copy of the token rows into the ring (read and written once). ``down_a_span``: a down task's column
+    blocks that share one load of its A tile (the megakernel does that where a tile's K blocks fit its stages:
+    ``megakernel_down_a_span``). ``saved_preact``: the gate/up GEMM also writes its 2I outputs before the SwiGLU
+    (SonicMoE keeps them for the backward). "modelled" is the sum."""
+    gate_up, down = tiles
+    rows_per_expert = shape.tokens * shape.top_k / shape.num_experts
+    padded_rows = math.ceil(rows_per_expert / gate_up.tile_m) * gate_up.tile_m * shape.num_experts
+    h, i = shape.hidden, shape.intermediate
+    gate_up_a, gate_up_b = _operand_bytes(shape.num_experts, rows_per_expert, 2 * i, h, gate_up)
+    down_loads = None
+    if down_a_span > 1:
+        down_loads = math.ceil(h / down.tile_n) / down_a_span
+    down_a, down_b = _operand_bytes(shape.num_experts, rows_per_expert, h, i, down, down_loads)
+    writes = padded_rows * i * 2 * (3 if saved_preact else 1) + padded_rows * h * 2
+    copy = 2 * shape.tokens * shape.top_k * h * 2 if ring_copy else 0
+    out = {"gate/up A": gate_up_a, "gate/up B": gate_up_b, "down A": down_a, "down B": down_b,
+           "h and y writes": writes, "ring copy": copy}
+    out = {name: value * 1e-9 for name, value in out.items()}
+    out["modelled"] = sum(out.values())
+    return out
+
+
+def megakernel_down_a_span(shape, dispatch: str) -> int:
+    """Column blocks per down task that load their A tile once: the down span (``resolve_down_span`` with its
+    defaults) where the tile's K blocks (I / 64) equal the pipeline's stages, so each K block stays in its stage for
+    every column block (produce_task); else 1."""
+    from mok.cuda.backend import resolve_down_span  # noqa: PLC0415 (torch)
+
+    stages, block_k = 4, 64  # Sm90Tiles::kStages, kBlockK
+    if shape.intermediate != stages * block_k:
+        return 1
+    return resolve_down_span("auto", dispatch, shape.hidden, shape.intermediate, down_tma=True)
+
+
+def report_model(path: Path) -> dict:
+    """A saved report (``--json``; named traffic_<shape>_<backend><tag>.json) beside :func:`modelled_l2_bytes`:
+    the backend from the name (``sonicmoe``, or the megakernel in gather dispatch if the tag says ``gather``, else
+    in the dispatch its default picks at that shape). Returns the GEMMs' measured L2 and DRAM GB, the model's parts
+    and the ratio of measured L2 to the model plus the DRAM bytes."""
+    from mok.config import get_shape  # noqa: PLC0415
+
+    data = json.loads(path.read_text())
+    shape = get_shape(data["shape"])
+    what = path.stem.removeprefix("traffic_").removeprefix(f"{data['shape']}_")
+    if what.startswith("sonicmoe"):
+        model = modelled_l2_bytes(shape, SONICMOE_TILES, ring_copy=False, saved_preact=True)
+    else:
+        from mok.cuda.backend import resolve_dispatch  # noqa: PLC0415
+
+        dispatch = "gather" if "gather" in what else resolve_dispatch("auto", shape.intermediate)
+        model = modelled_l2_bytes(shape, MEGAKERNEL_TILES, ring_copy=dispatch == "ring",
+                                  down_a_span=megakernel_down_a_span(shape, dispatch))
+    l2 = parts(data["rows"], "L2 GB")["GEMMs"]
+    dram = parts(data["rows"], "DRAM read GB")["GEMMs"] + parts(data["rows"], "DRAM write GB")["GEMMs"]
+    return {"report": f"{data['shape']} {what}", "measured L2": l2, "DRAM": dram, **model,
+            "measured / (modelled + DRAM)": l2 / (model["modelled"] + dram)}
+
+
+def explain_table(paths: list[Path]) -> str:
+    """:func:`report_model` of each saved report as a Markdown table."""
+    rows = [report_model(path) for path in paths]
+    labels = [name for name in rows[0] if name != "report"]
+    lines = ["| report | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    for row in rows:
+        lines.append(f"| {row['report']} | " + " | ".join(f"{row[name]:.2f}" for name in labels) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("shape", nargs="*", default=["anchor-2"],
-                        help="a shape preset (with --launch or --report); with --plot, the --json files to draw")
+                        help="a shape preset (with --launch or --report); with --plot or --explain, the --json files")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--launch", action="store_true", help="run the forward (under ncu)")
     mode.add_argument("--report", type=Path, help="summarize this .ncu-rep")
     mode.add_argument("--print-metrics", action="store_true", help="print the metrics list for ncu --metrics")
     mode.add_argument("--plot", type=Path, help="draw the reports given as JSON files (the positionals) here")
+    mode.add_argument("--explain", action="store_true",
+                      help="the reports given as JSON files (the positionals) beside the model of their L2 bytes")
     parser.add_argument("--backend", default="cuda", help="cuda, triton, torch or sonicmoe (with --launch)")
     parser.add_argument("--warmups", type=int, default=3)
     parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE",
@@ -221,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.plot:
         plot([Path(name) for name in args.shape], args.plot)
+        return 0
+    if args.explain:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        print(explain_table([Path(name) for name in args.shape]))
         return 0
     if len(args.shape) != 1:
         parser.error("--launch and --report take one shape")

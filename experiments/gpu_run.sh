@@ -43,7 +43,8 @@
 #   traffic    experiments/forward_traffic.py under ncu at $MOK_TRAFFIC_SHAPES (default anchor-2), backends
 #              $MOK_TRAFFIC_BACKENDS (default cuda; sonicmoe as for energy): DRAM and L2 bytes, SM clock and
 #              instructions of each kernel of one bench forward ($MOK_TRAFFIC_ARGS: e.g. "--config policy=whole",
-#              with $MOK_TRAFFIC_TAG appended to the file names)
+#              with $MOK_TRAFFIC_TAG appended to the file names), and the GEMMs' L2 bytes beside forward_traffic.py's
+#              tile model (--explain; a tag with "gather" models gather dispatch)
 #   pushpull   experiments/push_pull.py (push vs pull kernels; the notebook stage measures this too)
 #   notebooks  notebooks/*.ipynb in full mode (re-measured: MOK_NOTEBOOK_REFRESH=1), executed copies in $OUT/notebooks
 #   train      experiments/train_tiny_moe.py (tokens/s per backend; bitwise loss curves, EP 1 vs EP 4)
@@ -247,6 +248,8 @@ for stage in $STAGES; do
                 python3 experiments/forward_traffic.py "$shape" --backend "$b" --launch ${MOK_TRAFFIC_ARGS:-} \
               && python3 experiments/forward_traffic.py "$shape" --report "$rep.ncu-rep" --json "$res.json" \
                 | tee "$res.md" || rc=1
+            # the L2 bytes of the GEMMs beside the tile model (round 42); the saved report stays either way
+            [ -f "$res.json" ] && python3 experiments/forward_traffic.py --explain "$res.json" | tee -a "$res.md"
           done
         done
         exit $rc' ;;

@@ -8,7 +8,9 @@ this GPU), so each gets its steady-state clock:
   task hand-offs alone: no dispatch copies, no epilogue math or stores, no combine; results garbage);
 * ``experiments/mainloop_roofline_probe.cu`` in its ``box`` mode (the same 128 x 256 x 64 tiles, 4 stages, wgmma
   m64n256k16, TMA loads, at anchor-5's K, with no tasks around them), ``mcastB`` (2-CTA clusters, each CTA loading
-  half of the shared weight tile for both), ``cpasync`` (gather mode's A copies) and ``noload`` (wgmma alone).
+  half of the shared weight tile for both), ``cpasync`` (gather mode's A copies) and ``noload`` (wgmma alone); or
+  the modes ``--modes`` names, in its order, at ``--k`` (round 42: ``box mcastB box@mcastB-grid`` twice each, each
+  held for seconds, since short interleaved runs do not reach each mode's own clock at the power limit).
 
 It prints each workload's time per call, TFLOP/s, median SM clock and power, and TFLOP/s per GHz: equal TFLOP/s per
 GHz with unequal TFLOP/s means the difference is the clock (power); unequal TFLOP/s per GHz is work the mainloop
@@ -138,8 +140,29 @@ def run_megakernel(prep, seconds: float, **kw) -> float:
     return start.elapsed_time(stop) / calls
 
 
+PROBE_K = 7168  # anchor-5's gate/up K, the probe's default
 PROBE_MODES = [("probe box (K 7168)", "box"), ("probe mcastB (K 7168)", "mcastB"),
                ("probe cpasync (K 7168)", "cpasync"), ("probe noload (K 7168)", "noload")]
+
+
+def probe_modes(modes: list[str] | None, k: int = PROBE_K) -> list[tuple[str, str]]:
+    """(label, mode) of each probe workload: :data:`PROBE_MODES` at the default K, or ``modes`` in the order given
+    (a mode named twice runs twice, so a drifting clock shows) at ``k``, checked against the probe's mode names."""
+    if modes is None and k == PROBE_K:
+        return list(PROBE_MODES)
+    names = modes if modes is not None else [mode for _, mode in PROBE_MODES]
+    known = probe_mode_names()
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"the probe has no mode {unknown[0]!r} (its modes: {', '.join(known)})")
+    return [(f"probe {name} (K {k})", name) for name in names]
+
+
+def probe_mode_names() -> list[str]:
+    """The probe's mode names, read off its source (kNames)."""
+    source = (Path(__file__).resolve().parent / "mainloop_roofline_probe.cu").read_text()
+    names = re.search(r"const char\* kNames\[\] = \{(.*?)\};", source, re.S).group(1)
+    return re.findall(r'"([^"]+)"', names)
 
 
 def parse_probe_row(stdout: str, mode: str) -> tuple[float, float]:
@@ -150,10 +173,11 @@ def parse_probe_row(stdout: str, mode: str) -> tuple[float, float]:
     return float(row.group(1)), float(row.group(2))
 
 
-def run_probe(mode: str, seconds: float) -> tuple[float, float]:
-    """(ms per run, TFLOP/s) of the probe's ``mode`` run for about ``seconds``."""
-    runs = max(8, int(seconds * 1000 / 12))
-    out = subprocess.run([str(PROBE), str(PROBE_TILES), mode, str(runs)], capture_output=True, text=True, check=True)
+def run_probe(mode: str, seconds: float, k: int = PROBE_K) -> tuple[float, float]:
+    """(ms per run, TFLOP/s) of the probe's ``mode`` at K = ``k`` run for about ``seconds``."""
+    runs = max(8, int(seconds * 1000 / (12 * k / PROBE_K)))  # a run is about 12 ms at K = 7168
+    out = subprocess.run([str(PROBE), str(PROBE_TILES), mode, str(runs), str(k)], capture_output=True, text=True,
+                         check=True)
     return parse_probe_row(out.stdout, mode)
 
 
@@ -162,6 +186,9 @@ def main() -> None:
     parser.add_argument("shapes", nargs="*", default=["anchor-5", "kimi-k2.7/ep64"])
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--probe-only", action="store_true", help="only the probe's modes, no megakernel")
+    parser.add_argument("--modes", nargs="+", help="the probe's modes to run, in this order (default: box mcastB "
+                        "cpasync noload); name one twice to see the clock drift")
+    parser.add_argument("--k", type=int, default=PROBE_K, help="the probe's K (default 7168, anchor-5's gate/up)")
     parser.add_argument("--from-log", type=Path, help="write the results of the table printed in this log instead")
     parser.add_argument("--commit", help="with --from-log: the commit that ran")
     parser.add_argument("--date", help="with --from-log: when it ran (ISO date)")
@@ -173,6 +200,10 @@ def main() -> None:
         write_results(rows, {"gpu": args.gpu, "date": args.date, "git_commit": args.commit,
                              "source": str(args.from_log)}, args.name or f"mainloop_gap_{args.from_log.stem}")
         return
+    try:
+        modes = probe_modes(args.modes, args.k)
+    except ValueError as error:
+        parser.error(str(error))
     if not PROBE.exists():
         sys.exit(f"{PROBE} is missing: build it first (see this file's docstring)")
     log = Path(tempfile.mkdtemp()) / "clocks.csv"
@@ -180,9 +211,9 @@ def main() -> None:
     rows = []  # (label, ms, tflops, window)
     try:
         time.sleep(0.5)
-        for label, mode in PROBE_MODES:
+        for label, mode in modes:
             t0 = time.time()
-            ms, tflops = run_probe(mode, args.seconds)
+            ms, tflops = run_probe(mode, args.seconds, args.k)
             rows.append((label, ms, tflops, (t0 + 0.3, time.time())))
         for name in [] if args.probe_only else args.shapes:
             shape = SHAPES[name]

@@ -83,3 +83,83 @@ def test_config_options_and_one_shape_for_a_report():
         script.parse_options(["minibatch_rows"])
     with pytest.raises(SystemExit):
         script.main(["anchor-2", "anchor-3", "--report", "x.ncu-rep"])
+
+
+def _tiny_shape():
+    from mok.config import MoEShape
+    # 1,024 routed rows over 2 experts: 512 per expert, 4 row tiles of 128; gate/up N = 2I = 512 (2 column tiles of
+    # 256), down N = H = 256 (1 column tile), both K = 256.
+    return MoEShape("tiny-model", tokens=512, hidden=256, intermediate=256, num_experts=2, top_k=2)
+
+
+def test_model_counts_every_tile_load_of_both_gemms():
+    """Each tile of 128 x 256 reads a 128 x K slice of A and a 256 x K slice of B (bf16); h and y are written once
+    per padded row; the ring copy reads and writes each routed row once."""
+    script = load_script()
+    parts = script.modelled_l2_bytes(_tiny_shape())
+    experts, row_tiles, k = 2, 4, 256
+    expect = {
+        "gate/up A": experts * row_tiles * 2 * 128 * k * 2,  # 2 column tiles re-read each row tile
+        "gate/up B": experts * row_tiles * 2 * 256 * k * 2,
+        "down A": experts * row_tiles * 1 * 128 * k * 2,
+        "down B": experts * row_tiles * 1 * 256 * k * 2,
+        "h and y writes": 1024 * 256 * 2 + 1024 * 256 * 2,
+        "ring copy": 2 * 1024 * 256 * 2,
+    }
+    for name, value in expect.items():
+        assert parts[name] == pytest.approx(value * 1e-9), name
+    assert parts["modelled"] == pytest.approx(sum(expect.values()) * 1e-9)
+    assert script.modelled_l2_bytes(_tiny_shape(), ring_copy=False)["ring copy"] == 0
+
+
+def test_model_multicast_halves_the_shared_operand_and_a_span_shares_a():
+    script = load_script()
+    plain = script.modelled_l2_bytes(_tiny_shape())
+    # Clusters of 2 along M share B; along N they share A.
+    along_m = script.GemmTiles(128, 256, cluster_m=2)
+    along_n = script.GemmTiles(128, 256, cluster_n=2)
+    clustered = script.modelled_l2_bytes(_tiny_shape(), (along_m, along_n))
+    assert clustered["gate/up B"] == pytest.approx(plain["gate/up B"] / 2)
+    assert clustered["gate/up A"] == pytest.approx(plain["gate/up A"])
+    assert clustered["down A"] == pytest.approx(plain["down A"] / 2)
+    assert clustered["down B"] == pytest.approx(plain["down B"])
+    # A down task over 2 column blocks that loads its A tile once (a shape with 4 down column tiles).
+    from mok.config import MoEShape
+    wide = MoEShape("wide", tokens=512, hidden=1024, intermediate=256, num_experts=2, top_k=2)
+    assert script.modelled_l2_bytes(wide, down_a_span=2)["down A"] == pytest.approx(
+        script.modelled_l2_bytes(wide)["down A"] / 2)
+    # SonicMoE keeps the 2I outputs before its SwiGLU: h's write counts three times.
+    preact = script.modelled_l2_bytes(_tiny_shape(), saved_preact=True)
+    assert preact["h and y writes"] - plain["h and y writes"] == pytest.approx(2 * 1024 * 256 * 2 * 1e-9)
+
+
+def test_megakernel_down_span_shares_a_only_where_the_k_blocks_fit_the_stages():
+    script = load_script()
+    from mok.config import get_shape
+    assert script.megakernel_down_a_span(get_shape("anchor-2"), "gather") == 8  # I = 256: 4 K blocks, 4 stages
+    assert script.megakernel_down_a_span(get_shape("anchor-3"), "ring") == 1    # I = 1,024: 16 K blocks
+
+
+def test_explain_sets_each_report_beside_its_model(tmp_path, capsys):
+    """The backend comes from the report's name: SonicMoE with its clusters and no ring, the megakernel in its
+    default dispatch (ring at anchor-3) or in gather mode when the tag says so. The ratio divides the GEMMs' L2 bytes
+    by the model plus their DRAM bytes."""
+    script = load_script()
+    rows = [{"kernel": "void mok::sm90_moe_forward_kernel<...>", "L2 GB": 50.0, "DRAM read GB": 6.0,
+             "DRAM write GB": 3.0},
+            {"kernel": "mok::sm90_moe_sum_kernel(mok::Sm90MoeParams)", "L2 GB": 2.0, "DRAM read GB": 1.0}]
+    paths = []
+    for name in ("cuda", "cuda_gather", "sonicmoe"):
+        path = tmp_path / f"traffic_anchor-3_{name}.json"
+        path.write_text(json.dumps({"shape": "anchor-3", "rows": rows}))
+        paths.append(path)
+    ring, gather, sonic = (script.report_model(path) for path in paths)
+    assert ring["measured L2"] == 50.0 and ring["DRAM"] == 9.0  # the GEMMs' part only
+    assert ring["ring copy"] > 0 and gather["ring copy"] == 0
+    assert ring["modelled"] - gather["modelled"] == pytest.approx(ring["ring copy"])
+    assert sonic["gate/up B"] == pytest.approx(ring["gate/up B"] / 2) and sonic["ring copy"] == 0
+    assert ring["measured / (modelled + DRAM)"] == pytest.approx(50.0 / (ring["modelled"] + 9.0))
+    assert script.main(["--explain", *map(str, paths)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("| report | measured L2 | DRAM |") and len(out) == 5
+    assert out[2].startswith("| anchor-3 cuda | 50.00 | 9.00 |") and out[4].startswith("| anchor-3 sonicmoe |")

@@ -155,3 +155,15 @@ def test_ping_pong_probe_rejects_text_without_a_table():
 
     with pytest.raises(ValueError, match="no probe table"):
         study.parse_probe_table("probe: K must be a positive multiple of 64, got 100\n")
+
+
+def test_mainloop_gap_runs_the_modes_asked_for_at_their_k():
+    """--modes runs the probe's modes in the order given (a repeat runs again) at --k; a name the probe does not have
+    is refused before anything runs."""
+    assert mainloop_gap.probe_modes(None) == mainloop_gap.PROBE_MODES
+    assert mainloop_gap.probe_modes(["box", "mcastB", "box"], 4096) == [
+        ("probe box (K 4096)", "box"), ("probe mcastB (K 4096)", "mcastB"), ("probe box (K 4096)", "box")]
+    assert [mode for _, mode in mainloop_gap.probe_modes(None, 2048)] == [m for _, m in mainloop_gap.PROBE_MODES]
+    assert "box@mcastB-grid" in mainloop_gap.probe_mode_names()
+    with pytest.raises(ValueError, match="no mode 'boxx'"):
+        mainloop_gap.probe_modes(["box", "boxx"])

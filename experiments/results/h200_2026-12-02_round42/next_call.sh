@@ -1,0 +1,23 @@
+# For the next GPU session (round 43). None of this has run.
+#
+# Round 42 accounted for the megakernel's extra L2 bytes (mostly the weights read twice as often without multicast) and
+# found B multicast in the bare mainloop 5.5-6.5% faster than TMA boxes at the gate/up GEMM's K when each mode is held
+# at the power limit (calls 5-6; round 38's short interleaved runs had hidden it). The lead is a cluster form of the
+# megakernel's gate/up tasks, written on the CPU first (not started):
+#   - a pair ticket: two row tiles of one column block in one band (bands of 4 row tiles give two pairs per column
+#     block; an expert's odd last row tile runs alone, on the pair's leader, with B loaded whole);
+#   - each CTA loads half of each K block's B tile with .multicast::cluster to both, and its own A tile; a stage's
+#     `empty` barrier counts both CTAs' consumer warps (the remote arrival without .release.cluster: round 13 found the
+#     release form 1.8x slower);
+#   - what cost round 13's draft 3-5% per GHz was the lock step of whole tasks; here only the K blocks are shared, and
+#     each CTA's epilogue, signal and next claim stay its own.
+# Its first measurement is an A/B against this tree held at the power limit, not a short one (short runs hide the
+# clock; round 42's lesson): the kernel under `cuda+MOK_CUDA_CLUSTERS=1` beside `cuda` in energy_per_layer.py, e.g.
+#   MOK_STAGES=energy MOK_ENERGY_SHAPES="anchor-3 --seconds 8 --repeats 3" \
+#     MOK_ENERGY_BACKENDS="cuda,cuda+MOK_CUDA_CLUSTERS=1,sonicmoe" bash experiments/gpu_run.sh
+# (carry [".carry/sonic", ".carry/quack_cache.tgz"], experiments/results moved out; anchors 4-5 after anchor-3), then
+# the GPU suite in two calls:
+#   MOK_STAGES=tests MOK_TIMEOUT_TESTS=570 MOK_DEADLINE_S=590 bash experiments/gpu_run.sh
+#   MOK_STAGES=sanitize MOK_TIMEOUT_SANITIZE=300 bash experiments/gpu_run.sh
+# and the traffic at anchor-5 (gpu_run.sh's traffic stage prints the tile model beside it; with B multicast the
+# gate/up B part should halve: forward_traffic.modelled_l2_bytes with GemmTiles(128, 256, cluster_m=2)).
