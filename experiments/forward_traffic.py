@@ -273,12 +273,11 @@ def modelled_l2_bytes(shape, tiles: tuple[GemmTiles, GemmTiles] = MEGAKERNEL_TIL
 
 def megakernel_down_a_span(shape, dispatch: str) -> int:
     """Column blocks per down task that load their A tile once: the down span (``resolve_down_span`` with its
-    defaults) where the tile's K blocks (I / 64) equal the pipeline's stages, so each K block stays in its stage for
-    every column block (produce_task); else 1."""
-    from mok.cuda.backend import resolve_down_span  # noqa: PLC0415 (torch)
+    defaults) where the tile's whole K (I) fills the stage ring exactly, so each K block stays in its stage for every
+    column block (sm90_moe_forward.cuh's ``a_stays``); else 1."""
+    from mok.cuda.backend import DOWN_PING_PONG_MAX_INTERMEDIATE, resolve_down_span  # noqa: PLC0415 (torch)
 
-    stages, block_k = 4, 64  # Sm90Tiles::kStages, kBlockK
-    if shape.intermediate != stages * block_k:
+    if shape.intermediate != DOWN_PING_PONG_MAX_INTERMEDIATE:  # kStages * kBlockK: the stage ring's K
         return 1
     return resolve_down_span("auto", dispatch, shape.hidden, shape.intermediate, down_tma=True)
 

@@ -66,9 +66,7 @@ cpasync-nofence             132     14.541      682.3         5.17
 
 
 def test_mainloop_gap_asks_only_for_modes_the_probe_has():
-    source = (ROOT / "experiments/mainloop_roofline_probe.cu").read_text()
-    names = re.search(r"const char\* kNames\[\] = \{(.*?)\};", source, re.S).group(1)
-    known = set(re.findall(r'"([^"]+)"', names))
+    known = set(mainloop_gap.probe_mode_names())
     assert {"noload", "box", "cpasync", "mcastB", "pingpong", "noload-pingpong", "pingpong-shared", "pingpong-early",
             "pingpong-shared-early"} <= known
     assert {mode for _, mode in mainloop_gap.PROBE_MODES} <= known

@@ -12,7 +12,8 @@
 #   - what cost round 13's draft 3-5% per GHz was the lock step of whole tasks; here only the K blocks are shared, and
 #     each CTA's epilogue, signal and next claim stay its own.
 # Its first measurement is an A/B against this tree held at the power limit, not a short one (short runs hide the
-# clock; round 42's lesson): the kernel under `cuda+MOK_CUDA_CLUSTERS=1` beside `cuda` in energy_per_layer.py, e.g.
+# clock; round 42's lesson): the kernel under the switch the new form would add (say MOK_CUDA_CLUSTERS=1; it does not
+# exist yet) beside `cuda` in energy_per_layer.py, e.g.
 #   MOK_STAGES=energy MOK_ENERGY_SHAPES="anchor-3 --seconds 8 --repeats 3" \
 #     MOK_ENERGY_BACKENDS="cuda,cuda+MOK_CUDA_CLUSTERS=1,sonicmoe" bash experiments/gpu_run.sh
 # (carry [".carry/sonic", ".carry/quack_cache.tgz"], experiments/results moved out; anchors 4-5 after anchor-3), then
