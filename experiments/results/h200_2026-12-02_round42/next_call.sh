@@ -5,12 +5,15 @@
 # at the power limit (calls 5-6; round 38's short interleaved runs had hidden it). The lead is a cluster form of the
 # megakernel's gate/up tasks, written on the CPU first (not started):
 #   - a pair ticket: two row tiles of one column block in one band (bands of 4 row tiles give two pairs per column
-#     block; an expert's odd last row tile runs alone, on the pair's leader, with B loaded whole);
+#     block; an expert's odd last row tile runs alone, on the pair's leader, with B loaded whole). With uniform random
+#     routing that leaves 3% of the row tiles unpaired at anchors 2-4, 6% at anchor-5 and 1% at the kimi slice
+#     (counted on the CPU from sampled routings, 128-row tiles; not a kernel measurement);
 #   - each CTA loads half of each K block's B tile with .multicast::cluster to both, and its own A tile; a stage's
 #     `empty` barrier counts both CTAs' consumer warps (the remote arrival without .release.cluster: round 13 found the
 #     release form 1.8x slower);
-#   - what cost round 13's draft 3-5% per GHz was the lock step of whole tasks; here only the K blocks are shared, and
-#     each CTA's epilogue, signal and next claim stay its own.
+#   - the design question: a pair task needs both CTAs at its start, and round 13's draft lost 3-5% per GHz to that
+#     lock step. Only the K blocks need to be shared; each CTA's epilogue and signal can stay its own, and the pair's
+#     next claim can be made while its last K blocks run, so that the peers come free together.
 # Its first measurement is an A/B against this tree held at the power limit, not a short one (short runs hide the
 # clock; round 42's lesson): the kernel under the switch the new form would add (say MOK_CUDA_CLUSTERS=1; it does not
 # exist yet) beside `cuda` in energy_per_layer.py, e.g.
