@@ -141,16 +141,14 @@ def run_megakernel(prep, seconds: float, **kw) -> float:
 
 
 PROBE_K = 7168  # anchor-5's gate/up K, the probe's default
-PROBE_MODES = [("probe box (K 7168)", "box"), ("probe mcastB (K 7168)", "mcastB"),
-               ("probe cpasync (K 7168)", "cpasync"), ("probe noload (K 7168)", "noload")]
+DEFAULT_PROBE_MODES = ("box", "mcastB", "cpasync", "noload")
+PROBE_MODES = [(f"probe {mode} (K {PROBE_K})", mode) for mode in DEFAULT_PROBE_MODES]
 
 
 def probe_modes(modes: list[str] | None, k: int = PROBE_K) -> list[tuple[str, str]]:
-    """(label, mode) of each probe workload: :data:`PROBE_MODES` at the default K, or ``modes`` in the order given
-    (a mode named twice runs twice, so a drifting clock shows) at ``k``, checked against the probe's mode names."""
-    if modes is None and k == PROBE_K:
-        return list(PROBE_MODES)
-    names = modes if modes is not None else [mode for _, mode in PROBE_MODES]
+    """(label, mode) of each probe workload: ``modes`` (default :data:`DEFAULT_PROBE_MODES`) in the order given (a
+    mode named twice runs twice, so a drifting clock shows) at ``k``, checked against the probe's mode names."""
+    names = DEFAULT_PROBE_MODES if modes is None else modes
     known = probe_mode_names()
     unknown = [name for name in names if name not in known]
     if unknown:
