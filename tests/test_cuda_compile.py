@@ -83,7 +83,7 @@ def _forward_kernel_reports(ptxas: str) -> dict[str, str]:
 def test_compiles_for_sm90a_without_spills(kernel_object):
     _, ptxas = kernel_object
     reports = _forward_kernel_reports(ptxas)
-    assert len(reports) == 3, f"expected the simple, pipelined and ping-pong kernels, got {sorted(reports)}"
+    assert len(reports) == 4, f"expected the simple, pipelined, ping-pong and cluster kernels, got {sorted(reports)}"
     for name, text in reports.items():
         assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in text, f"{name}:\n{text}"
         assert re.search(r"Used 168 registers", text), f"{name}: unexpected register count:\n{text}"
@@ -100,9 +100,12 @@ def test_sass_uses_wgmma_and_no_local_memory(kernel_object):
     obj, _ = kernel_object
     functions = {name: body for name, body in _sections(build.disassemble(obj), r"Function : (\S+)").items()
                  if FORWARD_KERNEL in name}
-    assert len(functions) == 3, sorted(functions)
+    assert len(functions) == 4, sorted(functions)
     for name, body in functions.items():
-        ping_pong = "Lb1ELb1E" in name  # <Tiles, kPipelined = true, kDownPingPong = true>
+        ping_pong = "Lb1ELb1E" in name  # <Tiles, kPipelined = true, kDownPingPong = true, kClusters = false>
+        clusters = "Lb1ELb0ELb1E" in name  # <Tiles, true, false, kClusters = true>
+        # The cluster kernel's gate/up halves of B come by multicast (cluster_pairs.cuh); no other kernel multicasts.
+        assert ("UTMALDG.2D.MULTICAST" in body) == clusters, name
         # 4 k16 steps of m64n256k16 (bf16 -> fp32) for the gate/up tile, and 4 more for the down block, except in
         # the ping-pong instantiation, whose down block is 4 k16 steps x two m64n128k16 (one per 64 rows).
         assert body.count("HGMMA.64x256x16.F32.BF16") == (4 if ping_pong else 8), name
@@ -201,6 +204,11 @@ struct Problem {
 
 // Runs one launch's tickets in order, checking every task against the counters of the tickets before it, and
 // adds its pushes to `pushed` [R]. Returns the number of tasks, or -1 on a failure (printed).
+// With clusters (v.pair_units) the tickets come in units (2i, 2i + 1): padding tickets (kTaskIdle) are skipped, the two
+// tasks of a unit must come from one group (the same kind), and `pairs` counts the units that are two row tiles of one
+// gate/up column block (what a cluster runs with one weight load, if the tiles' expert is the same).
+static long long pairs = 0, gate_up_tasks = 0;
+
 static long long run_launch(const Problem& P, const ScheduleView& v, int pushed_expected, std::vector<long long>& pushed) {
   const CounterLayout ctr = CounterLayout::make(P.R, P.tiles_per_rank, v.max_minibatches);
   std::vector<long long> counters(ctr.total, 0);
@@ -212,9 +220,22 @@ static long long run_launch(const Problem& P, const ScheduleView& v, int pushed_
   TaskCursor cursor;
   cursor.start(v);
   long long tickets = 0;
+  Task unit_first{};
   for (int ticket = 0;; ++ticket) {
     const Task t = cursor.decode(v, ticket);
+    if (v.pair_units && ticket % 2 == 0) unit_first = t;
+    if (v.pair_units && ticket % 2 == 1 && unit_first.kind != kTaskIdle && t.kind != kTaskIdle && t.kind != kTaskStop) {
+      if (unit_first.kind != t.kind) return fail("a unit of two tickets straddles two groups", t), -1;
+      if (t.kind == kTaskGateUp && t.rank == unit_first.rank && t.nblock == unit_first.nblock &&
+          t.tile == unit_first.tile + 1)
+        ++pairs;
+    }
     if (t.kind == kTaskStop) break;
+    if (t.kind == kTaskIdle) {
+      if (!v.pair_units || ticket % 2 == 0) return fail("a padding ticket outside a unit's second place", t), -1;
+      continue;
+    }
+    if (t.kind == kTaskGateUp) ++gate_up_tasks;
     ++tickets;
     Dependency deps[2];
     const int n = task_dependencies(v, ctr, t, pushed_expected, deps);
@@ -293,9 +314,10 @@ int main() {
   int overlap = 0;   // 1: overlapped steps (G(s) beside W(s - 1); one step more for the last W)
   int parts = 1;     // D(0)'s dispatch tasks per tile
   int sum_kernel = 0;  // 1: the sums run in a kernel of their own after the launch: no combine tasks
-  if (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d", &P.R, &P.tiles_per_rank, &P.tpm, &P.slots, &P.n_gu,
+  int pair_units = 0;  // 1: clusters (tickets claimed two at a time)
+  if (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &P.R, &P.tiles_per_rank, &P.tpm, &P.slots, &P.n_gu,
             &P.n_down, &P.combine_blocks, &P.slots_per_rank, &P.gather, &one_rank, &early, &overlap, &parts,
-            &sum_kernel) != 14) return 2;
+            &sum_kernel, &pair_units) != 15) return 2;
   const int R = P.R;
   std::vector<int> rank_tiles(R);
   for (int& v : rank_tiles) if (scanf("%d", &v) != 1) return 2;
@@ -319,7 +341,7 @@ int main() {
     const ScheduleView v{R, P.tiles_per_rank, P.tpm, P.slots, max_mb, P.n_gu, P.n_down, P.combine_blocks,
                          steps_of(P, rank_tiles, overlap), rank_tiles.data(), P.gather, -1,
                          early ? P.combine_offsets.data() : nullptr, overlap,
-                         early || sum_kernel ? 0 : R * P.combine_blocks, parts};
+                         early || sum_kernel ? 0 : R * P.combine_blocks, parts, pair_units};
     tickets = run_launch(P, v, pushed_expected, pushed);
     if (tickets < 0) return 1;
   } else {
@@ -328,7 +350,8 @@ int main() {
       std::vector<int> tiles(R, 0);
       tiles[r] = rank_tiles[r];
       const ScheduleView v{R, P.tiles_per_rank, P.tpm, P.slots, max_mb, P.n_gu, P.n_down, 0,
-                           steps_of(P, tiles, overlap), tiles.data(), P.gather, r, nullptr, overlap, 0, parts};
+                           steps_of(P, tiles, overlap), tiles.data(), P.gather, r, nullptr, overlap, 0, parts,
+                           pair_units};
       const long long n = run_launch(P, v, pushed_expected, pushed);
       if (n < 0) return 1;
       tickets += n;
@@ -344,7 +367,7 @@ int main() {
       std::vector<int> none(R, 0);
       std::vector<long long> unused(R, 0);
       const ScheduleView v{R, P.tiles_per_rank, P.tpm, P.slots, max_mb, P.n_gu, P.n_down, P.combine_blocks, 0,
-                           none.data(), P.gather, r, nullptr, overlap, P.combine_blocks};
+                           none.data(), P.gather, r, nullptr, overlap, P.combine_blocks, 1, pair_units};
       const long long n = run_launch(P, v, 0, unused);
       if (n < 0) return 1;
       tickets += n;
@@ -366,7 +389,7 @@ int main() {
       printf("FAIL pushed[%d] = %lld, expected %d\n", s, pushed[s], pushed_expected);
       return 1;
     }
-  printf("OK %lld tickets\n", tickets);
+  printf("OK %lld tickets %lld pairs %lld gate_up\n", tickets, pairs, gate_up_tasks);
   return 0;
 }
 """
@@ -393,7 +416,7 @@ SCHEDULE_CASES = [
 
 
 def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, minibatch_rows, ring_slots, skew, gather,
-                     one_rank=False, early=False, overlap=False, parts=1, sum_kernel=False):
+                     one_rank=False, early=False, overlap=False, parts=1, sum_kernel=False, pair_units=False):
     gen = torch.Generator().manual_seed(tokens + experts + ranks)
     logits = torch.randn(tokens, experts, generator=gen) - skew * torch.arange(experts, dtype=torch.float32)
     _, ids = mok.route(logits, top_k)
@@ -404,7 +427,7 @@ def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, miniba
     lines = [" ".join(str(v) for v in (ranks, sched.capacity // 128, minibatch_rows // 128, ring_slots,
                                        math.ceil(intermediate / 128), math.ceil(hidden / 256),
                                        combine_blocks, tokens // ranks * top_k, int(gather), int(one_rank),
-                                       int(early), int(overlap), parts, int(sum_kernel))),
+                                       int(early), int(overlap), parts, int(sum_kernel), int(pair_units))),
              " ".join(str(t) for t in rank_tiles)]
     for r in range(ranks):
         for m in range(rank_tiles[r]):
@@ -446,6 +469,36 @@ def test_task_order_cannot_deadlock(schedule_simulator, case, dispatch, launches
     assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize("launches", ["emulated", "one-rank", "emulated/sum-kernel"])
+@pytest.mark.parametrize("case", SCHEDULE_CASES, ids=lambda c: "R{}-T{}-K{}-E{}-H{}-I{}-mb{}-slots{}-skew{}".format(*c))
+@needs_nvcc
+def test_task_order_in_cluster_units(schedule_simulator, case, launches):
+    """With clusters (ScheduleView::pair_units) the same order, padded so that the tickets a cluster claims two at a
+    time never straddle two groups: every task once, every dependency met by earlier tickets. And the units of a
+    gate/up group are pairs of row tiles of one column block, but for an odd tile of a step (and the last band's
+    third tile) and a partial last band's tile-major tail: counted against the order's own arithmetic."""
+    sum_kernel = launches == "emulated/sum-kernel"
+    if sum_kernel and case[2] == 1:
+        pytest.skip("top-1 layers fuse the combine: no sums to run")
+    stdin = _simulator_input(*case, False, one_rank=launches == "one-rank", sum_kernel=sum_kernel, parts=3,
+                             pair_units=True)
+    proc = subprocess.run([str(schedule_simulator)], input=stdin, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
+    _, _, _, pairs, _, gate_up, _ = proc.stdout.split()
+    # Expected: per rank and step of t tiles, bands of 4 (2 pairs per column), then a last band of r = t % 4 tiles:
+    # r = 2 or 3 gives one pair per column (a band of 2), r = 1 or the third tile none.
+    gnb = math.ceil(case[5] / 128)
+    tpm = case[6] // 128
+    rank_tiles = [int(t) for t in stdin.splitlines()[1].split()]
+    expected = 0
+    for tiles in rank_tiles:
+        for first in range(0, tiles, tpm):
+            t = min(tpm, tiles - first)
+            expected += (t // 4 * 2 + (1 if t % 4 >= 2 else 0)) * gnb
+    assert int(pairs) == expected, (pairs, expected)
+    assert 2 * int(pairs) <= int(gate_up)
+
+
 # ------------------------------------------------------------------------------------------------------
 # The launch function's checks of (R, E, local_rank, phases), on the host: they run before any CUDA call
 # ------------------------------------------------------------------------------------------------------
@@ -456,15 +509,16 @@ LAUNCH_CHECK_SOURCE = r"""
 // y: 0 none, 1 an aligned stand-in address, 2 a misaligned one; y_rows: 0 none, 1 a stand-in; mxfp8: packed rows of
 // 144 bytes; ping_pong: 0 none, else down_ping_pong in the pipelined variant, 1 without the signal warp, 2 with it, 3
 // without it at I = 512; combine: 0 the combine tasks, 1 the fused top-1 combine, 2 early combine with stand-in
-// orders); prints its return code and message. A combination the
+// orders; clusters: 0 none, else clusters in the pipelined variant in ring mode (1), the simple variant (2), the pipelined
+// variant in gather mode (3), or with overlap_steps (4)); prints its return code and message. A combination the
 // checks accept stops at the null-pointer check (the stand-ins are never dereferenced).
 #include <cstdio>
 #include "mok/launch.cuh"
 int main() {
   int ranks, experts, local_rank, phases, overlap, ring_minibatches, y, y_rows, top_k, mxfp8, ping_pong, sum_kernel,
-      combine;
-  while (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d", &ranks, &experts, &local_rank, &phases, &overlap,
-               &ring_minibatches, &y, &y_rows, &top_k, &mxfp8, &ping_pong, &sum_kernel, &combine) == 13) {
+      combine, clusters;
+  while (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d", &ranks, &experts, &local_rank, &phases, &overlap,
+               &ring_minibatches, &y, &y_rows, &top_k, &mxfp8, &ping_pong, &sum_kernel, &combine, &clusters) == 14) {
     static int stand_in[64];
     mok::sm90::Sm90MoeProblem q;
     q.num_ranks = ranks;
@@ -493,6 +547,12 @@ int main() {
       q.variant = mok::sm90::Sm90Variant::kPipelined;
       q.signal_warp = ping_pong == 2;
       if (ping_pong == 3) q.intermediate = 512;
+    }
+    if (clusters != 0) {
+      q.clusters = true;
+      q.variant = clusters == 2 ? mok::sm90::Sm90Variant::kSimple : mok::sm90::Sm90Variant::kPipelined;
+      q.gather_x = clusters == 3;
+      if (clusters == 4) q.overlap_steps = true;
     }
     char message[512] = "";
     const int rc = mok::sm90::sm90_moe_forward(q, nullptr, message, sizeof(message));
@@ -551,6 +611,15 @@ SUM_KERNEL_CHECK_CASES = {
     (2, 8, -1, 3, 0, 1, 0, 0, 2, 0, 0, 1, 2): "without early combine",            # its sums run inside the steps
     (2, 8, -1, 3, 0, 1, 0, 0, 2, 0, 0, 0, 2): ACCEPTED,       # early combine with the combine tasks
 }
+# clusters: (the above's thirteen, clusters) -> the message
+CLUSTERS_CHECK_CASES = {
+    (2, 8, -1, 3, 0, 2, 0, 0, 2, 0, 0, 0, 0, 1): ACCEPTED,    # pipelined, ring mode, the signal warp
+    (2, 4, 0, 1, 0, 2, 0, 0, 2, 0, 0, 0, 0, 1): ACCEPTED,     # one real rank's expert launch
+    (2, 8, -1, 3, 0, 2, 0, 0, 2, 0, 0, 0, 0, 2): "clusters need the pipelined variant",  # simple: no pair scheduler
+    (2, 8, -1, 3, 0, 2, 0, 0, 2, 0, 0, 0, 0, 3): "clusters need the pipelined variant",  # gather: no signal warp
+    (2, 8, -1, 3, 0, 2, 0, 0, 2, 0, 0, 0, 0, 4): "clusters need the pipelined variant",  # overlap_steps
+    (2, 8, -1, 3, 0, 2, 1, 1, 2, 0, 1, 0, 0, 1): "clusters need the pipelined variant",  # ping-pong, no signal warp
+}
 
 
 @needs_nvcc
@@ -558,10 +627,11 @@ def test_launch_checks_refuse_inconsistent_rank_launches(kernel_object, tmp_path
     obj, _ = kernel_object
     exe = compile_host_program(LAUNCH_CHECK_SOURCE, tmp_path, "launch_checks", str(obj))
     # no y, top-2, bf16, no ping-pong, the combine tasks
-    cases = [(case + (0, 0, 2, 0, 0, 0, 0), want) for case, want in LAUNCH_CHECK_CASES.items()]
-    cases += [(case + (0, 0, 0), want) for case, want in DOWN_TMA_CHECK_CASES.items()]
-    cases += [(case + (0, 0), want) for case, want in PING_PONG_CHECK_CASES.items()]
-    cases += list(SUM_KERNEL_CHECK_CASES.items())
+    cases = [(case + (0, 0, 2, 0, 0, 0, 0, 0), want) for case, want in LAUNCH_CHECK_CASES.items()]
+    cases += [(case + (0, 0, 0, 0), want) for case, want in DOWN_TMA_CHECK_CASES.items()]
+    cases += [(case + (0, 0, 0), want) for case, want in PING_PONG_CHECK_CASES.items()]
+    cases += [(case + (0,), want) for case, want in SUM_KERNEL_CHECK_CASES.items()]
+    cases += list(CLUSTERS_CHECK_CASES.items())
     run = subprocess.run([str(exe)], input="".join(" ".join(map(str, case)) + "\n" for case, _ in cases),
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -123,12 +123,21 @@ def test_task_kinds_and_trace_fields_match_the_backend_and_the_kernel():
     assert task_timeline.KINDS == TASK_KINDS
     kinds = header_enum("workspace.cuh", "TaskKind", "kTask")
     assert kinds.pop(0) == "stop"  # never recorded
+    assert kinds.pop(5) == "idle"  # never recorded (clusters' padding tickets)
     assert kinds == TASK_KINDS
     fields = header_enum("trace.cuh", "TraceField", "kTrace")
     assert fields.pop(len(TRACE_FIELDS)) == "fields"  # the count
     assert tuple(fields[i] for i in sorted(fields)) == TRACE_FIELDS
     # load_trace's column order
     assert TRACE_FIELDS == ("claimed", "ready", "start", "done", "who", "data_in", "mainloop_done")
+
+
+def test_schedule_phases_match_the_kernel():
+    """trace_buffer's bound on clusters' padding tickets counts the task order's groups per step and rank."""
+    from mok.cuda.backend import SCHEDULE_PHASES
+    from mok.cuda.build import INCLUDE_DIR
+    text = (INCLUDE_DIR / "mok" / "scheduler.cuh").read_text()
+    assert int(re.search(r"kNumPhases = (\d+)", text).group(1)) == SCHEDULE_PHASES
 
 
 def test_share_plot_has_one_bar_per_run_and_kind():

@@ -72,6 +72,8 @@ Environment:
   I <= 256): the consumer warpgroups take turns on each down block's column halves (:func:`resolve_down_ping_pong`).
 * ``MOK_CUDA_SUM_KERNEL`` (default ``auto``: with down_tma): the weighted sum of top-k > 1 layers runs as a kernel of
   its own right after the megakernel instead of as its combine tasks (:func:`resolve_sum_kernel`).
+* ``MOK_CUDA_CLUSTERS`` (default off): 2-CTA clusters sharing each gate/up weight tile's load
+  (:func:`resolve_clusters`).
 * ``MOK_CUDA_FIRST_DISPATCH_PARTS`` (default ``auto``): the first minibatch's dispatch in this many tasks per tile
   (ring mode; ``auto`` gives every CTA one), so that more CTAs share the copy every other task waits for
   (:func:`resolve_first_dispatch_parts`).
@@ -371,6 +373,29 @@ def resolve_down_ping_pong(down_ping_pong: bool | None, allowed: bool) -> bool:
     return bool(down_ping_pong)
 
 
+def clusters_allowed(variant: str, dispatch: str, signal_warp: bool, overlap_steps: bool,
+                     down_ping_pong: bool) -> bool:
+    """Whether a launch can run in 2-CTA clusters: the pipelined variant in ring mode with the signal warp (the pair
+    scheduler runs beside the signal thread and feeds the one producer thread of ring mode), without overlapped steps
+    (a pair's two halves are two gate/up tiles of one group) or the ping-pong down task (csrc/sm90_moe_forward.cu
+    refuses anything else)."""
+    return (variant == "pipelined" and dispatch == "ring" and signal_warp and not overlap_steps
+            and not down_ping_pong)
+
+
+def resolve_clusters(clusters: bool | None, allowed: bool) -> bool:
+    """``clusters`` if given (``True`` where :func:`clusters_allowed` says no is an error), else ``MOK_CUDA_CLUSTERS``
+    (default off) where allowed. The kernel then runs in clusters of 2 CTAs, and the pairs of gate/up row tiles of one
+    expert and column block load their weight tile once, each CTA half of it multicast to both
+    (include/mok/cluster_pairs.cuh). Changes no bit (GPU test)."""
+    if clusters is None:
+        return _env_on("MOK_CUDA_CLUSTERS", "0") and allowed
+    if clusters and not allowed:
+        raise ValueError("clusters=True needs the pipelined variant in ring mode with the signal warp, without "
+                         "overlap_steps or down_ping_pong")
+    return bool(clusters)
+
+
 def default_early_combine() -> bool:
     """``MOK_CUDA_EARLY_COMBINE`` (default off): top-k > 1 layers sum each token's K rows as soon as the step
     holding the last of them is done, during later steps' GEMMs, instead of all tokens after the last GEMM
@@ -638,7 +663,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
            skip_padding_half: bool | None = None, trace: torch.Tensor | None = None,
            down_span: int | None = None, overlap_steps: bool | None = None, down_tma: bool | None = None,
            down_ping_pong: bool | None = None, first_dispatch_parts: int | str | None = None,
-           sum_kernel: bool | None = None, extension=None) -> torch.Tensor:
+           sum_kernel: bool | None = None, clusters: bool | None = None, extension=None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -672,6 +697,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     copy that everything else waits for (:func:`resolve_first_dispatch_parts`). Changes no bit.
     ``sum_kernel``: the weighted sum runs as a second kernel right after the megakernel, which then has no combine
     tasks (:func:`resolve_sum_kernel`; default ``MOK_CUDA_SUM_KERNEL``: with down_tma). Changes no bit.
+    ``clusters``: 2-CTA clusters that load each pair of gate/up row tiles' weight tile once (:func:`resolve_clusters`;
+    default ``MOK_CUDA_CLUSTERS``, off). Changes no bit.
     ``extension``: another build of the kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to
     launch instead of the default one, for A/B timing (experiments/ab_kernels.py).
     """
@@ -709,6 +736,9 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     signal_warp = default_signal_warp() if signal_warp is None else bool(signal_warp)
     down_ping_pong = resolve_down_ping_pong(down_ping_pong, down_ping_pong_allowed(
         use_down_tma, variant, signal_warp and variant == "pipelined" and dispatch != "gather", prep.w_gate.shape[1]))
+    clusters = resolve_clusters(clusters, clusters_allowed(
+        variant, dispatch, signal_warp and variant == "pipelined" and dispatch != "gather", overlap_steps,
+        down_ping_pong))
     if use_down_tma:
         if dispatch == "ring" and store_warps and explicit_store_warps:  # (gather mode has neither warp anyway)
             raise ValueError("store_warps=True cannot run with down_tma (the rows leave by TMA: nothing to push)")
@@ -737,7 +767,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         prep.combine_tokens if use_order else _NO_INT_TENSOR, prep.combine_offsets if use_order else _NO_INT_TENSOR,
         default_skip_padding_half() if skip_padding_half is None else bool(skip_padding_half),
         _NO_LONG_TENSOR if trace is None else trace, down_span, overlap_steps, y, y_rows, down_ping_pong,
-        first_dispatch_parts, use_sum_kernel)
+        first_dispatch_parts, use_sum_kernel, clusters)
     return prep.out
 
 
@@ -745,6 +775,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
 # kind); "data_in" and "mainloop_done" only for GEMM tasks (-1 for the others).
 TRACE_FIELDS = ("claimed", "ready", "start", "done", "who", "data_in", "mainloop_done")
 TASK_KINDS = {1: "dispatch", 2: "gate_up", 3: "down", 4: "combine"}  # TaskKind (workspace.cuh)
+SCHEDULE_PHASES = 5  # TaskPhase's kNumPhases (scheduler.cuh): the groups of one step, per rank
 
 
 def trace_buffer(prep: Sm90Launch) -> torch.Tensor:
@@ -752,13 +783,16 @@ def trace_buffer(prep: Sm90Launch) -> torch.Tensor:
     kernel never ran keeps it, and so do a non-GEMM task's mainloop marks). ``tickets`` is the task count of a ring-mode
     launch of these sizes with the first minibatch's dispatch in the most parts, the kernel's own count
     (:func:`mok.cuda.workspace.launch_tickets`; gather mode has fewer tasks: no dispatches, and so has a launch with
-    fewer parts), so it bounds every launch of ``prep``."""
+    fewer parts), plus the padding tickets of a launch in clusters (at most one per group of the order: per step, phase
+    and rank; never recorded), so it bounds every launch of ``prep``."""
     s = prep.schedule
     intermediate, hidden = prep.w_gate.shape[1], prep.w_gate.shape[2]
     combine_blocks = 0 if prep.fuse_top1 else -(-prep.tokens_per_rank // COMBINE_BLOCK_TOKENS)
     tickets = launch_tickets(s.ep_size, s.capacity, hidden, intermediate, True, combine_blocks,
                              first_dispatch_parts=MAX_FIRST_DISPATCH_PARTS,
                              minibatch_tiles=prep.minibatch_rows // BLOCK_M)
+    steps = -(-s.capacity // prep.minibatch_rows) + 1  # (overlapped steps walk one more; never with clusters)
+    tickets += steps * SCHEDULE_PHASES * s.ep_size
     return torch.full((tickets, len(TRACE_FIELDS)), -1, dtype=torch.int64, device=prep.out.device)
 
 

@@ -12,7 +12,8 @@ block) and a ring of one minibatch; it runs with top-k 2 (push-combine and the w
 fused top-1 combine), in both dispatch modes (ring and gather), with the saved gate/up rows of training, with the
 down tiles pushed into the slots or stored by TMA into y and the weighted sum in the combine tasks or the sum kernel
 (both of each), once more in ring mode with precision="mxfp8" (packed MXFP8 token rows, h rounded through MXFP8),
-and once in ring mode recording the task timeline into fewer rows than the launch has tasks, so every code path of
+once in ring mode recording the task timeline into fewer rows than the launch has tasks, and in 2-CTA clusters
+(pipelined, ring mode, both top-k and precisions: 640 tokens on 4 experts, steps of 3 tiles), so every code path of
 the kernel runs at least once. The in-kernel wait bound is raised to 600 s because the sanitizer slows the kernel by orders of magnitude.
 
 ``--bench T,H,I,E,K`` instead times both variants in both dispatch modes at that shape (CUDA events, median of 20
@@ -51,16 +52,20 @@ def make_inputs(tokens, hidden, intermediate, experts, top_k, *, seed=0, skew=0.
 
 
 def check_small(variant: str, top_k: int = 2, dispatch: str = "ring", precision: str = "bf16",
-                overlap_steps: bool = False, down_tma: bool = False, sum_kernel: bool | None = None) -> bool:
+                overlap_steps: bool = False, down_tma: bool = False, sum_kernel: bool | None = None,
+                clusters: bool = False) -> bool:
     # Gather mode at I = 256: its down span (2 blocks of H = 320) reuses the A in the stages (produce_task).
-    problem = make_inputs(200, 320, 256 if dispatch == "gather" else 192, 8, top_k, skew=1.5)
+    # Clusters: experts of about 2.5 tiles and steps of 3 tiles, so that a step has a pair and a tile alone.
+    tokens, experts = (640, 4) if clusters else (200, 8)
+    problem = make_inputs(tokens, 320, 256 if dispatch == "gather" else 192, experts, top_k, skew=1.5)
     # Overlapped steps need a ring of two minibatches (scheduler.cuh).
-    config = MoKConfig(minibatch_rows=128, ring_rows=256 if overlap_steps else 128)
+    config = (MoKConfig(minibatch_rows=384, ring_rows=384) if clusters else
+              MoKConfig(minibatch_rows=128, ring_rows=256 if overlap_steps else 128))
     prep = prepare(*problem, ep_size=2, config=config, poison=True, precision=precision)
     # The saved gate/up rows (training) are written too, so their stores run under the sanitizer.
     saved = saved_gate_up_buffer(prep, poison=True)
     out = launch(prep, variant=variant, timeout_s=600.0, dispatch=dispatch, saved_gate_up=saved,
-                 overlap_steps=overlap_steps, down_tma=down_tma, sum_kernel=sum_kernel)
+                 overlap_steps=overlap_steps, down_tma=down_tma, sum_kernel=sum_kernel, clusters=clusters)
     check_error(prep)
     with torch.no_grad():
         ref = mok.moe(*problem, backend="reference", ep_size=2, config=config)
@@ -68,7 +73,7 @@ def check_small(variant: str, top_k: int = 2, dispatch: str = "ring", precision:
     finite = bool(torch.isfinite(out).all())
     fused = " (fused top-1 combine)" if prep.fuse_top1 else ""
     overlapped = (" overlapped steps" if overlap_steps else "") + (" down_tma" if down_tma else "")
-    overlapped += "" if sum_kernel is None else f" sum_kernel={sum_kernel}"
+    overlapped += ("" if sum_kernel is None else f" sum_kernel={sum_kernel}") + (" clusters" if clusters else "")
     print(f"variant={variant} dispatch={dispatch} top_k={top_k}{fused}{overlapped} precision={precision}: "
           f"relative error vs the bf16 reference {err:.3e}, all finite: {finite}")
     return finite and err < (1e-2 if precision == "bf16" else TOLERANCE["mxfp8"])
@@ -136,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
              + [check_small(v, 2, d, down_tma=True) for v in variants for d in modes]
              # The sum kernel (default with down_tma, above) on the pushed slots, and the combine tasks through y.
              + [check_small(v, 2, d, down_tma=tma, sum_kernel=not tma) for v in variants for d in modes
-                for tma in (False, True)])
+                for tma in (False, True)]
+             # 2-CTA clusters (pipelined, ring mode): the pairs' multicast, the pair scheduler's posts.
+             + [check_small("pipelined", top_k, "ring", precision, clusters=True) for top_k in (2, 1)
+                for precision in ("bf16", "mxfp8") if "pipelined" in variants and "ring" in modes])
     return 0 if ok else 1
 
 

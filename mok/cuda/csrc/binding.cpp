@@ -76,6 +76,8 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //     one (scheduler.cuh, D(0) in parts); changes no bit
 //   sum_kernel: the weighted sum runs as a second kernel after the megakernel (include/mok/weighted_sum.cuh) instead of
 //     as its combine tasks; emulated ranks with combine tasks, no early combine; changes no bit
+//   clusters: 2-CTA clusters in which two gate/up row tiles of one expert load their weight tile once, half by each
+//     CTA (include/mok/cluster_pairs.cuh); the pipelined variant in ring mode with the signal warp; changes no bit
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
@@ -87,7 +89,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
              int64_t phases, bool store_warps, const at::Tensor& combine_tokens,
              const at::Tensor& combine_offsets, bool skip_padding_half, const at::Tensor& trace,
              int64_t down_span, bool overlap_steps, const at::Tensor& y, const at::Tensor& y_rows,
-             bool down_ping_pong, int64_t first_dispatch_parts, bool sum_kernel) {
+             bool down_ping_pong, int64_t first_dispatch_parts, bool sum_kernel, bool clusters) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -215,6 +217,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.down_ping_pong = down_ping_pong;
   q.first_dispatch_parts = static_cast<int>(first_dispatch_parts);
   q.sum_kernel = sum_kernel;
+  q.clusters = clusters;
   q.y = down_tma ? y.data_ptr() : nullptr;
   q.y_rows = down_tma ? y_rows.data_ptr<int32_t>() : nullptr;
   q.trace = tracing ? trace.data_ptr<int64_t>() : nullptr;

@@ -187,6 +187,13 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
                 "and I <= %d (a down block's whole K in the stage ring); got down_tma=%d, pipelined=%d, signal warp=%d, "
                 "I=%d", Tiles::kStages * Tiles::kBlockK, down_tma ? 1 : 0,
                 q.variant == Sm90Variant::kPipelined ? 1 : 0, signal_warp ? 1 : 0, q.intermediate);
+  // Clusters: the pair scheduler runs beside the signal thread and feeds the one producer thread of ring mode; the
+  // multicast needs both halves of a pair in one plain gate/up task order (not mixed with down tasks).
+  if (q.clusters && !(q.variant == Sm90Variant::kPipelined && signal_warp && !q.overlap_steps && !q.down_ping_pong))
+    return fail(message, message_len, "clusters need the pipelined variant in ring mode with the signal warp, without "
+                "overlap_steps or down_ping_pong; got pipelined=%d, gather=%d, signal warp=%d, overlap_steps=%d, "
+                "down_ping_pong=%d", q.variant == Sm90Variant::kPipelined ? 1 : 0, q.gather_x ? 1 : 0,
+                signal_warp ? 1 : 0, q.overlap_steps ? 1 : 0, q.down_ping_pong ? 1 : 0);
   // The sum as a kernel of its own (weighted_sum.cuh) reads every rank's slots (or y) after the megakernel ends.
   if (q.sum_kernel && (one_rank || combine_blocks == 0 || early_combine))
     return fail(message, message_len, "sum_kernel is for emulated ranks with combine tasks (not one real rank's "
@@ -256,6 +263,7 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.skip_padding_half = q.skip_padding_half ? 1 : 0;
   p.local_rank = q.local_rank;
   p.phases = q.phases;
+  p.clusters = q.clusters ? 1 : 0;
   p.src_rank = q.src_rank;
   p.src_slot = q.src_slot;
   p.tile_expert = q.tile_expert;
@@ -298,7 +306,11 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
       cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     return fail(message, message_len, "could not query the current device");
   }
-  const int grid = q.num_ctas > 0 ? q.num_ctas : num_sms;
+  int grid = q.num_ctas > 0 ? q.num_ctas : num_sms;
+  if (q.clusters) {
+    grid -= grid % 2;  // whole clusters of 2
+    if (grid < 2) return fail(message, message_len, "clusters need at least 2 CTAs, got num_ctas=%d", q.num_ctas);
+  }
   // D(0) in parts (scheduler.cuh): by default enough parts per tile that every CTA gets one (the first minibatch
   // counted full: the host does not know the ranks' used tiles, which the kernel reads from the schedule tables).
   if (q.gather_x) {
@@ -317,15 +329,42 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   sm90_moe_reset_kernel<<<reset_blocks, 256, 0, stream>>>(q.counters, p.ctr.total, q.error, kErrorWords);
 
   // The ping-pong down task has its own instantiation: its register split would cost the others (RegisterSplit).
+  // So do clusters: their scheduler and pair loads stay out of the other kernels.
   auto kernel = q.variant != Sm90Variant::kPipelined ? sm90_moe_forward_kernel<Tiles, false, false>
                 : q.down_ping_pong                   ? sm90_moe_forward_kernel<Tiles, true, true>
+                : q.clusters                         ? sm90_moe_forward_kernel<Tiles, true, false, true>
                                                      : sm90_moe_forward_kernel<Tiles, true, false>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)
     return fail(message, message_len, "cudaFuncSetAttribute(max dynamic smem = %d) failed: %s", smem,
                 cudaGetErrorString(err));
-  kernel<<<grid, Tiles::kNumThreads, smem, stream>>>(p);
-  err = cudaGetLastError();
+  if (q.clusters) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(Tiles::kNumThreads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = 2;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    static int max_clusters = -1;  // asked once per process (one device kind; the kernel never changes)
+    if (max_clusters < 0) {
+      err = cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &config);
+      if (err != cudaSuccess) {
+        max_clusters = -1;
+        return fail(message, message_len, "cudaOccupancyMaxActiveClusters failed: %s", cudaGetErrorString(err));
+      }
+    }
+    if (max_clusters < 1) return fail(message, message_len, "no 2-CTA cluster of this kernel fits the device");
+    err = cudaLaunchKernelEx(&config, kernel, p);
+  } else {
+    kernel<<<grid, Tiles::kNumThreads, smem, stream>>>(p);
+    err = cudaGetLastError();
+  }
   if (err != cudaSuccess) return fail(message, message_len, "kernel launch failed: %s", cudaGetErrorString(err));
   if (q.sum_kernel && !(q.ablate & kAblateCombine)) {  // (the timing ablation skips the sum, as it skips the tasks)
     sm90_moe_sum_kernel<<<dim3(ceil_div(q.tokens_per_rank, kSumTokens), q.num_ranks), kSumThreads, 0, stream>>>(p);

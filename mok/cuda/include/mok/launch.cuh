@@ -105,6 +105,10 @@ struct Sm90MoeProblem {
   // The weighted sum as a second kernel right after the megakernel (include/mok/weighted_sum.cuh), which then runs no
   // combine tasks: emulated ranks with combine tasks (not fused top-1), no early combine. Changes no bit.
   bool sum_kernel = false;
+  // 2-CTA clusters (include/mok/cluster_pairs.cuh): two gate/up row tiles of one expert and column block load their
+  // weight tile once, half by each CTA, multicast to both. The pipelined variant in ring mode with the signal warp,
+  // without overlap_steps or down_ping_pong (the launch refuses it otherwise); an even number of CTAs. Changes no bit.
+  bool clusters = false;
 
   Sm90Variant variant = Sm90Variant::kSimple;
   int num_ctas = 0;              // persistent CTAs; 0 = one per SM

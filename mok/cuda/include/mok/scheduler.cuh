@@ -93,8 +93,11 @@ constexpr unsigned kGateUpBandTiles = 4;
 // with bands were not measured yet). The step's last band, if it has fewer tiles, stays tile-major. Measured (round 36, A/B of the kernel alone, bitwise equal):
 // 0.97-0.98x the time at anchor-5 and the deepseek slice, 0.99-1.015x elsewhere; bands of 8: 0.98-0.99x there, 1.03x
 // at anchor-4. One runtime division, as before: the producer thread's registers are few (decode_overlapped).
+// With clusters (`pairs`) the last band's first two tiles, if it has two, run column-major too (a band of 2), so that
+// every pair of tickets (2i, 2i + 1) of a band is two row tiles of one column block: what a cluster's two CTAs run
+// with one load of the weight tile (cluster_pairs.cuh).
 __host__ __device__ inline void gate_up_band_entry(unsigned j, unsigned gnb, unsigned count, unsigned& tile,
-                                                   unsigned& column) {
+                                                   unsigned& column, bool pairs = false) {
   tile = j / gnb;  // tile-major
   column = j - tile * gnb;
   const unsigned band_first = tile / kGateUpBandTiles * kGateUpBandTiles;  // the band's first tile
@@ -102,6 +105,10 @@ __host__ __device__ inline void gate_up_band_entry(unsigned j, unsigned gnb, uns
     const unsigned within = j - band_first * gnb;
     column = within / kGateUpBandTiles;
     tile = band_first + within % kGateUpBandTiles;
+  } else if (pairs && (band_first + 2) * gnb <= count && tile < band_first + 2) {  // clusters: a band of 2
+    const unsigned within = j - band_first * gnb;
+    column = within / 2;
+    tile = band_first + within % 2;
   }
 }
 
@@ -142,6 +149,10 @@ struct ScheduleView {
   int combine_tasks = 0;
   // D(0)'s dispatch tasks per tile (1 = one per tile; at most Sm90Tiles::kMaxFirstDispatchParts).
   int first_dispatch_parts = 1;
+  // Clusters (cluster_pairs.cuh): 1 pads every group to an even number of tickets (kTaskIdle at its end), so that
+  // the tickets a cluster claims two at a time, (2i, 2i + 1), never straddle two groups, and walks the last partial
+  // band of a G group in a band of 2 where it can (gate_up_band_entry). Needs overlap_steps off.
+  int pair_units = 0;
 
   // Dispatch tasks of a tile of minibatch `minibatch`: D(0) in parts, every later one whole.
   __host__ __device__ int dispatch_parts(int minibatch) const { return minibatch == 0 ? first_dispatch_parts : 1; }
@@ -196,8 +207,11 @@ struct TaskCursor {
     count = v.num_steps > 0 ? v.group_size(0, 0, 0) : 0;
   }
 
+  // Tickets of the current group: its tasks, and with clusters one kTaskIdle more if they are odd.
+  __host__ __device__ int span(const ScheduleView& v) const { return v.pair_units ? (count + 1) & ~1 : count; }
+
   __host__ __device__ void advance(const ScheduleView& v) {
-    base += count;
+    base += span(v);
     if (++rank == v.num_ranks) {
       rank = 0;
       if (++phase == kNumPhases) {
@@ -236,13 +250,15 @@ struct TaskCursor {
   }
 
   __host__ __device__ Task decode(const ScheduleView& v, int ticket) {
-    while (step < v.num_steps && ticket >= base + count) advance(v);
+    while (step < v.num_steps && ticket >= base + span(v)) advance(v);
     Task t{};
     t.ticket = ticket;
     t.expert = -1;
     t.nblock = 0;
     const int j = ticket - base;
-    if (step < v.num_steps) {
+    if (step < v.num_steps && j >= count) {  // clusters: the group's padding ticket
+      t.kind = kTaskIdle;
+    } else if (step < v.num_steps) {
       t.rank = rank;
       switch (phase) {
         case kPhaseDispatchFirst:  // step 0: tile j / parts, rows part j % parts of it (t.nblock)
@@ -261,7 +277,7 @@ struct TaskCursor {
           {
             unsigned tile, column;
             gate_up_band_entry(static_cast<unsigned>(j), static_cast<unsigned>(v.gate_up_nblocks),
-                               static_cast<unsigned>(count), tile, column);
+                               static_cast<unsigned>(count), tile, column, v.pair_units != 0);
             t.tile = step * v.tiles_per_minibatch + static_cast<int>(tile);
             t.nblock = static_cast<int>(column);
           }

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 
+#include "cluster_pairs.cuh"
 #include "combine.cuh"
 #include "dispatch.cuh"
 #include "gemm_mainloop.cuh"
@@ -35,82 +36,12 @@
 #include "store_warps.cuh"
 #include "swiglu_epilogue.cuh"
 #include "sync.cuh"
+#include "task_admission.cuh"
 #include "tma.cuh"
 #include "trace.cuh"
 #include "workspace.cuh"
 
 namespace mok::sm90 {
-
-__device__ __forceinline__ bool is_gemm_task(const Task& t) {
-  return t.kind == kTaskGateUp || t.kind == kTaskDown;
-}
-
-// Whether a task's writes are read by TMA (the async proxy) later in the launch: ring x rows (dispatch) and ring h
-// rows (gate/up). Pushes, sums and saved rows are read with generic loads or after the launch, so they need no
-// proxy fence. (Since round 20 bf16 h leaves by TMA store, so only MXFP8's gate/up rows need it; round 21 timed the
-// narrower rule at 0.994-1.001x the kernel time, so the fence stays for bf16 too: mok/cuda/ROUNDS.md, "Round 21".)
-__device__ __forceinline__ bool writes_feed_tma(const Task& t) {
-  return t.kind == kTaskDispatch || t.kind == kTaskGateUp;
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Task admission (one thread): ticket -> task -> dependencies satisfied (or kTaskStop on error/end).
-// ---------------------------------------------------------------------------------------------------------
-template <class Tiles>
-__device__ __forceinline__ Task claim_task(const Sm90MoeParams& p, const ScheduleView& v, TaskCursor& cursor) {
-  const int ticket = atomic_add_relaxed_gpu(p.counters + p.ctr.ticket, 1);
-  Task t = cursor.decode(v, ticket);
-  if (t.kind == kTaskStop) return t;
-  trace_claim(p, t);
-  if (error_raised(p)) {
-    t.kind = kTaskStop;
-    return t;
-  }
-  if (is_gemm_task(t)) {
-    const int local = p.tile_expert[static_cast<long long>(t.rank) * p.tiles_per_rank + t.tile];
-    if (local < 0 || local >= p.num_local_experts) {
-      record_error(p, kErrBadSchedule, kCtrNone, t.rank, t.tile, local, p.num_local_experts, ticket);
-      t.kind = kTaskStop;
-      return t;
-    }
-    t.expert = own_slot(p, t.rank) * p.num_local_experts + local;
-  }
-  // A combine-only launch (one real rank, after a barrier behind every GPU's expert launch) waits for nothing:
-  // the pushes came from other launches, on other GPUs, which this launch's counters never saw.
-  const int pushed_expected = (p.phases & kPhaseExperts) ? p.tokens_per_rank * p.top_k * p.down_nblocks : 0;
-  // An early-combine block waits in the consumers instead (wait_combine_ready), and an ablated one not at all.
-  const bool waits_here = !(t.kind == kTaskCombine && (t.minibatch >= 0 || (p.ablate & kAblateCombine)));
-  Dependency deps[2];
-  const int n = waits_here ? task_dependencies(v, p.ctr, t, pushed_expected, deps) : 0;
-  // NOTE: unrolled with a guard so that `deps` is indexed by constants and stays in registers.
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    if (i >= n) break;
-    if (!wait_counter_geq(p, p.counters + deps[i].offset, deps[i].expected, deps[i].counter_id, deps[i].rank,
-                          deps[i].index, ticket)) {
-      t.kind = kTaskStop;
-      return t;
-    }
-  }
-  trace_mark(p, ticket, kTraceReady);
-  // The data behind these counters is read next by TMA (async proxy) or, after a CTA-scope hand-off, by
-  // generic loads of the other threads.
-  fence_proxy_async_global();
-  return t;
-}
-
-// Task::padding_half of a claimed GEMM task. A segment's padding rows trail its real rows, so row 64 being padding
-// means rows 64..127 all are: the second consumer warpgroup's wgmma would multiply zeros.
-// The pipelined producer sets it just before it queues the task (the simple variant never skips).
-// NOTE: not in claim_task: a value live across the producer's waits spills (56 registers); the queue's other task
-// hides the load's latency from the consumers.
-template <class Tiles>
-__device__ __forceinline__ void mark_padding_half(const Sm90MoeParams& p, Task& t) {
-  static_assert(Tiles::kBlockM == 128 && Tiles::kNumConsumerWG == 2, "one half of the tile per consumer warpgroup");
-  if (!p.skip_padding_half || !is_gemm_task(t)) return;
-  const long long upper_row = table_row0<Tiles>(p, t) + 64;
-  t.padding_half = p.src_rank[upper_row] < 0 ? 1 : 0;
-}
 
 // After every thread of the task published its writes and met at a barrier, and this thread ran
 // release_task_writes(): bump the task's counters.
@@ -178,9 +109,14 @@ __device__ __forceinline__ int down_block(const Sm90MoeParams& p, const Task& t,
 // stage (first + c * kStages + k) % kStages, the stage that already holds A's K block k from the task's first
 // block, and nothing else writes a stage's A in between. So blocks after the first load B alone: 128 of 192 KB,
 // the A re-reads from L2 gone (mok/cuda/ROUNDS.md, round 17).
-template <class Tiles>
+// With clusters, one half of a pair of gate/up tiles loads its A and half of B for both CTAs (cluster_pairs.cuh).
+template <class Tiles, bool kClusters = false>
 __device__ __forceinline__ void produce_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s, PipeState<Tiles>& pipe,
                                              const ScheduleView& v, const Task& t, int producer_thread) {
+  if (kClusters && is_pair_half(t)) {
+    produce_pair_half<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t, t.nblock), t);
+    return;
+  }
   if (t.kind != kTaskDown) {
     produce_tile<Tiles>(p, s, pipe, tile_load<Tiles>(p, v, t, t.nblock), t, producer_thread);
     return;
@@ -409,12 +345,15 @@ __device__ __forceinline__ void signal_finished_tasks(const Sm90MoeParams& p, Sh
 }
 
 // Thread 0 claims tasks; in gather mode the other 127 producer threads follow it through a producer-only
-// barrier (they read the task thread 0 queued) and copy A rows with it.
-template <class Tiles>
+// barrier (they read the task thread 0 queued) and copy A rows with it. With clusters (kClusters: ring mode, signal
+// warp) thread 0 takes its tasks from the pair scheduler instead, which runs in thread 33 of the cluster's CTA 0
+// (cluster_pairs.cuh).
+template <class Tiles, bool kClusters>
 __device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const ScheduleView& v) {
   const bool leader = threadIdx.x == 0;
   if (!leader && !p.gather_x) {  // ring mode: one thread drives the whole role; one more may signal
     const int warp = threadIdx.x / 32;
+    if (kClusters && threadIdx.x == kPairSchedulerThread && cluster_cta_rank() == 0) run_pair_scheduler<Tiles>(p, s, v);
     if (p.signal_warp && threadIdx.x == kSignalThread) signal_finished_tasks<Tiles>(p, s, v);
     if (p.store_warps && warp >= kFirstStoreWarp && warp < kFirstStoreWarp + Tiles::kNumConsumerWG) {
       run_store_warp<Tiles>(p, s, v, warp - kFirstStoreWarp);
@@ -425,12 +364,17 @@ __device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, Share
   cursor.start(v);
   PipeState<Tiles> pipe;
   uint32_t slot = 0, parity = 0;
+  uint32_t inbox_slot = 0, inbox_parity = 0;  // clusters only
   while (true) {
     Task t{};
     if (leader) {
       // NOTE: every load of every task already queued was issued before this claim may block on a
       // dependency, so the consumers can always finish the tasks this wait might depend on.
-      t = claim_task<Tiles>(p, v, cursor);
+      if constexpr (kClusters) {
+        t = take_posted_task<Tiles>(p, s, v, inbox_slot, inbox_parity);
+      } else {
+        t = claim_task<Tiles>(p, v, cursor);
+      }
       mbar_wait(p, &s.task_empty[slot], parity ^ 1u, kCtrMbarTaskEmpty, static_cast<int>(slot));
       mark_padding_half<Tiles>(p, t);
       s.tasks[slot] = t;
@@ -443,7 +387,7 @@ __device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, Share
       t = s.tasks[slot];
     }
     if (t.kind == kTaskStop) break;
-    if (is_gemm_task(t)) produce_task<Tiles>(p, s, pipe, v, t, static_cast<int>(threadIdx.x));
+    if (is_gemm_task(t)) produce_task<Tiles, kClusters>(p, s, pipe, v, t, static_cast<int>(threadIdx.x));
     if (++slot == Tiles::kTaskQueue) {
       slot = 0;
       parity ^= 1u;
@@ -451,7 +395,7 @@ __device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, Share
   }
 }
 
-template <class Tiles, bool kDownPingPong>
+template <class Tiles, bool kDownPingPong, bool kClusters>
 __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const ScheduleView& v,
                                                    int consumer_wg) {
   constexpr int kConsumerThreads = 128 * Tiles::kNumConsumerWG;
@@ -474,6 +418,9 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
     // slot can carry a new task (the signal warp frees the slot itself; consumer thread 0 signals before it
     // reaches the barrier at the end of the next task).
     int* push_count = s.push_count[task_slot];
+    // Clusters: the stages a pair's half passes unused, to start where its partner does (Task::cluster). (Here, not
+    // in task_mainloop: a value more in the consumers' task code spills in the kernels without clusters.)
+    if constexpr (kClusters) pass_stages<Tiles>(p, s, pipe, stages_to_pass(t));
     run_consumer_task<Tiles, true, kDownPingPong>(p, s, v, t, pipe, consumer_wg, consumer_thread, push_count,
                                                   handoff, combine_steps_done);
     if (writes_feed_tma(t)) publish_writes();
@@ -492,12 +439,14 @@ __device__ __forceinline__ void pipelined_consumer(const Sm90MoeParams& p, Share
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// The kernel. Three instantiations (csrc/sm90_moe_forward.cu picks one per launch): simple; pipelined; pipelined
-// with the ping-pong down task (kDownPingPong), which alone needs the 64/216 register split (RegisterSplit).
+// The kernel. Four instantiations (csrc/sm90_moe_forward.cu picks one per launch): simple; pipelined; pipelined
+// with the ping-pong down task (kDownPingPong), which alone needs the 64/216 register split (RegisterSplit);
+// pipelined in 2-CTA clusters (kClusters, cluster_pairs.cuh; launched with a cluster dimension of 2).
 // ---------------------------------------------------------------------------------------------------------
-template <class Tiles, bool kPipelined, bool kDownPingPong>
+template <class Tiles, bool kPipelined, bool kDownPingPong, bool kClusters = false>
 __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
     sm90_moe_forward_kernel(const __grid_constant__ Sm90MoeParams params) {
+  static_assert(!kClusters || (kPipelined && !kDownPingPong), "clusters run the pipelined variant's plain down task");
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const Sm90MoeParams& p = params;
   extern __shared__ uint8_t smem_raw[];
@@ -528,6 +477,14 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
       mbar_init(&s.staged[w], 4);   // the warpgroup's four warps, each after its own stmatrix
       mbar_init(&s.drained[w], 1);  // the store warp's lane 0
     }
+    if constexpr (kClusters) {
+      for (int i = 0; i < Tiles::kClusterInbox; ++i) {
+        mbar_init(&s.inbox_full[i], 1);  // the scheduler's post
+        for (int c = 0; c < 2; ++c) mbar_init(&s.inbox_empty[c][i], 1);  // CTA c's producer read the slot
+      }
+      for (int i = 0; i < Tiles::kStages; ++i) mbar_init(&s.peer_free[i], 1);  // the partner's producer
+      s.peer_parity = 0;
+    }
     fence_mbarrier_init();
     tma_prefetch_descriptor(&p.tmap_ring_x);
     tma_prefetch_descriptor(&p.tmap_ring_h);
@@ -552,6 +509,8 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
     s.rank_tiles[r] = tiles;
   }
   __syncthreads();
+  // Both CTAs' barriers are initialised before either reaches into the other.
+  if constexpr (kClusters) cluster_sync_all();
   if (threadIdx.x == 0) {
     int steps = 0;
     for (int r = 0; r < p.num_ranks; ++r) {
@@ -581,24 +540,27 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
   v.overlap_steps = p.overlap_steps;
   v.combine_tasks = p.combine_tasks;
   v.first_dispatch_parts = p.first_dispatch_parts;
+  v.pair_units = kClusters ? 1 : 0;
 
   // Roles. NOTE: setmaxnreg needs each warpgroup's role to be one branch of a single if/else.
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     setmaxnreg_dec<RegisterSplit<kDownPingPong>::kProducer>();
     if constexpr (kPipelined) {
-      pipelined_producer<Tiles>(p, s, v);
+      pipelined_producer<Tiles, kClusters>(p, s, v);
     } else {
       simple_producer<Tiles>(p, s, v);
     }
   } else {
     setmaxnreg_inc<RegisterSplit<kDownPingPong>::kConsumer>();
     if constexpr (kPipelined) {
-      pipelined_consumer<Tiles, kDownPingPong>(p, s, v, warpgroup - 1);
+      pipelined_consumer<Tiles, kDownPingPong, kClusters>(p, s, v, warpgroup - 1);
     } else {
       simple_consumer<Tiles>(p, s, v, warpgroup - 1);
     }
   }
+  // Neither CTA leaves while the other may still arrive on its barriers or multicast into its stages.
+  if constexpr (kClusters) cluster_sync_all();
 #endif
 }
 

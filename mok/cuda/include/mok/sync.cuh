@@ -219,11 +219,28 @@ __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
   return done != 0;
 }
 
+// The same with acquire at cluster scope: for phases completed by another CTA's release.cluster arrival (clusters).
+__device__ __forceinline__ bool mbar_try_wait_cluster(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// kClusterScope: acquire at cluster scope (mbar_try_wait_cluster).
+template <bool kClusterScope = false>
 __device__ __forceinline__ bool mbar_wait_slow(const Sm90MoeParams& p, uint64_t* bar, uint32_t parity,
                                             int counter_id, int index) {
   const uint64_t start = globaltimer_ns();
   for (uint32_t spin = 0;; ++spin) {
-    if (mbar_try_wait(bar, parity)) return true;
+    if (kClusterScope ? mbar_try_wait_cluster(bar, parity) : mbar_try_wait(bar, parity)) return true;
     if ((spin & 63) == 63) {
       if (error_raised(p)) return false;
       if (globaltimer_ns() - start > p.timeout_ns) {
@@ -240,6 +257,68 @@ __device__ __forceinline__ bool mbar_wait(const Sm90MoeParams& p, uint64_t* bar,
                                           int index) {
   if (mbar_try_wait(bar, parity)) return true;
   return mbar_wait_slow(p, bar, parity, counter_id, index);
+}
+
+// mbar_wait with acquire at cluster scope.
+__device__ __forceinline__ bool mbar_wait_cluster(const Sm90MoeParams& p, uint64_t* bar, uint32_t parity,
+                                                  int counter_id, int index) {
+  return mbar_wait_slow<true>(p, bar, parity, counter_id, index);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Clusters of CTAs (2-CTA pairs: cluster_pairs.cuh). Another CTA's shared memory is reached through a
+// shared::cluster address (mapa: the same offset in that CTA).
+// ---------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t cluster_cta_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+
+// The shared::cluster address of `local` (an object in this CTA's shared memory) in CTA `cta` of the cluster.
+__device__ __forceinline__ uint32_t cluster_map_shared(const void* local, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(local)), "r"(cta));
+  return remote;
+}
+
+// An arrival on an mbarrier of any CTA of the cluster, with the instruction's default semantics (release at CTA
+// scope). Enough where it only says "my stage is free" and the data that follows is the arriving side's reads, done
+// before (CUTLASS's cluster barrier arrives this way; the .release.cluster form cost round 13's probe 1.8x).
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+
+// An arrival that publishes this thread's earlier shared::cluster writes (a posted task) or orders its earlier reads
+// (an inbox slot read) at cluster scope; the waiter acquires at cluster scope (mbar_wait_cluster).
+__device__ __forceinline__ void mbar_arrive_release_cluster(uint32_t cluster_bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_cluster(uint32_t cluster_addr, int value) {
+  asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(cluster_addr), "r"(value) : "memory");
+}
+
+// Non-blocking: whether the phase of the given parity completed (acquire at cluster scope).
+__device__ __forceinline__ bool mbar_test_wait_cluster(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.test_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// Every thread of both CTAs: the barriers are initialised before any CTA reaches into another (at the start), and
+// no CTA exits while the other may still arrive on its barriers or write its shared memory (at the end). Threads
+// that exited count as arrived.
+__device__ __forceinline__ void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -309,7 +388,8 @@ struct TaskQueueCursor {
     t.expert = __shfl_sync(0xFFFFFFFFu, t.expert, 0);
     t.ticket = __shfl_sync(0xFFFFFFFFu, t.ticket, 0);
     t.padding_half = __shfl_sync(0xFFFFFFFFu, t.padding_half, 0);
-    static_assert(sizeof(Task) == 8 * sizeof(int), "take() shuffles every field of Task");
+    t.cluster = __shfl_sync(0xFFFFFFFFu, t.cluster, 0);
+    static_assert(sizeof(Task) == 9 * sizeof(int), "take() shuffles every field of Task");
     task_slot = slot;
     if (lane0) mbar_arrive(&s.task_empty[slot]);
     if (++slot == kSlots) {

@@ -27,6 +27,18 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
+// tma_load_2d into every CTA of the cluster in `cta_mask`: the box lands at the same shared-memory offset in each, and
+// completes on the mbarrier at `bar`'s offset in each.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int col,
+                                                      int row, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;"
+      ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(col), "r"(row),
+        "h"(cta_mask)
+      : "memory");
+}
+
 // Store the box whose first element is (inner = col, outer = row) from `src` (1024-byte aligned, in the map's
 // swizzle) to global memory; out-of-bounds elements are not written. Completes asynchronously, in a bulk group.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int col, int row) {

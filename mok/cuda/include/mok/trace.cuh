@@ -57,12 +57,19 @@ __device__ __forceinline__ void trace_first_kblock(const Sm90MoeParams& p, Share
   trace_mark(p, ticket, kTraceDataIn);
 }
 
-// The claim, and which CTA runs which kind of task.
+// Which CTA runs which kind of task: this one.
+__device__ __forceinline__ void trace_who(const Sm90MoeParams& p, const Task& t) {
+  if (!traced(p, t.ticket)) return;
+  p.trace[static_cast<long long>(t.ticket) * kTraceFields + kTraceWho] =
+      (static_cast<long long>(blockIdx.x) << 8) | t.kind;
+}
+
+// The claim, and which CTA runs which kind of task (with clusters the pair scheduler claims for both CTAs, and the
+// producer that takes the task marks it again: cluster_pairs.cuh).
 __device__ __forceinline__ void trace_claim(const Sm90MoeParams& p, const Task& t) {
   if (!traced(p, t.ticket)) return;
-  long long* row = p.trace + static_cast<long long>(t.ticket) * kTraceFields;
-  row[kTraceClaimed] = static_cast<long long>(globaltimer_ns());
-  row[kTraceWho] = (static_cast<long long>(blockIdx.x) << 8) | t.kind;
+  p.trace[static_cast<long long>(t.ticket) * kTraceFields + kTraceClaimed] = static_cast<long long>(globaltimer_ns());
+  trace_who(p, t);
 }
 
 }  // namespace mok::sm90

@@ -28,6 +28,8 @@ struct Sm90Tiles {
   static constexpr int kTaskQueue = 2;       // pipelined variant: tasks the producer may run ahead
   static constexpr int kMaxRanks = 64;       // emulated ranks one launch can hold (smem arrays)
   static constexpr int kMaxFirstDispatchParts = 8;  // D(0)'s tiles split into at most 8 tasks (16 rows each)
+  static constexpr int kClusterInbox = 1;    // clusters: tasks the pair scheduler posts ahead to each CTA (its task
+                                             // queue holds kTaskQueue more: about the lookahead of a CTA alone)
 
   static constexpr int kStageBytesA = kBlockM * kBlockK * 2;  // 16 KB
   static constexpr int kStageBytesB = kBlockN * kBlockK * 2;  // 32 KB
@@ -138,6 +140,9 @@ enum CounterId : int {
   kCtrMbarDrained = 12,   // store warps: the staged rows were read, the staging is free again
   kCtrMbarStoresDone = 13,  // store warps: a down task's rows are all stored (the signal warp waits)
   kCtrDownStepDone = 14,    // early combine: every rank's down tasks of a step finished
+  kCtrMbarInboxFull = 15,   // clusters: the pair scheduler -> a CTA's producer (a task posted)
+  kCtrMbarInboxEmpty = 16,  // clusters: a CTA's producer -> the pair scheduler (an inbox slot read)
+  kCtrMbarPeerFree = 17,    // clusters: the partner CTA's stage is free for this CTA's half of B
 };
 
 // Timing ablations (Sm90MoeParams::ablate, a bitmask; experiments/cuda_breakdown.py). Each one removes a piece
@@ -230,6 +235,9 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
   int x_row_bytes;           // bytes from one token row to the next in x_ptrs' buffers (bf16: 2H)
   int local_rank;            // -1: every rank emulated here; r >= 0: this launch is real rank r (launch.cuh)
   int phases;                // RankPhases bitmask: which of the expert tasks and the combine tasks run
+  int clusters;              // 1: 2-CTA clusters; the pairs of gate/up row tiles that share a weight tile load it
+                             //    once, half by each CTA, multicast to both (cluster_pairs.cuh; the launch runs the
+                             //    kClusters instantiation exactly when it is 1)
 
   // Schedule tables (mok.schedule.Schedule), int32, row-major per rank.
   const int* src_rank;         // [R, capacity]   source rank of each row; -1 on padding
@@ -285,7 +293,9 @@ __host__ __device__ inline int own_slot(const Sm90MoeParams& p, int rank) { retu
 // ---------------------------------------------------------------------------------------------------------
 // One task, as claimed from the ticket counter (see scheduler.cuh for the order).
 // ---------------------------------------------------------------------------------------------------------
-enum TaskKind : int { kTaskStop = 0, kTaskDispatch = 1, kTaskGateUp = 2, kTaskDown = 3, kTaskCombine = 4 };
+// kTaskIdle: a ticket that pads a group of the task order to an even size with clusters (scheduler.cuh,
+// ScheduleView::pair_units); no CTA runs it.
+enum TaskKind : int { kTaskStop = 0, kTaskDispatch = 1, kTaskGateUp = 2, kTaskDown = 3, kTaskCombine = 4, kTaskIdle = 5 };
 
 struct Task {
   int kind;       // TaskKind
@@ -301,7 +311,14 @@ struct Task {
   // GEMM tasks: 1 if rows 64..127 of the tile are all padding (its expert's rows end in the first half), so
   // consumer warpgroup 1 has nothing to multiply (set by the pipelined producer when p.skip_padding_half; else 0).
   int padding_half;
+  // Clusters only (cluster_pairs.cuh; else 0): bit 0, the task is one half of a pair, whose CTAs each load half of
+  // the weight tile for both; bits 1-2, stages this CTA passes unused before the task, so that both halves of a pair
+  // start at the same stage of their rings (a multicast lands at the same offset in both CTAs).
+  int cluster;
 };
+
+__host__ __device__ inline bool is_pair_half(const Task& t) { return (t.cluster & 1) != 0; }
+__host__ __device__ inline int stages_to_pass(const Task& t) { return t.cluster >> 1; }
 
 // The schedule-table row (index into src_rank / src_slot) of row 0 of task t's tile (dispatch, gate/up, down).
 template <class Tiles>
@@ -334,7 +351,20 @@ struct alignas(1024) SharedStorage {
   // Rows pushed to each source rank by the down task in task-queue slot i (the simple variant uses entry 0).
   int push_count[Tiles::kTaskQueue][Tiles::kMaxRanks];
   int num_steps;                          // max over ranks of the number of minibatches
-  const char* gather_src[Tiles::kBlockM];  // gather mode: source row of each row of the tile being loaded
+  // Gather mode and clusters never run together (the launch checks), so their tables share these bytes: the struct
+  // rounds up to whole KB (alignas), and a separate cluster table would cost a KB the stages do not leave.
+  union {
+    const char* gather_src[Tiles::kBlockM];  // gather mode: source row of each row of the tile being loaded
+    // Clusters (cluster_pairs.cuh). Every CTA: the tasks the pair scheduler posted to it, and the barriers its
+    // producer waits on. The cluster's CTA 0 also: which inbox slots each CTA's producer has read.
+    struct {
+      Task inbox[Tiles::kClusterInbox];
+      uint64_t inbox_full[Tiles::kClusterInbox];      // a task posted (release at cluster scope by the scheduler)
+      uint64_t inbox_empty[2][Tiles::kClusterInbox];  // CTA 0 only: CTA c's producer read the slot
+      uint64_t peer_free[Tiles::kStages];             // the partner's stage is free for this CTA's half of B
+      uint32_t peer_parity;                           // producer: bit i, the parity of peer_free[i]'s next phase
+    };
+  };
 };
 
 template <class Tiles>
