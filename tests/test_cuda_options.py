@@ -31,7 +31,7 @@ def test_default_variant_is_pipelined_unless_overridden(monkeypatch):
 # The binding's last positional arguments, in order (csrc/binding.cpp, forward): a new trailing argument is added
 # here once instead of shifting every test's index.
 FORWARD_TAIL = ("store_warps", "combine_tokens", "combine_offsets", "skip_padding_half", "trace", "down_span",
-                "overlap_steps", "y", "y_rows", "down_ping_pong", "first_dispatch_parts", "sum_kernel")
+                "overlap_steps", "y", "y_rows", "down_ping_pong", "first_dispatch_parts", "sum_kernel", "clusters")
 # ... and its first ones.
 FORWARD_HEAD = ("src_rank", "src_slot", "tile_expert", "segment_offsets", "x_ptrs", "weight_ptrs", "combine_ptrs",
                 "out_ptrs")
@@ -149,10 +149,12 @@ def test_trace_reaches_the_launch_before_the_down_span():
     launch(prep, extension=ext, trace=trace)
     assert ext.arg("trace") is trace
     # 2 ranks x (capacity / 128) tiles x (1 dispatch + 3 gate/up + 2 down column blocks) + 2 x 8 combine blocks, and
-    # up to 7 more dispatch tasks per tile of each rank's first minibatch (D(0) in at most 8 parts)
+    # up to 7 more dispatch tasks per tile of each rank's first minibatch (D(0) in at most 8 parts), and with clusters
+    # up to one padding ticket per group of the order (5 per step and rank; one step more than the minibatches)
     tiles = prep.schedule.capacity // 128
     first = min(tiles, prep.minibatch_rows // 128)
-    assert trace.shape == (2 * tiles * 6 + 2 * 7 * first + 2 * 8, len(TRACE_FIELDS))
+    steps = -(-prep.schedule.capacity // prep.minibatch_rows) + 1
+    assert trace.shape == (2 * tiles * 6 + 2 * 7 * first + 2 * 8 + 2 * 5 * steps, len(TRACE_FIELDS))
     assert bool((trace == -1).all())
 
 
@@ -284,6 +286,40 @@ def test_down_ping_pong_reaches_the_launch_where_it_can_run(monkeypatch):
     assert passed(prep, **gather) is False and passed(prep, down_ping_pong=True, **gather) is True
     assert down_ping_pong_allowed(True, "pipelined", False, 256) and not down_ping_pong_allowed(True, "pipelined",
                                                                                                False, 320)
+
+
+def test_clusters_reach_the_launch_where_they_can_run(monkeypatch):
+    """launch() passes clusters: off by default, on with MOK_CUDA_CLUSTERS=1 where clusters_allowed says so (the
+    pipelined variant in ring mode with the signal warp, without overlap_steps or the ping-pong down task) and off
+    elsewhere; clusters=True where they cannot run is a ValueError."""
+    from mok.config import MoKConfig
+    from mok.cuda.backend import clusters_allowed
+
+    def passed(prep, **kw):
+        value = launched(prep, "clusters", **kw)
+        assert isinstance(value, bool)
+        return value
+
+    prep = small_launch(seed=11, tokens=256, hidden=256, inter=512, experts=8)
+    two = small_launch(seed=11, tokens=256, hidden=256, inter=512, experts=8,
+                       config=MoKConfig(minibatch_rows=128, ring_rows=256))
+    for name in ("MOK_CUDA_CLUSTERS", "MOK_CUDA_SIGNAL_WARP", "MOK_CUDA_VARIANT", "MOK_CUDA_OVERLAP_STEPS",
+                 "MOK_CUDA_DOWN_PING_PONG", "MOK_CUDA_DOWN_TMA"):
+        monkeypatch.delenv(name, raising=False)
+    ring = {"variant": "pipelined", "dispatch": "ring"}
+    assert passed(prep, **ring) is False and passed(prep, clusters=True, **ring) is True
+    monkeypatch.setenv("MOK_CUDA_CLUSTERS", "1")
+    assert passed(prep, **ring) is True and passed(prep, clusters=False, **ring) is False
+    for elsewhere in ({"variant": "simple", "dispatch": "ring"}, {"variant": "pipelined", "dispatch": "gather"},
+                      {**ring, "signal_warp": False}):
+        assert passed(prep, **elsewhere) is False, elsewhere
+        with pytest.raises(ValueError, match="clusters=True"):
+            passed(prep, clusters=True, **elsewhere)
+    assert passed(two, overlap_steps=True, **ring) is False
+    with pytest.raises(ValueError, match="clusters=True"):
+        passed(two, overlap_steps=True, clusters=True, **ring)
+    assert clusters_allowed("pipelined", "ring", True, False, False)
+    assert not clusters_allowed("pipelined", "ring", True, False, True)  # the ping-pong down task
 
 
 def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):

@@ -26,7 +26,9 @@ COUNTER_NAMES = {0: "-", 1: "dispatch_done[rank][tile]", 2: "gate_up_tile_done[r
                  8: "task queue full mbarrier", 9: "task queue empty mbarrier",
                  10: "task done mbarrier (signal warp)", 11: "staged rows mbarrier (store warps)",
                  12: "drained staging mbarrier (store warps)", 13: "stores done mbarrier (store warps)",
-                 14: "down_step_done[step] (early combine)"}
+                 14: "down_step_done[step] (early combine)", 15: "inbox full mbarrier (clusters: a posted task)",
+                 16: "inbox empty mbarrier (clusters: the pair scheduler waits for a slot)",
+                 17: "peer free mbarrier (clusters: the partner's stage for this CTA's half of B)"}
 
 
 class Sm90KernelError(RuntimeError):

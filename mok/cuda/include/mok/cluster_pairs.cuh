@@ -4,7 +4,7 @@
 // a gate/up stage's bytes (mok/cuda/ROUNDS.md: in the bare mainloop held at the power limit, 5.5-6.5% more TFLOP/s at
 // the gate/up GEMM's K, through a higher clock at the same power; round 42).
 //
-// Who runs what. One thread of the cluster's first CTA, the pair scheduler (warp 1, lane 1: beside the signal thread),
+// Who runs what. One thread of the cluster's first CTA, the pair scheduler (an idle producer thread: pair_scheduler_thread),
 // claims tickets two at a time, (2i, 2i + 1), from the launch's ticket counter, and decodes both (task_admission.cuh).
 // The task order pads every group to an even number of tickets (ScheduleView::pair_units), so such a unit never
 // straddles two groups, and in a G group it is two row tiles of one column block (gate_up_band_entry). If the two
@@ -40,7 +40,13 @@
 
 namespace mok::sm90 {
 
-constexpr int kPairSchedulerThread = 33;  // warp 1 (the signal warp, whose lane 0 signals), lane 1
+// The pair scheduler's thread: lane 0 of producer warp 2 when the store warps are off (down_tma: the warp is idle), else
+// lane 1 of warp 1, beside the signal thread (lane 0), whose waits then share the warp's issue with it.
+constexpr int kPairSchedulerThreadAlone = 64;
+constexpr int kPairSchedulerThreadBesideSignal = 33;
+__device__ __forceinline__ int pair_scheduler_thread(const Sm90MoeParams& p) {
+  return p.store_warps ? kPairSchedulerThreadBesideSignal : kPairSchedulerThreadAlone;
+}
 constexpr uint16_t kBothCtas = 0x3;       // multicast mask: CTAs 0 and 1 of the cluster
 
 // Stages of the ring a task takes (what its producer loads and its consumers release).

@@ -312,6 +312,9 @@ __device__ __forceinline__ void simple_consumer(const Sm90MoeParams& p, SharedSt
 // ---------------------------------------------------------------------------------------------------------
 constexpr int kSignalThread = 32;  // lane 0 of the producer warpgroup's warp 1 (signal warp)
 static_assert(kSignalThread / 32 < kFirstStoreWarp, "the signal warp is not a store warp");
+static_assert(kPairSchedulerThreadAlone / 32 == kFirstStoreWarp && kPairSchedulerThreadBesideSignal / 32 == 1 &&
+                  kPairSchedulerThreadBesideSignal != kSignalThread,
+              "the pair scheduler takes a store warp's thread only when the store warps are off");
 
 // The signal warp (one thread): for every task in queue order, once all eight consumer warps arrived on the
 // slot's `task_done` (each after its writes and, for dispatch and gate/up, its proxy fence: release at CTA
@@ -353,7 +356,7 @@ __device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, Share
   const bool leader = threadIdx.x == 0;
   if (!leader && !p.gather_x) {  // ring mode: one thread drives the whole role; one more may signal
     const int warp = threadIdx.x / 32;
-    if (kClusters && threadIdx.x == kPairSchedulerThread && cluster_cta_rank() == 0) run_pair_scheduler<Tiles>(p, s, v);
+    if (kClusters && threadIdx.x == pair_scheduler_thread(p) && cluster_cta_rank() == 0) run_pair_scheduler<Tiles>(p, s, v);
     if (p.signal_warp && threadIdx.x == kSignalThread) signal_finished_tasks<Tiles>(p, s, v);
     if (p.store_warps && warp >= kFirstStoreWarp && warp < kFirstStoreWarp + Tiles::kNumConsumerWG) {
       run_store_warp<Tiles>(p, s, v, warp - kFirstStoreWarp);
