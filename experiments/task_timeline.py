@@ -22,7 +22,7 @@ after warm-up launches; recording it changes no bit (``tests/test_cuda_trace_gpu
 (and, per GEMM task, consumer thread 0's own wait for the first K block, the phase the mainloop waits for anyway).
 
 Run on the H200:  python experiments/task_timeline.py [--dispatch ring|gather|auto] [--ablate epilogue,...] [--patch P]
-                                                    [--ctas-shown 12] [SHAPE ...]
+                                                    [--clusters] [--ctas-shown 12] [SHAPE ...]
 """
 from __future__ import annotations
 
@@ -236,11 +236,15 @@ def main() -> None:
     parser.add_argument("--ctas-shown", type=int, default=12)
     parser.add_argument("--ablate", default="", help="comma list of timing ablations and probes of "
                         "mok.cuda.backend.ABLATE and PROBE (e.g. 'epilogue' or 'stores'; the results are then garbage)")
+    parser.add_argument("--clusters", action="store_true", help="launch in 2-CTA clusters (launch(clusters=True): "
+                        "the pipelined variant in ring mode)")
     parser.add_argument("--patch", type=Path, help="record a build of this tree with the patch's mok/cuda hunks "
                         "applied (a candidate kernel: experiments/ab_kernels.py)")
     args = parser.parse_args()
     ablate = ablate_mask(args.ablate)
     options = {"ablate": ablate}
+    if args.clusters:
+        options["clusters"] = True
     if args.patch:
         import tempfile
 
@@ -251,11 +255,11 @@ def main() -> None:
     metadata = harness.collect_metadata()
     for name in args.shapes:
         tl, summary, dispatch = record(name, args.dispatch, **options)
-        tag = (dispatch + "".join(f"_{a}" for a in args.ablate.split(",") if a)
+        tag = (dispatch + "".join(f"_{a}" for a in args.ablate.split(",") if a) + ("_clusters" if args.clusters else "")
                + (f"_{args.patch.stem}" if args.patch else ""))
         print(format_summary(name, tag, summary), flush=True)
         stem = f"task_timeline_{name.replace('/', '_')}_{tag}"
-        doc = {"metadata": metadata, "shape": name, "dispatch": dispatch, "ablate": args.ablate,
+        doc = {"metadata": metadata, "shape": name, "dispatch": dispatch, "ablate": args.ablate, "clusters": args.clusters,
                "patch": str(args.patch) if args.patch else None, "summary": summary}
         fig = plot(tl, summary, f"{name} ({tag})", args.ctas_shown)
         for folder in harness.output_dirs(None):
