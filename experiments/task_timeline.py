@@ -38,15 +38,16 @@ KINDS = {1: "dispatch", 2: "gate_up", 3: "down", 4: "combine"}  # mok.cuda.backe
 COLORS = {"dispatch": "tab:orange", "gate_up": "tab:blue", "down": "tab:green", "combine": "tab:red"}
 
 
-def load_trace(rows: np.ndarray) -> dict[str, np.ndarray]:
+def load_trace(rows: np.ndarray, padded: bool = False) -> dict[str, np.ndarray]:
     """The recorded tickets of an int64 ``[tickets, 7]`` trace (``mok.cuda.backend.TRACE_FIELDS``: claimed, ready,
     start, done, who, data_in, mainloop_done) as microseconds from the first claim (NaN where a GEMM-only mark is
-    absent), with each task's CTA and kind name."""
+    absent), with each task's CTA and kind name. ``padded``: a launch in clusters, whose task order has padding
+    tickets that no task records (the recorded ones then need not be 0..n-1)."""
     recorded = rows[:, 4] >= 0
     n = int(recorded.sum())
-    if n == 0 or not recorded[:n].all():
+    if n == 0 or not (padded or recorded[:n].all()):
         raise ValueError("the trace's recorded tickets are not 0..n-1")
-    rows = rows[:n]
+    rows = rows[recorded]
     t0 = rows[:, 0].min()
     us = (rows[:, :4] - t0) / 1e3
     gemm_marks = np.where(rows[:, 5:7] >= 0, (rows[:, 5:7] - t0) / 1e3, np.nan)
@@ -202,7 +203,7 @@ def record(name: str, dispatch: str = "auto", warmup: int = 3,
     trace = backend.trace_buffer(prep)
     backend.launch(prep, dispatch=dispatch, trace=trace, **launch_options)
     backend.check_error(prep)
-    tl = load_trace(trace.cpu().numpy())
+    tl = load_trace(trace.cpu().numpy(), padded=bool(launch_options.get("clusters")))
     span = backend.resolve_down_path(prep, dispatch, launch_options.get("down_tma"), launch_options.get("down_span"),
                                      launch_options.get("sum_kernel"))[1]
     summary = summarize(tl, task_flops(shape, span), torch.cuda.get_device_properties(0).multi_processor_count)

@@ -39,6 +39,9 @@ def test_load_trace_takes_the_recorded_prefix_in_microseconds():
     assert tl["mainloop_done"].tolist() == [35.0, 25.0, 46.0]
     with pytest.raises(ValueError, match="0..n-1"):
         task_timeline.load_trace(ROWS[[0, 3, 1]])  # a gap before a recorded ticket
+    # In clusters a padding ticket is such a gap, and the tasks around it are what counts.
+    padded = task_timeline.load_trace(ROWS[[0, 3, 1, 2]], padded=True)
+    assert list(padded["kind"]) == ["gate_up", "gate_up", "down"] and padded["start"].tolist() == [10.0, 7.0, 40.0]
 
 
 def test_consumer_time_splits_each_ctas_time_among_its_tasks():
