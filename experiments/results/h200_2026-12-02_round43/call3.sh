@@ -3,7 +3,8 @@
 # (round 42, call 1: 100.2 GB of L2 in the GEMMs without clusters; the gate/up weights' 30.1 GB would halve).
 export MOK_GIT_COMMIT=d60f507
 SHOW="^\| \*\*all|^\| anchor|sm90_moe|=== |^stage"
-PYTHONPATH=. timeout 150 python3 experiments/task_timeline.py --dispatch ring anchor-5 2>&1 | tail -12
+MOK_STAGES=timeline MOK_TIMELINE_ARGS="--dispatch ring" MOK_TIMELINE_SHAPES="anchor-5" MOK_TIMEOUT_TIMELINE=150 \
+  MOK_DEADLINE_S=170 bash experiments/gpu_run.sh 2>&1 | grep -vE "^==PROF|^\s*$" | tail -14
 PYTHONPATH=. timeout 150 python3 experiments/task_timeline.py --dispatch ring --clusters anchor-5 2>&1 | tail -12
 tar czf $OUT/timeline.tgz -C $OUT results && rm -rf $OUT/results
 MOK_CUDA_CLUSTERS=1 MOK_TRAFFIC_TAG=_clusters MOK_STAGES=traffic MOK_TRAFFIC_SHAPES="anchor-5" MOK_TRAFFIC_BACKENDS="cuda" \
