@@ -184,20 +184,28 @@ __device__ __forceinline__ void run_pair_scheduler(const Sm90MoeParams& p, Share
   if (wait_inbox_room<Tiles>(p, s, 1, q1)) post_task<Tiles>(p, s, 1, q1, stop);
 }
 
+// A CTA's producer, reading its inbox: the phase parity of the next post, and whether it holds a read slot that it
+// has not handed back yet.
+struct InboxReader {
+  uint32_t parity = 0;
+  bool holds_slot = false;
+};
+
 // A CTA's producer thread: its next posted task, admitted (dependencies met), or kTaskStop (the end, or an error).
-// The slot is handed back to the scheduler as soon as it is read.
+// The slot of the task before is handed back only now, when the producer asks for the next one: the scheduler claims
+// a CTA's tickets just in time, as a CTA alone does (round 43: posting as soon as the slot was read put every CTA's
+// next task in its inbox a whole task early, and the whole chip ran each step's dispatch copies at once).
 template <class Tiles>
 __device__ __forceinline__ Task take_posted_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const ScheduleView& v,
-                                                 uint32_t& slot, uint32_t& parity) {
+                                                 InboxReader& inbox) {
+  static_assert(Tiles::kClusterInbox == 1, "one slot: handing it back is asking for the next task");
+  // Release at cluster scope: the slot's last read is done before the scheduler writes it again.
+  if (inbox.holds_slot) mbar_arrive_release_cluster(cluster_map_shared(&s.inbox_empty[cluster_cta_rank()][0], 0));
   Task t{};
   t.kind = kTaskStop;
-  if (mbar_wait_cluster(p, &s.inbox_full[slot], parity, kCtrMbarInboxFull, static_cast<int>(slot))) t = s.inbox[slot];
-  // Release at cluster scope: the read above is done before the scheduler writes the slot again.
-  mbar_arrive_release_cluster(cluster_map_shared(&s.inbox_empty[cluster_cta_rank()][slot], 0));
-  if (++slot == Tiles::kClusterInbox) {
-    slot = 0;
-    parity ^= 1u;
-  }
+  if (mbar_wait_cluster(p, &s.inbox_full[0], inbox.parity, kCtrMbarInboxFull, 0)) t = s.inbox[0];
+  inbox.parity ^= 1u;
+  inbox.holds_slot = true;
   if (t.kind == kTaskStop) return t;
   trace_who(p, t);
   if (!wait_task_dependencies<Tiles>(p, v, t)) t.kind = kTaskStop;

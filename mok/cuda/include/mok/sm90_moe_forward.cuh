@@ -367,14 +367,14 @@ __device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, Share
   cursor.start(v);
   PipeState<Tiles> pipe;
   uint32_t slot = 0, parity = 0;
-  uint32_t inbox_slot = 0, inbox_parity = 0;  // clusters only
+  InboxReader inbox;  // clusters only
   while (true) {
     Task t{};
     if (leader) {
       // NOTE: every load of every task already queued was issued before this claim may block on a
       // dependency, so the consumers can always finish the tasks this wait might depend on.
       if constexpr (kClusters) {
-        t = take_posted_task<Tiles>(p, s, v, inbox_slot, inbox_parity);
+        t = take_posted_task<Tiles>(p, s, v, inbox);
       } else {
         t = claim_task<Tiles>(p, v, cursor);
       }

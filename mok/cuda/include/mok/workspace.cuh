@@ -28,8 +28,8 @@ struct Sm90Tiles {
   static constexpr int kTaskQueue = 2;       // pipelined variant: tasks the producer may run ahead
   static constexpr int kMaxRanks = 64;       // emulated ranks one launch can hold (smem arrays)
   static constexpr int kMaxFirstDispatchParts = 8;  // D(0)'s tiles split into at most 8 tasks (16 rows each)
-  static constexpr int kClusterInbox = 1;    // clusters: tasks the pair scheduler posts ahead to each CTA (its task
-                                             // queue holds kTaskQueue more: about the lookahead of a CTA alone)
+  static constexpr int kClusterInbox = 1;    // clusters: tasks the pair scheduler posts to a CTA at a time (one: the
+                                             // producer asks for its next task by handing the slot back)
 
   static constexpr int kStageBytesA = kBlockM * kBlockK * 2;  // 16 KB
   static constexpr int kStageBytesB = kBlockN * kBlockK * 2;  // 32 KB
