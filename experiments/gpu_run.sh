@@ -74,6 +74,7 @@
 #                         spare a later call the compilation (round 30: anchor-5's forward and backward in 283 s)
 #   MOK_PIP_INSTALL=1     pip install -e . (default: PYTHONPATH=. , which needs no install)
 #   MOK_PYTEST_ARGS       extra pytest arguments (e.g. "-k triton" or "tests/test_triton_gpu.py")
+#   MOK_SANITIZE_ARGS     arguments of the sanitize stage's mok.cuda.sanitize_check (e.g. "--clusters-only")
 #   MOK_GIT_COMMIT        recorded as the commit in every result (the GPU copy of the tree has no .git)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -195,8 +196,8 @@ for stage in $STAGES; do
     sanitize)
       # compute-sanitizer on one small forward of the megakernel: memcheck, then racecheck.
       run_stage sanitize "${MOK_TIMEOUT_SANITIZE:-200}" bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 \
-        python3 -m mok.cuda.sanitize_check; echo memcheck rc=\$?; compute-sanitizer --tool racecheck \
-        --error-exitcode 9 python3 -m mok.cuda.sanitize_check; echo racecheck rc=\$?" ;;
+        python3 -m mok.cuda.sanitize_check ${MOK_SANITIZE_ARGS:-}; echo memcheck rc=\$?; compute-sanitizer --tool racecheck \
+        --error-exitcode 9 python3 -m mok.cuda.sanitize_check ${MOK_SANITIZE_ARGS:-}; echo racecheck rc=\$?" ;;
     breakdown)
       # Where the megakernel layer's time goes: schedule build, host prep, kernel, comm not hidden, GEMM-only.
       run_stage breakdown "${MOK_TIMEOUT_BREAKDOWN:-150}" bash -c "python3 -m mok.cuda.build --jit \
