@@ -226,6 +226,9 @@ class GemmTiles:
 
 # The megakernel: 128 x 256 tiles for both GEMMs, no clusters (mok/cuda/include/mok/workspace.cuh, Sm90Tiles).
 MEGAKERNEL_TILES = (GemmTiles(128, 256), GemmTiles(128, 256))
+# ... in 2-CTA clusters (MOK_CUDA_CLUSTERS, round 43): pairs of gate/up row tiles share each weight tile's load (the
+# model counts every gate/up tile paired; an expert's odd last tile runs alone, a few percent at the anchors).
+MEGAKERNEL_CLUSTER_TILES = (GemmTiles(128, 256, cluster_m=2), GemmTiles(128, 256))
 # SonicMoE's autotuned choice at the anchors (mok/cuda/ROUNDS.md, rounds 7 and 33): the gate/up GEMM 128 x 256 tiles
 # in clusters of 2 along M (the weights multicast), the down GEMM 256 x 128 tiles in clusters of 2 along N (the h
 # rows multicast). Its autotuner may pick others at other shapes.
@@ -285,7 +288,7 @@ def megakernel_down_a_span(shape, dispatch: str) -> int:
 def report_model(path: Path) -> dict:
     """A saved report (``--json``; named traffic_<shape>_<backend><tag>.json) beside :func:`modelled_l2_bytes`:
     the backend from the name (``sonicmoe``, or the megakernel in gather dispatch if the tag says ``gather``, else
-    in the dispatch its default picks at that shape). Returns the GEMMs' measured L2 and DRAM GB, the model's parts
+    in the dispatch its default picks at that shape; in 2-CTA clusters if the tag says ``clusters``). Returns the GEMMs' measured L2 and DRAM GB, the model's parts
     and the ratio of measured L2 to the model plus the DRAM bytes."""
     from mok.config import get_shape  # noqa: PLC0415
 
@@ -298,7 +301,8 @@ def report_model(path: Path) -> dict:
         from mok.cuda.backend import resolve_dispatch  # noqa: PLC0415
 
         dispatch = "gather" if "gather" in what else resolve_dispatch("auto", shape.intermediate)
-        model = modelled_l2_bytes(shape, MEGAKERNEL_TILES, ring_copy=dispatch == "ring",
+        tiles = MEGAKERNEL_CLUSTER_TILES if "clusters" in what else MEGAKERNEL_TILES
+        model = modelled_l2_bytes(shape, tiles, ring_copy=dispatch == "ring",
                                   down_a_span=megakernel_down_a_span(shape, dispatch))
     l2 = parts(data["rows"], "L2 GB")["GEMMs"]
     dram = parts(data["rows"], "DRAM read GB")["GEMMs"] + parts(data["rows"], "DRAM write GB")["GEMMs"]

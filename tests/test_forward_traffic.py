@@ -143,23 +143,26 @@ def test_megakernel_down_span_shares_a_only_where_the_k_blocks_fit_the_stages():
 def test_explain_sets_each_report_beside_its_model(tmp_path, capsys):
     """The backend comes from the report's name: SonicMoE with its clusters and no ring, the megakernel in its
     default dispatch (ring at anchor-3) or in gather mode when the tag says so. The ratio divides the GEMMs' L2 bytes
-    by the model plus their DRAM bytes."""
+    by the model plus their DRAM bytes. A tag with "clusters": the megakernel's gate/up weights multicast in pairs."""
     script = load_script()
     rows = [{"kernel": "void mok::sm90_moe_forward_kernel<...>", "L2 GB": 50.0, "DRAM read GB": 6.0,
              "DRAM write GB": 3.0},
             {"kernel": "mok::sm90_moe_sum_kernel(mok::Sm90MoeParams)", "L2 GB": 2.0, "DRAM read GB": 1.0}]
     paths = []
-    for name in ("cuda", "cuda_gather", "sonicmoe"):
+    for name in ("cuda", "cuda_gather", "sonicmoe", "cuda_clusters"):
         path = tmp_path / f"traffic_anchor-3_{name}.json"
         path.write_text(json.dumps({"shape": "anchor-3", "rows": rows}))
         paths.append(path)
-    ring, gather, sonic = (script.report_model(path) for path in paths)
+    ring, gather, sonic, clusters = (script.report_model(path) for path in paths)
+    # In clusters the megakernel's gate/up pairs read the weights half as often, and nothing else changes.
+    assert clusters["gate/up B"] == pytest.approx(ring["gate/up B"] / 2)
+    assert clusters["modelled"] == pytest.approx(ring["modelled"] - ring["gate/up B"] / 2)
     assert ring["measured L2"] == 50.0 and ring["DRAM"] == 9.0  # the GEMMs' part only
     assert ring["ring copy"] > 0 and gather["ring copy"] == 0
     assert ring["modelled"] - gather["modelled"] == pytest.approx(ring["ring copy"])
     assert sonic["gate/up B"] == pytest.approx(ring["gate/up B"] / 2) and sonic["ring copy"] == 0
     assert ring["measured / (modelled + DRAM)"] == pytest.approx(50.0 / (ring["modelled"] + 9.0))
-    assert script.main(["--explain", *map(str, paths)]) == 0
+    assert script.main(["--explain", *map(str, paths[:3])]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("| report | measured L2 | DRAM |") and len(out) == 5
     assert out[2].startswith("| anchor-3 cuda | 50.00 | 9.00 |") and out[4].startswith("| anchor-3 sonicmoe |")
