@@ -2,17 +2,19 @@
 // loads it once. Each CTA lands its own A rows and one half of B (gate rows on CTA 0, up rows on CTA 1) by a TMA
 // multicast into both CTAs' stages, so L2 serves each weight K block once per pair instead of twice: about a third of
 // a gate/up stage's bytes (mok/cuda/ROUNDS.md: in the bare mainloop held at the power limit, 5.5-6.5% more TFLOP/s at
-// the gate/up GEMM's K, through a higher clock at the same power; round 42).
+// the gate/up GEMM's K, through a higher clock at the same power; round 42). Measured in the kernel (round 43): 14.2 GB
+// less L2 traffic at anchor-5 and a 3-4% higher clock at the power limit, but as much less work per clock (pairs run
+// their K blocks in lock step, and the chip stays in step): 0.986-1.008x the time. Off by default.
 //
-// Who runs what. One thread of the cluster's first CTA, the pair scheduler (an idle producer thread: pair_scheduler_thread),
+// Who runs what. One idle producer thread of the cluster's first CTA, the pair scheduler (pair_scheduler_thread),
 // claims tickets two at a time, (2i, 2i + 1), from the launch's ticket counter, and decodes both (task_admission.cuh).
 // The task order pads every group to an even number of tickets (ScheduleView::pair_units), so such a unit never
 // straddles two groups, and in a G group it is two row tiles of one column block (gate_up_band_entry). If the two
 // tiles belong to one expert, the unit is a pair: one half posted to each CTA. Otherwise each task is posted alone to
-// whichever CTA has room in its inbox. A CTA's producer takes its tasks from its inbox in order, waits for their
-// dependencies itself (so one CTA's wait does not hold the other's tasks), and from there on runs them as without
-// clusters: the consumers, the signal warp and the store warps do not know about pairs, except that they pass the
-// stages a pair's half skips (below).
+// whichever CTA asks first. A CTA's producer asks for its next task by handing its one-task inbox back (so tickets
+// are claimed just in time, as by a CTA alone), waits for the task's dependencies itself (so one CTA's wait does not
+// hold the other's tasks), and from there on runs it as without clusters: the consumers, the signal warp and the
+// store warps do not know about pairs, except that they pass the stages a pair's half skips (below).
 //
 // Stages. A multicast lands at the same shared-memory offset in both CTAs, so both halves of a pair must start at the
 // same stage of their rings. Alone-posted tasks move the two rings apart (a down task takes I/64 stages, a dispatch
@@ -40,8 +42,8 @@
 
 namespace mok::sm90 {
 
-// The pair scheduler's thread: lane 0 of producer warp 2 when the store warps are off (down_tma: the warp is idle), else
-// lane 1 of warp 1, beside the signal thread (lane 0), whose waits then share the warp's issue with it.
+// The pair scheduler's thread: lane 0 of producer warp 2 when the store warps are off (down_tma: the warp is idle),
+// else lane 1 of warp 1, beside the signal thread (lane 0), whose waits then share the warp's issue with it.
 constexpr int kPairSchedulerThreadAlone = 64;
 constexpr int kPairSchedulerThreadBesideSignal = 33;
 __device__ __forceinline__ int pair_scheduler_thread(const Sm90MoeParams& p) {

@@ -6,6 +6,9 @@
 //   warpgroup 0 (producer, 56 registers; 64 in the ping-pong instantiation, RegisterSplit): thread 0 takes
 //       tickets, decodes tasks (scheduler.cuh), waits for their dependencies, and issues the TMA loads of GEMM
 //       tiles (gemm_mainloop.cuh); in gather mode all 128 threads copy the gate/up A rows.
+//   In 2-CTA clusters (kClusters, its own instantiation; cluster_pairs.cuh) thread 0 takes its tasks from a pair
+//       scheduler in an idle producer thread of the cluster's first CTA, and loads half of a pair's weight tiles for
+//       both CTAs.
 //   warpgroups 1-2 (consumers, 224 registers; 216 with ping-pong): wgmma on 64 rows each, the epilogues
 //       (swiglu_epilogue.cuh, combine.cuh), and the memory-bound tasks (dispatch.cuh, combine.cuh) with all 256
 //       threads.
@@ -349,14 +352,16 @@ __device__ __forceinline__ void signal_finished_tasks(const Sm90MoeParams& p, Sh
 
 // Thread 0 claims tasks; in gather mode the other 127 producer threads follow it through a producer-only
 // barrier (they read the task thread 0 queued) and copy A rows with it. With clusters (kClusters: ring mode, signal
-// warp) thread 0 takes its tasks from the pair scheduler instead, which runs in thread 33 of the cluster's CTA 0
-// (cluster_pairs.cuh).
+// warp) thread 0 takes its tasks from the pair scheduler instead, which runs in an idle producer thread of the
+// cluster's CTA 0 (pair_scheduler_thread, cluster_pairs.cuh).
 template <class Tiles, bool kClusters>
 __device__ __forceinline__ void pipelined_producer(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const ScheduleView& v) {
   const bool leader = threadIdx.x == 0;
   if (!leader && !p.gather_x) {  // ring mode: one thread drives the whole role; one more may signal
     const int warp = threadIdx.x / 32;
-    if (kClusters && threadIdx.x == pair_scheduler_thread(p) && cluster_cta_rank() == 0) run_pair_scheduler<Tiles>(p, s, v);
+    if (kClusters && threadIdx.x == pair_scheduler_thread(p) && cluster_cta_rank() == 0) {
+      run_pair_scheduler<Tiles>(p, s, v);
+    }
     if (p.signal_warp && threadIdx.x == kSignalThread) signal_finished_tasks<Tiles>(p, s, v);
     if (p.store_warps && warp >= kFirstStoreWarp && warp < kFirstStoreWarp + Tiles::kNumConsumerWG) {
       run_store_warp<Tiles>(p, s, v, warp - kFirstStoreWarp);
@@ -483,7 +488,7 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
     if constexpr (kClusters) {
       for (int i = 0; i < Tiles::kClusterInbox; ++i) {
         mbar_init(&s.inbox_full[i], 1);  // the scheduler's post
-        for (int c = 0; c < 2; ++c) mbar_init(&s.inbox_empty[c][i], 1);  // CTA c's producer read the slot
+        for (int c = 0; c < 2; ++c) mbar_init(&s.inbox_empty[c][i], 1);  // CTA c's producer handed it back
       }
       for (int i = 0; i < Tiles::kStages; ++i) mbar_init(&s.peer_free[i], 1);  // the partner's producer
       s.peer_parity = 0;

@@ -141,7 +141,7 @@ enum CounterId : int {
   kCtrMbarStoresDone = 13,  // store warps: a down task's rows are all stored (the signal warp waits)
   kCtrDownStepDone = 14,    // early combine: every rank's down tasks of a step finished
   kCtrMbarInboxFull = 15,   // clusters: the pair scheduler -> a CTA's producer (a task posted)
-  kCtrMbarInboxEmpty = 16,  // clusters: a CTA's producer -> the pair scheduler (an inbox slot read)
+  kCtrMbarInboxEmpty = 16,  // clusters: a CTA's producer -> the pair scheduler (the slot handed back: the next, please)
   kCtrMbarPeerFree = 17,    // clusters: the partner CTA's stage is free for this CTA's half of B
 };
 
@@ -356,11 +356,11 @@ struct alignas(1024) SharedStorage {
   union {
     const char* gather_src[Tiles::kBlockM];  // gather mode: source row of each row of the tile being loaded
     // Clusters (cluster_pairs.cuh). Every CTA: the tasks the pair scheduler posted to it, and the barriers its
-    // producer waits on. The cluster's CTA 0 also: which inbox slots each CTA's producer has read.
+    // producer waits on. The cluster's CTA 0 also: which inbox slots each CTA's producer has handed back.
     struct {
       Task inbox[Tiles::kClusterInbox];
       uint64_t inbox_full[Tiles::kClusterInbox];      // a task posted (release at cluster scope by the scheduler)
-      uint64_t inbox_empty[2][Tiles::kClusterInbox];  // CTA 0 only: CTA c's producer read the slot
+      uint64_t inbox_empty[2][Tiles::kClusterInbox];  // CTA 0 only: CTA c's producer handed the slot back
       uint64_t peer_free[Tiles::kStages];             // the partner's stage is free for this CTA's half of B
       uint32_t peer_parity;                           // producer: bit i, the parity of peer_free[i]'s next phase
     };
