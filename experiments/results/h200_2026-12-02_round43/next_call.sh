@@ -1,5 +1,10 @@
 # For the next GPU session (round 44). None of this has run.
 #
+# First, a quick check round 43 could not get a machine for (three refused starts): anchor-4, the one shape where
+# clusters read faster (call 5: 0.986x the time, two 5 s runs), held longer in one process:
+#   MOK_STAGES=energy MOK_ENERGY_SHAPES="anchor-4 --seconds 8 --repeats 3" \
+#     MOK_ENERGY_BACKENDS="cuda,cuda+MOK_CUDA_CLUSTERS=1" bash experiments/gpu_run.sh
+#
 # Round 43 wrote the megakernel in 2-CTA clusters (MOK_CUDA_CLUSTERS=1): the gate/up weights multicast in pairs, -14.2
 # GB of L2 at anchor-5, +2.9-4.3% clock held at the power limit, and as much lost in work per clock (0.986-1.008x the
 # time). The timelines (calls 2-3) put part of that loss in the dispatch tasks: a chip of lock-stepped pairs stays in
