@@ -65,27 +65,26 @@ __device__ __forceinline__ bool is_pair(const Task& a, const Task& b) {
          a.expert == b.expert && a.tile + 1 == b.tile;
 }
 
-// The scheduler's view of one CTA's inbox: the next slot, its phase parity, and where that CTA's stage ring will be
+// The scheduler's view of one CTA's inbox: the phase parity of its next post, and where that CTA's stage ring will be
 // once it has run every task posted to it so far (mod kStages).
 struct InboxCursor {
-  uint32_t slot = 0;
   uint32_t parity = 0;
   int stage = 0;
 };
 
 template <class Tiles>
 __device__ __forceinline__ bool inbox_has_room(SharedStorage<Tiles>& s, int cta, const InboxCursor& q) {
-  // Fresh barriers sit in phase 0, so the first lap (parity ^ 1) finds every slot free.
-  return mbar_test_wait_cluster(&s.inbox_empty[cta][q.slot], q.parity ^ 1u);
+  // A fresh barrier sits in phase 0, so the first post (parity ^ 1) finds the inbox free.
+  return mbar_test_wait_cluster(&s.inbox_empty[cta], q.parity ^ 1u);
 }
 
-// Writes task t into CTA `cta`'s inbox slot and publishes it (release at cluster scope); then moves the cursor. The
-// caller has seen the slot free.
+// Writes task t into CTA `cta`'s inbox and publishes it (release at cluster scope); then moves the cursor. The caller
+// has seen the inbox free.
 template <class Tiles>
 __device__ __forceinline__ void post_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s, int cta, InboxCursor& q,
                                           const Task& t) {
   static_assert(sizeof(Task) == 9 * sizeof(int), "post_task writes every field of Task");
-  const uint32_t dst = cluster_map_shared(&s.inbox[q.slot], static_cast<uint32_t>(cta));
+  const uint32_t dst = cluster_map_shared(&s.inbox, static_cast<uint32_t>(cta));
   st_shared_cluster(dst + 0, t.kind);
   st_shared_cluster(dst + 4, t.rank);
   st_shared_cluster(dst + 8, t.minibatch);
@@ -95,20 +94,17 @@ __device__ __forceinline__ void post_task(const Sm90MoeParams& p, SharedStorage<
   st_shared_cluster(dst + 24, t.ticket);
   st_shared_cluster(dst + 28, t.padding_half);
   st_shared_cluster(dst + 32, t.cluster);
-  mbar_arrive_release_cluster(cluster_map_shared(&s.inbox_full[q.slot], static_cast<uint32_t>(cta)));
+  mbar_arrive_release_cluster(cluster_map_shared(&s.inbox_full, static_cast<uint32_t>(cta)));
   q.stage = (q.stage + task_stages<Tiles>(p, t)) & (Tiles::kStages - 1);
-  if (++q.slot == Tiles::kClusterInbox) {
-    q.slot = 0;
-    q.parity ^= 1u;
-  }
+  q.parity ^= 1u;
 }
 
-// Bounded wait until CTA `cta`'s next inbox slot is free (false: an error was recorded).
+// Bounded wait until CTA `cta`'s inbox is free (false: an error was recorded).
 template <class Tiles>
 __device__ __forceinline__ bool wait_inbox_room(const Sm90MoeParams& p, SharedStorage<Tiles>& s, int cta,
                                                 const InboxCursor& q) {
   if (inbox_has_room<Tiles>(s, cta, q)) return true;
-  return mbar_wait_cluster(p, &s.inbox_empty[cta][q.slot], q.parity ^ 1u, kCtrMbarInboxEmpty, cta);
+  return mbar_wait_cluster(p, &s.inbox_empty[cta], q.parity ^ 1u, kCtrMbarInboxEmpty, cta);
 }
 
 // A task alone: to the CTA whose inbox has room, trying `prefer` first; the other one is preferred next time.
@@ -186,28 +182,27 @@ __device__ __forceinline__ void run_pair_scheduler(const Sm90MoeParams& p, Share
   if (wait_inbox_room<Tiles>(p, s, 1, q1)) post_task<Tiles>(p, s, 1, q1, stop);
 }
 
-// A CTA's producer, reading its inbox: the phase parity of the next post, and whether it holds a read slot that it
-// has not handed back yet.
+// A CTA's producer, reading its inbox: the phase parity of the next post, and whether it holds a task it has not
+// handed back yet.
 struct InboxReader {
   uint32_t parity = 0;
-  bool holds_slot = false;
+  bool holds_task = false;
 };
 
 // A CTA's producer thread: its next posted task, admitted (dependencies met), or kTaskStop (the end, or an error).
-// The slot of the task before is handed back only now, when the producer asks for the next one: the scheduler claims
-// a CTA's tickets just in time, as a CTA alone does (round 43: posting as soon as the slot was read put every CTA's
-// next task in its inbox a whole task early, and the whole chip ran each step's dispatch copies at once).
+// The inbox is handed back only now, when the producer asks for the next task: the scheduler claims a CTA's tickets
+// just in time, as a CTA alone does (round 43: posting as soon as the inbox was read put every CTA's next task in its
+// inbox a whole task early, and the whole chip ran each step's dispatch copies at once).
 template <class Tiles>
 __device__ __forceinline__ Task take_posted_task(const Sm90MoeParams& p, SharedStorage<Tiles>& s, const ScheduleView& v,
                                                  InboxReader& inbox) {
-  static_assert(Tiles::kClusterInbox == 1, "one slot: handing it back is asking for the next task");
-  // Release at cluster scope: the slot's last read is done before the scheduler writes it again.
-  if (inbox.holds_slot) mbar_arrive_release_cluster(cluster_map_shared(&s.inbox_empty[cluster_cta_rank()][0], 0));
+  // Release at cluster scope: the inbox's last read is done before the scheduler writes it again.
+  if (inbox.holds_task) mbar_arrive_release_cluster(cluster_map_shared(&s.inbox_empty[cluster_cta_rank()], 0));
   Task t{};
   t.kind = kTaskStop;
-  if (mbar_wait_cluster(p, &s.inbox_full[0], inbox.parity, kCtrMbarInboxFull, 0)) t = s.inbox[0];
+  if (mbar_wait_cluster(p, &s.inbox_full, inbox.parity, kCtrMbarInboxFull, 0)) t = s.inbox;
   inbox.parity ^= 1u;
-  inbox.holds_slot = true;
+  inbox.holds_task = true;
   if (t.kind == kTaskStop) return t;
   trace_who(p, t);
   if (!wait_task_dependencies<Tiles>(p, v, t)) t.kind = kTaskStop;

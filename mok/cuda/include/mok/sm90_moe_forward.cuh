@@ -486,10 +486,8 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
       mbar_init(&s.drained[w], 1);  // the store warp's lane 0
     }
     if constexpr (kClusters) {
-      for (int i = 0; i < Tiles::kClusterInbox; ++i) {
-        mbar_init(&s.inbox_full[i], 1);  // the scheduler's post
-        for (int c = 0; c < 2; ++c) mbar_init(&s.inbox_empty[c][i], 1);  // CTA c's producer handed it back
-      }
+      mbar_init(&s.inbox_full, 1);  // the scheduler's post
+      for (int c = 0; c < 2; ++c) mbar_init(&s.inbox_empty[c], 1);  // CTA c's producer handed it back
       for (int i = 0; i < Tiles::kStages; ++i) mbar_init(&s.peer_free[i], 1);  // the partner's producer
       s.peer_parity = 0;
     }

@@ -205,32 +205,27 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// One poll of an mbarrier phase, the body shared by the three polls below: `instr` is the PTX wait (try_wait, which
+// may suspend the thread for a while, or test_wait, which returns at once; and its scope), its result a predicate.
+// A macro because asm takes a string literal.
+#define MOK_MBAR_POLL(instr) "{\n.reg .pred p;\n" instr " p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+
 __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(smem_addr(bar)), "r"(parity)
-      : "memory");
+  asm volatile(MOK_MBAR_POLL("mbarrier.try_wait.parity.shared::cta.b64")
+               : "=r"(done)
+               : "r"(smem_addr(bar)), "r"(parity)
+               : "memory");
   return done != 0;
 }
 
 // The same with acquire at cluster scope: for phases completed by another CTA's release.cluster arrival (clusters).
 __device__ __forceinline__ bool mbar_try_wait_cluster(uint64_t* bar, uint32_t parity) {
   uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(smem_addr(bar)), "r"(parity)
-      : "memory");
+  asm volatile(MOK_MBAR_POLL("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64")
+               : "=r"(done)
+               : "r"(smem_addr(bar)), "r"(parity)
+               : "memory");
   return done != 0;
 }
 
@@ -290,7 +285,7 @@ __device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_bar) {
 }
 
 // An arrival that publishes this thread's earlier shared::cluster writes (a posted task) or orders its earlier reads
-// (an inbox slot read) at cluster scope; the waiter acquires at cluster scope (mbar_wait_cluster).
+// (an inbox read) at cluster scope; the waiter acquires at cluster scope (mbar_wait_cluster).
 __device__ __forceinline__ void mbar_arrive_release_cluster(uint32_t cluster_bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
 }
@@ -302,15 +297,10 @@ __device__ __forceinline__ void st_shared_cluster(uint32_t cluster_addr, int val
 // Non-blocking: whether the phase of the given parity completed (acquire at cluster scope).
 __device__ __forceinline__ bool mbar_test_wait_cluster(uint64_t* bar, uint32_t parity) {
   uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.test_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(smem_addr(bar)), "r"(parity)
-      : "memory");
+  asm volatile(MOK_MBAR_POLL("mbarrier.test_wait.parity.acquire.cluster.shared::cta.b64")
+               : "=r"(done)
+               : "r"(smem_addr(bar)), "r"(parity)
+               : "memory");
   return done != 0;
 }
 

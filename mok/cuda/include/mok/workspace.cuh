@@ -28,8 +28,6 @@ struct Sm90Tiles {
   static constexpr int kTaskQueue = 2;       // pipelined variant: tasks the producer may run ahead
   static constexpr int kMaxRanks = 64;       // emulated ranks one launch can hold (smem arrays)
   static constexpr int kMaxFirstDispatchParts = 8;  // D(0)'s tiles split into at most 8 tasks (16 rows each)
-  static constexpr int kClusterInbox = 1;    // clusters: tasks the pair scheduler posts to a CTA at a time (one: the
-                                             // producer asks for its next task by handing the slot back)
 
   static constexpr int kStageBytesA = kBlockM * kBlockK * 2;  // 16 KB
   static constexpr int kStageBytesB = kBlockN * kBlockK * 2;  // 32 KB
@@ -355,12 +353,13 @@ struct alignas(1024) SharedStorage {
   // rounds up to whole KB (alignas), and a separate cluster table would cost a KB the stages do not leave.
   union {
     const char* gather_src[Tiles::kBlockM];  // gather mode: source row of each row of the tile being loaded
-    // Clusters (cluster_pairs.cuh). Every CTA: the tasks the pair scheduler posted to it, and the barriers its
-    // producer waits on. The cluster's CTA 0 also: which inbox slots each CTA's producer has handed back.
+    // Clusters (cluster_pairs.cuh). Every CTA: the task the pair scheduler posted to it (an inbox of one task: a
+    // producer asks for its next task by handing the inbox back), and the barriers its producer waits on. The
+    // cluster's CTA 0 also: whether each CTA's producer has handed its inbox back.
     struct {
-      Task inbox[Tiles::kClusterInbox];
-      uint64_t inbox_full[Tiles::kClusterInbox];      // a task posted (release at cluster scope by the scheduler)
-      uint64_t inbox_empty[2][Tiles::kClusterInbox];  // CTA 0 only: CTA c's producer handed the slot back
+      Task inbox;
+      uint64_t inbox_full;      // a task posted (release at cluster scope by the scheduler)
+      uint64_t inbox_empty[2];  // CTA 0 only: CTA c's producer handed its inbox back
       uint64_t peer_free[Tiles::kStages];             // the partner's stage is free for this CTA's half of B
       uint32_t peer_parity;                           // producer: bit i, the parity of peer_free[i]'s next phase
     };
