@@ -208,6 +208,9 @@ struct Problem {
 // tasks of a unit must come from one group (the same kind), and `pairs` counts the units that are two row tiles of one
 // gate/up column block (what a cluster runs with one weight load, if the tiles' expert is the same).
 static long long pairs = 0, gate_up_tasks = 0;
+// Spread dispatch (v.spread_dispatch): the next minibatch's dispatches must lie evenly among a step's gate/up tasks, at
+// most `max_gap` tickets apart (and from the group's start to the first), so a decode that put them all at the
+// group's end fails.
 
 static long long run_launch(const Problem& P, const ScheduleView& v, int pushed_expected, std::vector<long long>& pushed) {
   const CounterLayout ctr = CounterLayout::make(P.R, P.tiles_per_rank, v.max_minibatches);
@@ -221,6 +224,7 @@ static long long run_launch(const Problem& P, const ScheduleView& v, int pushed_
   cursor.start(v);
   long long tickets = 0;
   Task unit_first{};
+  int last_dispatch = -1, last_group_base = -1;  // spread dispatch: the group's last dispatch ticket so far
   for (int ticket = 0;; ++ticket) {
     const Task t = cursor.decode(v, ticket);
     if (v.pair_units && ticket % 2 == 0) unit_first = t;
@@ -236,6 +240,17 @@ static long long run_launch(const Problem& P, const ScheduleView& v, int pushed_
       continue;
     }
     if (t.kind == kTaskGateUp) ++gate_up_tasks;
+    if (v.spread_dispatch && t.kind == kTaskDispatch && t.minibatch > 0) {
+      if (cursor.phase != kPhaseGateUp) return fail("a next-minibatch dispatch outside its gate/up group", t), -1;
+      const int unit = v.pair_units ? 2 : 1;
+      const int units = cursor.span(v) / unit;
+      const int dispatch_units = (v.tiles_in_minibatch(t.rank, t.minibatch) + unit - 1) / unit;
+      const int max_gap = unit * ((units + dispatch_units - 1) / dispatch_units);
+      if (last_group_base != cursor.base) last_dispatch = cursor.base - 1;  // the group's first dispatch
+      last_group_base = cursor.base;
+      if (ticket - last_dispatch > max_gap) return fail("dispatch tasks not spread among the gate/up tasks", t), -1;
+      last_dispatch = ticket;
+    }
     ++tickets;
     Dependency deps[2];
     const int n = task_dependencies(v, ctr, t, pushed_expected, deps);
@@ -315,9 +330,10 @@ int main() {
   int parts = 1;     // D(0)'s dispatch tasks per tile
   int sum_kernel = 0;  // 1: the sums run in a kernel of their own after the launch: no combine tasks
   int pair_units = 0;  // 1: clusters (tickets claimed two at a time)
-  if (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &P.R, &P.tiles_per_rank, &P.tpm, &P.slots, &P.n_gu,
+  int spread = 0;      // 1: spread dispatch (D(s + 1) among G(s))
+  if (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &P.R, &P.tiles_per_rank, &P.tpm, &P.slots, &P.n_gu,
             &P.n_down, &P.combine_blocks, &P.slots_per_rank, &P.gather, &one_rank, &early, &overlap, &parts,
-            &sum_kernel, &pair_units) != 15) return 2;
+            &sum_kernel, &pair_units, &spread) != 16) return 2;
   const int R = P.R;
   std::vector<int> rank_tiles(R);
   for (int& v : rank_tiles) if (scanf("%d", &v) != 1) return 2;
@@ -341,7 +357,7 @@ int main() {
     const ScheduleView v{R, P.tiles_per_rank, P.tpm, P.slots, max_mb, P.n_gu, P.n_down, P.combine_blocks,
                          steps_of(P, rank_tiles, overlap), rank_tiles.data(), P.gather, -1,
                          early ? P.combine_offsets.data() : nullptr, overlap,
-                         early || sum_kernel ? 0 : R * P.combine_blocks, parts, pair_units};
+                         early || sum_kernel ? 0 : R * P.combine_blocks, parts, pair_units, spread};
     tickets = run_launch(P, v, pushed_expected, pushed);
     if (tickets < 0) return 1;
   } else {
@@ -351,7 +367,7 @@ int main() {
       tiles[r] = rank_tiles[r];
       const ScheduleView v{R, P.tiles_per_rank, P.tpm, P.slots, max_mb, P.n_gu, P.n_down, 0,
                            steps_of(P, tiles, overlap), tiles.data(), P.gather, r, nullptr, overlap, 0, parts,
-                           pair_units};
+                           pair_units, spread};
       const long long n = run_launch(P, v, pushed_expected, pushed);
       if (n < 0) return 1;
       tickets += n;
@@ -367,7 +383,7 @@ int main() {
       std::vector<int> none(R, 0);
       std::vector<long long> unused(R, 0);
       const ScheduleView v{R, P.tiles_per_rank, P.tpm, P.slots, max_mb, P.n_gu, P.n_down, P.combine_blocks, 0,
-                           none.data(), P.gather, r, nullptr, overlap, P.combine_blocks, 1, pair_units};
+                           none.data(), P.gather, r, nullptr, overlap, P.combine_blocks, 1, pair_units, spread};
       const long long n = run_launch(P, v, 0, unused);
       if (n < 0) return 1;
       tickets += n;
@@ -416,7 +432,8 @@ SCHEDULE_CASES = [
 
 
 def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, minibatch_rows, ring_slots, skew, gather,
-                     one_rank=False, early=False, overlap=False, parts=1, sum_kernel=False, pair_units=False):
+                     one_rank=False, early=False, overlap=False, parts=1, sum_kernel=False, pair_units=False,
+                     spread=False):
     gen = torch.Generator().manual_seed(tokens + experts + ranks)
     logits = torch.randn(tokens, experts, generator=gen) - skew * torch.arange(experts, dtype=torch.float32)
     _, ids = mok.route(logits, top_k)
@@ -427,7 +444,8 @@ def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, miniba
     lines = [" ".join(str(v) for v in (ranks, sched.capacity // 128, minibatch_rows // 128, ring_slots,
                                        math.ceil(intermediate / 128), math.ceil(hidden / 256),
                                        combine_blocks, tokens // ranks * top_k, int(gather), int(one_rank),
-                                       int(early), int(overlap), parts, int(sum_kernel), int(pair_units))),
+                                       int(early), int(overlap), parts, int(sum_kernel), int(pair_units),
+                                       int(spread))),
              " ".join(str(t) for t in rank_tiles)]
     for r in range(ranks):
         for m in range(rank_tiles[r]):
@@ -446,7 +464,8 @@ def _simulator_input(ranks, tokens, top_k, experts, hidden, intermediate, miniba
 
 @pytest.mark.parametrize("launches", ["emulated", "emulated/early-combine", "one-rank", "emulated/overlap-steps",
                                       "one-rank/overlap-steps", "emulated/sum-kernel"])
-@pytest.mark.parametrize("dispatch", ["ring", "ring/first-dispatch-3-parts", "ring/first-dispatch-8-parts", "gather"])
+@pytest.mark.parametrize("dispatch", ["ring", "ring/first-dispatch-3-parts", "ring/first-dispatch-8-parts", "gather",
+                                      "ring/spread", "ring/spread/first-dispatch-3-parts"])
 @pytest.mark.parametrize("case", SCHEDULE_CASES, ids=lambda c: "R{}-T{}-K{}-E{}-H{}-I{}-mb{}-slots{}-skew{}".format(*c))
 @needs_nvcc
 def test_task_order_cannot_deadlock(schedule_simulator, case, dispatch, launches):
@@ -454,7 +473,8 @@ def test_task_order_cannot_deadlock(schedule_simulator, case, dispatch, launches
     (emulated, with or without early combine: then every combine block also runs only after every rank's down
     tasks of the steps holding its tokens' rows; or with the sums in the sum kernel: no combine task, every push
     counted when the launch ends), or one real rank per launch (an expert launch per rank, a barrier, a combine
-    launch per rank); the first minibatch's dispatch in one task per tile or in parts."""
+    launch per rank); the first minibatch's dispatch in one task per tile or in parts; the next minibatch's
+    dispatches in their own group or spread among the gate/up tasks (and then evenly)."""
     early = launches == "emulated/early-combine"
     sum_kernel = launches == "emulated/sum-kernel"
     if (early or sum_kernel) and case[2] == 1:
@@ -462,26 +482,47 @@ def test_task_order_cannot_deadlock(schedule_simulator, case, dispatch, launches
     overlap = launches.endswith("overlap-steps")
     if overlap and case[7] < 2:
         pytest.skip("overlapped steps need a ring of 2 or more minibatches (the launch refuses 1)")
-    parts = int(dispatch.split("-")[2]) if "parts" in dispatch else 1  # D(0) in parts (ring mode)
+    spread = "spread" in dispatch
+    if spread and (overlap or case[7] < 2):
+        pytest.skip("spread dispatch needs a ring of 2 or more minibatches and no overlapped steps (the launch "
+                    "refuses them)")
+    parts = int(re.search(r"first-dispatch-(\d+)-parts", dispatch)[1]) if "parts" in dispatch else 1  # D(0) in parts
     stdin = _simulator_input(*case, dispatch == "gather", one_rank=launches.startswith("one-rank"), early=early,
-                             overlap=overlap, parts=parts, sum_kernel=sum_kernel)
+                             overlap=overlap, parts=parts, sum_kernel=sum_kernel, spread=spread)
     proc = subprocess.run([str(schedule_simulator)], input=stdin, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
 
 
+@needs_nvcc
+def test_spread_dispatch_with_a_ring_of_one_minibatch_would_deadlock(schedule_simulator):
+    """Why the launch refuses spread dispatch with a ring of one minibatch (of several): D(s + 1) would then wait for
+    G(s), which shares its group, and the simulator sees a dependency on a later ticket (it can fail)."""
+    case = (2, 1024, 4, 8, 512, 384, 512, 1, 0.0)  # 4 minibatches of 4 tiles per rank, a ring of one
+    ok = subprocess.run([str(schedule_simulator)], input=_simulator_input(*case, False), capture_output=True,
+                        text=True, timeout=60)
+    assert ok.returncode == 0 and ok.stdout.startswith("OK"), ok.stdout
+    bad = subprocess.run([str(schedule_simulator)], input=_simulator_input(*case, False, spread=True),
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "dependency not satisfied by earlier tickets" in bad.stdout, bad.stdout
+
+
+@pytest.mark.parametrize("spread", [False, True], ids=["", "spread"])
 @pytest.mark.parametrize("launches", ["emulated", "one-rank", "emulated/sum-kernel"])
 @pytest.mark.parametrize("case", SCHEDULE_CASES, ids=lambda c: "R{}-T{}-K{}-E{}-H{}-I{}-mb{}-slots{}-skew{}".format(*c))
 @needs_nvcc
-def test_task_order_in_cluster_units(schedule_simulator, case, launches):
+def test_task_order_in_cluster_units(schedule_simulator, case, launches, spread):
     """With clusters (ScheduleView::pair_units) the same order, padded so that the tickets a cluster claims two at a
     time never straddle two groups: every task once, every dependency met by earlier tickets. And the units of a
     gate/up group are pairs of row tiles of one column block, but for an odd tile of a step (and the last band's
-    third tile) and a partial last band's tile-major tail: counted against the order's own arithmetic."""
+    third tile) and a partial last band's tile-major tail: counted against the order's own arithmetic. With spread
+    dispatch too: the dispatch units among the gate/up units leave the pairs as they were."""
     sum_kernel = launches == "emulated/sum-kernel"
     if sum_kernel and case[2] == 1:
         pytest.skip("top-1 layers fuse the combine: no sums to run")
+    if spread and case[7] < 2:
+        pytest.skip("spread dispatch needs a ring of 2 or more minibatches (the launch refuses 1)")
     stdin = _simulator_input(*case, False, one_rank=launches == "one-rank", sum_kernel=sum_kernel, parts=3,
-                             pair_units=True)
+                             pair_units=True, spread=spread)
     proc = subprocess.run([str(schedule_simulator)], input=stdin, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
     _, _, _, pairs, _, gate_up, _ = proc.stdout.split()
@@ -504,8 +545,8 @@ def test_task_order_in_cluster_units(schedule_simulator, case, launches):
 # ------------------------------------------------------------------------------------------------------
 
 LAUNCH_CHECK_SOURCE = r"""
-// Calls sm90_moe_forward with valid sizes, null pointers and the (R, E, local_rank, phases, overlap_steps, ring
-// minibatches, y, y_rows, top_k, mxfp8, ping_pong, sum_kernel, combine) of each input line (capacity: 2 minibatches;
+// Calls sm90_moe_forward with valid sizes, null pointers and the (R, E, local_rank, phases, order (bit 0:
+// overlap_steps, bit 1: spread_dispatch), ring minibatches, y, y_rows, top_k, mxfp8, ping_pong, sum_kernel, combine) of each input line (capacity: 2 minibatches;
 // y: 0 none, 1 an aligned stand-in address, 2 a misaligned one; y_rows: 0 none, 1 a stand-in; mxfp8: packed rows of
 // 144 bytes; ping_pong: 0 none, else down_ping_pong in the pipelined variant, 1 without the signal warp, 2 with it, 3
 // without it at I = 512; combine: 0 the combine tasks, 1 the fused top-1 combine, 2 early combine with stand-in
@@ -531,7 +572,8 @@ int main() {
     q.ring_rows = 128 * ring_minibatches;
     q.local_rank = local_rank;
     q.phases = phases;
-    q.overlap_steps = overlap != 0;
+    q.overlap_steps = (overlap & 1) != 0;
+    q.spread_dispatch = (overlap & 2) != 0;
     q.sum_kernel = sum_kernel != 0;
     q.fuse_top1 = combine == 1;
     if (combine == 2) {
@@ -563,7 +605,8 @@ int main() {
 """
 
 ACCEPTED = "a required device pointer is null"  # every check of the combination passed
-# (R, E, local_rank, phases, overlap_steps, ring minibatches) -> the message the launch function stops with
+# (R, E, local_rank, phases, order (1: overlap_steps, 2: spread_dispatch), ring minibatches) -> the message the launch
+# function stops with
 LAUNCH_CHECK_CASES = {
     (2, 8, -1, 3, 0, 1): ACCEPTED,                  # emulated ranks: every phase in one launch
     (2, 4, 0, 1, 0, 1): ACCEPTED,                   # real rank 0 of 2: its expert launch (E = its own 4 experts)
@@ -580,6 +623,9 @@ LAUNCH_CHECK_CASES = {
     (2, 0, 0, 1, 0, 1): "must be a multiple of num_ranks",
     (2, 8, -1, 3, 1, 2): ACCEPTED,            # overlapped steps with a ring of both minibatches
     (2, 8, -1, 3, 1, 1): "overlap_steps needs a ring of at least 2 minibatches",  # G(s) would wait for W(s - 1)
+    (2, 8, -1, 3, 2, 2): ACCEPTED,            # spread dispatch with a ring of both minibatches
+    (2, 8, -1, 3, 2, 1): "spread_dispatch needs a ring of at least 2 minibatches",  # D(s + 1) would wait for G(s)
+    (2, 8, -1, 3, 3, 2): "and no overlap_steps",  # both orders at once
 }
 # down_tma: (the above's six, y, y_rows, top_k, mxfp8) -> the message
 DOWN_TMA_CHECK_CASES = {
@@ -614,6 +660,7 @@ SUM_KERNEL_CHECK_CASES = {
 # clusters: (the above's thirteen, clusters) -> the message
 CLUSTERS_CHECK_CASES = {
     (2, 8, -1, 3, 0, 2, 0, 0, 2, 0, 0, 0, 0, 1): ACCEPTED,    # pipelined, ring mode, the signal warp
+    (2, 8, -1, 3, 2, 2, 0, 0, 2, 0, 0, 0, 0, 1): ACCEPTED,    # ... with spread dispatch
     (2, 4, 0, 1, 0, 2, 0, 0, 2, 0, 0, 0, 0, 1): ACCEPTED,     # one real rank's expert launch
     (2, 8, -1, 3, 0, 2, 0, 0, 2, 0, 0, 0, 0, 2): "clusters need the pipelined variant",  # simple: no pair scheduler
     (2, 8, -1, 3, 0, 2, 0, 0, 2, 0, 0, 0, 0, 3): "clusters need the pipelined variant",  # gather: no signal warp

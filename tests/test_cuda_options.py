@@ -31,7 +31,8 @@ def test_default_variant_is_pipelined_unless_overridden(monkeypatch):
 # The binding's last positional arguments, in order (csrc/binding.cpp, forward): a new trailing argument is added
 # here once instead of shifting every test's index.
 FORWARD_TAIL = ("store_warps", "combine_tokens", "combine_offsets", "skip_padding_half", "trace", "down_span",
-                "overlap_steps", "y", "y_rows", "down_ping_pong", "first_dispatch_parts", "sum_kernel", "clusters")
+                "overlap_steps", "y", "y_rows", "down_ping_pong", "first_dispatch_parts", "sum_kernel", "clusters",
+                "spread_dispatch")
 # ... and its first ones.
 FORWARD_HEAD = ("src_rank", "src_slot", "tile_expert", "segment_offsets", "x_ptrs", "weight_ptrs", "combine_ptrs",
                 "out_ptrs")
@@ -320,6 +321,40 @@ def test_clusters_reach_the_launch_where_they_can_run(monkeypatch):
         passed(two, overlap_steps=True, clusters=True, **ring)
     assert clusters_allowed("pipelined", "ring", True, False, False)
     assert not clusters_allowed("pipelined", "ring", True, False, True)  # the ping-pong down task
+
+
+def test_spread_dispatch_reaches_the_launch_where_the_ring_allows_it(monkeypatch):
+    """launch() passes spread_dispatch: off by default, on with MOK_CUDA_SPREAD_DISPATCH=1 in ring mode where the ring
+    holds 2 minibatches (or the whole schedule) and steps are not overlapped, off elsewhere (gather mode, a ring of one
+    minibatch of several); spread_dispatch=True where it cannot run is a ValueError."""
+    from mok.config import MoKConfig
+    from mok.cuda.backend import spread_dispatch_allowed
+
+    def passed(prep, **kw):
+        value = launched(prep, "spread_dispatch", **kw)
+        assert isinstance(value, bool)
+        return value
+
+    for name in ("MOK_CUDA_SPREAD_DISPATCH", "MOK_CUDA_OVERLAP_STEPS", "MOK_CUDA_DISPATCH"):
+        monkeypatch.delenv(name, raising=False)
+    two = small_launch(seed=11, tokens=256, hidden=256, inter=512, experts=8,
+                       config=MoKConfig(minibatch_rows=128, ring_rows=256))
+    one = small_launch(seed=11, tokens=256, hidden=256, inter=512, experts=8,
+                       config=MoKConfig(minibatch_rows=128, ring_rows=128))
+    ring, gather = {"dispatch": "ring"}, {"dispatch": "gather"}
+    assert passed(two, **ring) is False and passed(two, spread_dispatch=True, **ring) is True
+    monkeypatch.setenv("MOK_CUDA_SPREAD_DISPATCH", "1")
+    assert passed(two, **ring) is True and passed(two, spread_dispatch=False, **ring) is False
+    assert passed(one, **ring) is False and passed(two, **gather) is False
+    assert passed(two, overlap_steps=True, **ring) is False
+    for prep, kw in ((one, ring), (two, gather), (two, {**ring, "overlap_steps": True})):
+        with pytest.raises(ValueError, match="spread_dispatch=True"):
+            passed(prep, spread_dispatch=True, **kw)
+    assert spread_dispatch_allowed("ring", 256, 128, 1024, False)
+    assert spread_dispatch_allowed("ring", 128, 128, 128, False)  # the whole schedule: no next minibatch
+    assert not spread_dispatch_allowed("ring", 128, 128, 1024, False)
+    assert not spread_dispatch_allowed("gather", 256, 128, 1024, False)
+    assert not spread_dispatch_allowed("ring", 256, 128, 1024, True)
 
 
 def test_down_tma_reaches_the_launch_with_the_inverse_map(monkeypatch):

@@ -74,6 +74,8 @@ Environment:
   its own right after the megakernel instead of as its combine tasks (:func:`resolve_sum_kernel`).
 * ``MOK_CUDA_CLUSTERS`` (default off): 2-CTA clusters sharing each gate/up weight tile's load
   (:func:`resolve_clusters`).
+* ``MOK_CUDA_SPREAD_DISPATCH`` (default off): each step's dispatch tasks for the next minibatch lie among its gate/up
+  tasks in the task order (:func:`resolve_spread_dispatch`).
 * ``MOK_CUDA_FIRST_DISPATCH_PARTS`` (default ``auto``): the first minibatch's dispatch in this many tasks per tile
   (ring mode; ``auto`` gives every CTA one), so that more CTAs share the copy every other task waits for
   (:func:`resolve_first_dispatch_parts`).
@@ -260,6 +262,28 @@ def resolve_overlap_steps(overlap_steps: bool | None, allowed: bool) -> bool:
         raise ValueError("overlap_steps=True needs a ring of at least 2 minibatches (or the whole schedule) and "
                          "no early combine")
     return bool(overlap_steps)
+
+
+def spread_dispatch_allowed(dispatch: str, ring_rows: int, minibatch_rows: int, capacity: int,
+                            overlap_steps: bool) -> bool:
+    """Whether a launch can take the spread-dispatch order (include/mok/scheduler.cuh, decode_spread): ring mode (gather
+    mode has no dispatch tasks), step s + 1's dispatch tasks then share a group with step s's gate/up tasks, so they
+    must not wait for those (the ring holds 2 or more minibatches, or all of them), and no overlapped steps."""
+    ring_slots = ring_rows // minibatch_rows
+    return dispatch == "ring" and not overlap_steps and ring_slots >= min(2, -(-capacity // minibatch_rows))
+
+
+def resolve_spread_dispatch(spread_dispatch: bool | None, allowed: bool) -> bool:
+    """``spread_dispatch`` if given (``True`` where :func:`spread_dispatch_allowed` says no is an error), else
+    ``MOK_CUDA_SPREAD_DISPATCH`` (default off) where allowed. Each step's prefetch of the next minibatch's rows then
+    runs beside its gate/up GEMMs, one dispatch task every few gate/up tasks, instead of as a group of copies between
+    the step's gate/up and down tasks. Changes no bit (GPU test)."""
+    if spread_dispatch is None:
+        return _env_on("MOK_CUDA_SPREAD_DISPATCH", "0") and allowed
+    if spread_dispatch and not allowed:
+        raise ValueError("spread_dispatch=True needs ring dispatch with a ring of at least 2 minibatches (or the whole "
+                         "schedule) and no overlap_steps")
+    return bool(spread_dispatch)
 
 
 def down_tma_allowed(prep: "Sm90Launch") -> bool:
@@ -663,7 +687,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
            skip_padding_half: bool | None = None, trace: torch.Tensor | None = None,
            down_span: int | None = None, overlap_steps: bool | None = None, down_tma: bool | None = None,
            down_ping_pong: bool | None = None, first_dispatch_parts: int | str | None = None,
-           sum_kernel: bool | None = None, clusters: bool | None = None, extension=None) -> torch.Tensor:
+           sum_kernel: bool | None = None, clusters: bool | None = None, spread_dispatch: bool | None = None,
+           extension=None) -> torch.Tensor:
     """Enqueue the reset and the megakernel on the current stream; returns ``prep.out`` (not yet ready).
 
     Never synchronises, so it can be captured in a CUDA graph. ``num_ctas`` = 0 launches one CTA per SM;
@@ -699,6 +724,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     tasks (:func:`resolve_sum_kernel`; default ``MOK_CUDA_SUM_KERNEL``: with down_tma). Changes no bit.
     ``clusters``: 2-CTA clusters that load each pair of gate/up row tiles' weight tile once (:func:`resolve_clusters`;
     default ``MOK_CUDA_CLUSTERS``, off). Changes no bit.
+    ``spread_dispatch``: the task order places each step's dispatch tasks for the next minibatch among its gate/up
+    tasks (:func:`resolve_spread_dispatch`; default ``MOK_CUDA_SPREAD_DISPATCH``, off). Changes no bit.
     ``extension``: another build of the kernel (:func:`mok.cuda.build.load_extension` with ``source_root``) to
     launch instead of the default one, for A/B timing (experiments/ab_kernels.py).
     """
@@ -739,6 +766,8 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
     clusters = resolve_clusters(clusters, clusters_allowed(
         variant, dispatch, signal_warp and variant == "pipelined" and dispatch != "gather", overlap_steps,
         down_ping_pong))
+    spread_dispatch = resolve_spread_dispatch(spread_dispatch, spread_dispatch_allowed(
+        dispatch, ws.key.ring_rows, prep.minibatch_rows, ws.key.capacity, overlap_steps))
     if use_down_tma:
         if dispatch == "ring" and store_warps and explicit_store_warps:  # (gather mode has neither warp anyway)
             raise ValueError("store_warps=True cannot run with down_tma (the rows leave by TMA: nothing to push)")
@@ -767,7 +796,7 @@ def launch(prep: Sm90Launch, *, variant: str | None = None, num_ctas: int = 0, t
         prep.combine_tokens if use_order else _NO_INT_TENSOR, prep.combine_offsets if use_order else _NO_INT_TENSOR,
         default_skip_padding_half() if skip_padding_half is None else bool(skip_padding_half),
         _NO_LONG_TENSOR if trace is None else trace, down_span, overlap_steps, y, y_rows, down_ping_pong,
-        first_dispatch_parts, use_sum_kernel, clusters)
+        first_dispatch_parts, use_sum_kernel, clusters, spread_dispatch)
     return prep.out
 
 

@@ -78,6 +78,8 @@ void check_shape(const at::Tensor& t, const char* name, std::initializer_list<in
 //     as its combine tasks; emulated ranks with combine tasks, no early combine; changes no bit
 //   clusters: 2-CTA clusters in which two gate/up row tiles of one expert load their weight tile once, half by each
 //     CTA (include/mok/cluster_pairs.cuh); the pipelined variant in ring mode with the signal warp; changes no bit
+//   spread_dispatch: each step's next dispatch tasks lie among its gate/up tasks in the task order (scheduler.cuh);
+//     needs a ring of 2 or more minibatches and no overlap_steps; changes no bit
 void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::Tensor& tile_expert,
              const at::Tensor& segment_offsets, const at::Tensor& x_ptrs, const at::Tensor& weight_ptrs,
              const at::Tensor& combine_ptrs, const at::Tensor& out_ptrs, const at::Tensor& w_gate,
@@ -89,7 +91,8 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
              int64_t phases, bool store_warps, const at::Tensor& combine_tokens,
              const at::Tensor& combine_offsets, bool skip_padding_half, const at::Tensor& trace,
              int64_t down_span, bool overlap_steps, const at::Tensor& y, const at::Tensor& y_rows,
-             bool down_ping_pong, int64_t first_dispatch_parts, bool sum_kernel, bool clusters) {
+             bool down_ping_pong, int64_t first_dispatch_parts, bool sum_kernel, bool clusters,
+             bool spread_dispatch) {
   const at::Device device = w_gate.device();
   TORCH_CHECK(device.is_cuda(), "the SM90 MoE forward needs CUDA tensors");
   const c10::cuda::CUDAGuard guard(device);
@@ -218,6 +221,7 @@ void forward(const at::Tensor& src_rank, const at::Tensor& src_slot, const at::T
   q.first_dispatch_parts = static_cast<int>(first_dispatch_parts);
   q.sum_kernel = sum_kernel;
   q.clusters = clusters;
+  q.spread_dispatch = spread_dispatch;
   q.y = down_tma ? y.data_ptr() : nullptr;
   q.y_rows = down_tma ? y_rows.data_ptr<int32_t>() : nullptr;
   q.trace = tracing ? trace.data_ptr<int64_t>() : nullptr;

@@ -163,6 +163,11 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   if (q.overlap_steps && (early_combine || ring_slots < (max_minibatches < 2 ? max_minibatches : 2)))
     return fail(message, message_len, "overlap_steps needs a ring of at least 2 minibatches (or the whole "
                 "schedule; got %d of %d) and no early combine", ring_slots, max_minibatches);
+  // Spread dispatch puts D(s + 1) among G(s), so D(s + 1) may not wait for G(s): the same ring condition. And not with
+  // overlapped steps, whose G group holds down tasks too.
+  if (q.spread_dispatch && (q.overlap_steps || ring_slots < (max_minibatches < 2 ? max_minibatches : 2)))
+    return fail(message, message_len, "spread_dispatch needs a ring of at least 2 minibatches (or the whole "
+                "schedule; got %d of %d) and no overlap_steps", ring_slots, max_minibatches);
   const bool down_tma = q.y != nullptr;
   if (down_tma != (q.y_rows != nullptr)) return fail(message, message_len, "down_tma needs both y and y_rows, or neither");
   if (down_tma && (one_rank || q.fuse_top1 || combine_blocks == 0))
@@ -256,6 +261,7 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   p.down_span = q.down_span;
   p.down_tasks_per_tile = down_nblocks / q.down_span;  // (down_span divides down_nblocks: checked above)
   p.overlap_steps = q.overlap_steps ? 1 : 0;
+  p.spread_dispatch = q.spread_dispatch && !q.gather_x ? 1 : 0;  // (gather mode has no dispatch tasks to spread)
   p.down_tma = down_tma ? 1 : 0;
   p.down_ping_pong = q.down_ping_pong ? 1 : 0;
   p.y = q.y;

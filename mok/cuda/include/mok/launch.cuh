@@ -88,6 +88,9 @@ struct Sm90MoeProblem {
   bool overlap_steps = false;    // the task order mixes each step's gate/up tasks with the previous step's down
                                  // tasks (scheduler.cuh); needs a ring of 2 or more minibatches (or the whole
                                  // schedule), not with early combine; changes no bit
+  bool spread_dispatch = false;  // the task order places each step's next dispatch tasks among its gate/up tasks
+                                 // (scheduler.cuh, decode_spread); ring mode (ignored in gather mode); needs a ring of
+                                 // 2 or more minibatches (or the whole schedule), not with overlap_steps; changes no bit
   bool skip_padding_half = true; // pipelined variant: a GEMM tile whose rows 64..127 are all padding runs one
                                  // consumer warpgroup's MMA (Task::padding_half); changes no bit
   int first_dispatch_parts = 0;  // tasks per tile of the first minibatch's dispatch (1..8; 0: enough to give every

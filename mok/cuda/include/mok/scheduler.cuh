@@ -42,6 +42,16 @@
 // mode (anchors 3 and 5, the slices), where a step's gate/up weights and the previous step's down weights no longer
 // share L2; so it is off by default (MOK_CUDA_OVERLAP_STEPS).
 //
+// Spread dispatch (`spread_dispatch`, round 44): D(s+1) shares G(s)'s group, one dispatch task every n / dt entries
+// (decode_spread), so that the ring's copies for the next minibatch run beside this step's gate/up GEMMs instead of
+// all at once between G(s) and W(s):
+//
+//     step s:       D(0) (s = 0), GD(s) = G G G D(s+1, 0) G G G D(s+1, 1) ..., W(s)
+//
+// In 2-CTA clusters the lock-stepped pairs keep the chip in step, and every CTA reached D(s+1) at once (round 43: its
+// tasks 11% longer than without clusters). D(s+1) waits for G(s + 1 - ring_slots), a group before GD(s) when the ring
+// holds 2 or more minibatches (the host refuses 1, unless the ring holds the whole schedule); not with overlap_steps.
+//
 // Early combine (`combine_offsets` set; mok/cuda/schedule_tables.py, combine_order). A token's weighted sum needs
 // its K rows, which lie in up to K experts' segments, so without more information it must wait for the last down
 // task of its source rank: the whole sum (T x K x H values read) became a memory-bound tail after the last GEMM
@@ -153,6 +163,9 @@ struct ScheduleView {
   // the tickets a cluster claims two at a time, (2i, 2i + 1), never straddle two groups, and walks the last partial
   // band of a G group in a band of 2 where it can (gate_up_band_entry). Needs overlap_steps off.
   int pair_units = 0;
+  // Spread dispatch: 1 places D(s + 1)'s tasks among G(s)'s, evenly, in one group GD(s) (decode_spread), instead of in
+  // a group of their own after G(s). Ring mode; needs ring_slots >= 2 (or the whole schedule) and overlap_steps off.
+  int spread_dispatch = 0;
 
   // Dispatch tasks of a tile of minibatch `minibatch`: D(0) in parts, every later one whole.
   __host__ __device__ int dispatch_parts(int minibatch) const { return minibatch == 0 ? first_dispatch_parts : 1; }
@@ -182,10 +195,14 @@ struct ScheduleView {
   __host__ __device__ int group_size(int step, int phase, int rank) const {
     switch (phase) {
       case kPhaseDispatchFirst: return step == 0 && !gather_x ? tiles_in_minibatch(rank, 0) * first_dispatch_parts : 0;
-      case kPhaseGateUp:
-        return tiles_in_minibatch(rank, step) * gate_up_nblocks +
-               (overlap_steps && step > 0 ? tiles_in_minibatch(rank, step - 1) * down_nblocks : 0);
-      case kPhaseDispatchNext: return gather_x ? 0 : tiles_in_minibatch(rank, step + 1);
+      case kPhaseGateUp: {
+        const int gate_up = tiles_in_minibatch(rank, step) * gate_up_nblocks +
+                            (overlap_steps && step > 0 ? tiles_in_minibatch(rank, step - 1) * down_nblocks : 0);
+        if (!spread_dispatch) return gate_up;
+        const int dispatch = tiles_in_minibatch(rank, step + 1);
+        return pair_units ? ((gate_up + 1) & ~1) + ((dispatch + 1) & ~1) : gate_up + dispatch;
+      }
+      case kPhaseDispatchNext: return gather_x || spread_dispatch ? 0 : tiles_in_minibatch(rank, step + 1);
       case kPhaseDown: return overlap_steps ? 0 : tiles_in_minibatch(rank, step) * down_nblocks;
       default:  // kPhaseEarlyCombine
         return early_combine() ? first_combine_block(rank, step + 1) - first_combine_block(rank, step) : 0;
@@ -249,6 +266,40 @@ struct TaskCursor {
     t.nblock = static_cast<int>(gate_up ? r : r - gnb);
   }
 
+  // Entry j of group GD(step) of rank `rank` (spread dispatch): the gt gate/up tasks of G(step) and the dt dispatch
+  // tasks of D(step + 1), merged evenly. Entry j of the n = gt + dt is a dispatch iff floor((j + 1) dt / n) >
+  // floor(j dt / n): the group is cut into dt runs of about n / dt entries, each ending in one dispatch. The dispatch's
+  // index is floor(j dt / n) (those before it); a gate/up entry's index in G is j - floor((j + 1) dt / n), and it
+  // decodes as the plain G group's entry of that index (gate_up_band_entry). With clusters the merge goes in units of
+  // two tickets, each part padded to an even count (kTaskIdle), so that a unit is two gate/up tasks of a band or two
+  // dispatches, never one of each. Every dependency still points backwards: D(step + 1) waits for G(step + 1 -
+  // ring_slots), a group before this one when the ring holds 2 or more minibatches (the launch checks).
+  __host__ __device__ void decode_spread(const ScheduleView& v, int j, Task& t) const {
+    const unsigned gnb = static_cast<unsigned>(v.gate_up_nblocks);
+    const unsigned gate_up = static_cast<unsigned>(v.tiles_in_minibatch(rank, step)) * gnb;
+    const unsigned dispatch = static_cast<unsigned>(v.tiles_in_minibatch(rank, step + 1));
+    const unsigned shift = v.pair_units ? 1u : 0u;  // log2 of the unit's tickets
+    const unsigned half = static_cast<unsigned>(j) & shift;  // the ticket's place in its unit (0 without clusters)
+    const unsigned gate_up_units = (gate_up + shift) >> shift, dispatch_units = (dispatch + shift) >> shift;
+    const unsigned units = gate_up_units + dispatch_units;
+    const unsigned u = static_cast<unsigned>(j) >> shift;
+    const unsigned dispatches_before = u * dispatch_units / units, dispatches_through = (u + 1) * dispatch_units / units;
+    if (dispatches_through > dispatches_before) {
+      const unsigned index = (dispatches_before << shift) + half;
+      t.kind = index < dispatch ? kTaskDispatch : kTaskIdle;  // (idle: the padding of an odd dispatch count)
+      t.minibatch = step + 1;
+      t.tile = (step + 1) * v.tiles_per_minibatch + static_cast<int>(index);
+    } else {
+      const unsigned index = ((u - dispatches_through) << shift) + half;
+      t.kind = index < gate_up ? kTaskGateUp : kTaskIdle;
+      t.minibatch = step;
+      unsigned tile, column;
+      gate_up_band_entry(index, gnb, gate_up, tile, column, v.pair_units != 0);
+      t.tile = step * v.tiles_per_minibatch + static_cast<int>(tile);
+      t.nblock = static_cast<int>(column);
+    }
+  }
+
   __host__ __device__ Task decode(const ScheduleView& v, int ticket) {
     while (step < v.num_steps && ticket >= base + span(v)) advance(v);
     Task t{};
@@ -270,6 +321,10 @@ struct TaskCursor {
         case kPhaseGateUp:
           if (v.overlap_steps && step > 0) {
             decode_overlapped(v, j, t);
+            break;
+          }
+          if (v.spread_dispatch) {
+            decode_spread(v, j, t);
             break;
           }
           t.kind = kTaskGateUp;

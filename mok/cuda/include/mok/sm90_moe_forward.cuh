@@ -544,6 +544,7 @@ __global__ void __launch_bounds__(Tiles::kNumThreads, 1)
   v.combine_rank = p.local_rank;
   v.combine_offsets = p.combine_offsets;
   v.overlap_steps = p.overlap_steps;
+  v.spread_dispatch = p.spread_dispatch;
   v.combine_tasks = p.combine_tasks;
   v.first_dispatch_parts = p.first_dispatch_parts;
   v.pair_units = kClusters ? 1 : 0;

@@ -222,6 +222,7 @@ struct Sm90MoeParams {  // aligned as CUtensorMap (128 bytes in CUDA 13)
                              //    the gate/up tiles' h rows)
                              //    (store_warps.cuh; needs signal_warp, and ablate == 0)
   int overlap_steps;         // 1: G(s) and W(s - 1) share a group of the task order (scheduler.cuh)
+  int spread_dispatch;       // 1: D(s + 1)'s tasks lie among G(s)'s in one group of the task order (scheduler.cuh)
   int down_tma;              // 1: y and y_rows are set (the down tiles leave by TMA; see y below)
   int first_dispatch_parts;  // D(0)'s dispatch tasks per tile (1..kMaxFirstDispatchParts; scheduler.cuh)
   int down_ping_pong;        // 1: the consumer warpgroups take turns on a down block's column halves (run_down_task);
