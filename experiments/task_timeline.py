@@ -22,7 +22,7 @@ after warm-up launches; recording it changes no bit (``tests/test_cuda_trace_gpu
 (and, per GEMM task, consumer thread 0's own wait for the first K block, the phase the mainloop waits for anyway).
 
 Run on the H200:  python experiments/task_timeline.py [--dispatch ring|gather|auto] [--ablate epilogue,...] [--patch P]
-                                                    [--clusters] [--ctas-shown 12] [SHAPE ...]
+                                                    [--clusters] [--spread-dispatch] [--ctas-shown 12] [SHAPE ...]
 """
 from __future__ import annotations
 
@@ -239,6 +239,8 @@ def main() -> None:
                         "mok.cuda.backend.ABLATE and PROBE (e.g. 'epilogue' or 'stores'; the results are then garbage)")
     parser.add_argument("--clusters", action="store_true", help="launch in 2-CTA clusters (launch(clusters=True): "
                         "the pipelined variant in ring mode)")
+    parser.add_argument("--spread-dispatch", action="store_true", help="the spread-dispatch task order "
+                        "(launch(spread_dispatch=True): ring mode, a ring of 2 or more minibatches)")
     parser.add_argument("--patch", type=Path, help="record a build of this tree with the patch's mok/cuda hunks "
                         "applied (a candidate kernel: experiments/ab_kernels.py)")
     args = parser.parse_args()
@@ -246,6 +248,8 @@ def main() -> None:
     options = {"ablate": ablate}
     if args.clusters:
         options["clusters"] = True
+    if args.spread_dispatch:
+        options["spread_dispatch"] = True
     if args.patch:
         import tempfile
 
@@ -257,11 +261,11 @@ def main() -> None:
     for name in args.shapes:
         tl, summary, dispatch = record(name, args.dispatch, **options)
         tag = (dispatch + "".join(f"_{a}" for a in args.ablate.split(",") if a) + ("_clusters" if args.clusters else "")
-               + (f"_{args.patch.stem}" if args.patch else ""))
+               + ("_spread" if args.spread_dispatch else "") + (f"_{args.patch.stem}" if args.patch else ""))
         print(format_summary(name, tag, summary), flush=True)
         stem = f"task_timeline_{name.replace('/', '_')}_{tag}"
         doc = {"metadata": metadata, "shape": name, "dispatch": dispatch, "ablate": args.ablate, "clusters": args.clusters,
-               "patch": str(args.patch) if args.patch else None, "summary": summary}
+               "spread_dispatch": args.spread_dispatch, "patch": str(args.patch) if args.patch else None, "summary": summary}
         fig = plot(tl, summary, f"{name} ({tag})", args.ctas_shown)
         for folder in harness.output_dirs(None):
             harness.write_json(doc, folder / f"{stem}.json")
