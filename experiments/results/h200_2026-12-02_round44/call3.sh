@@ -7,7 +7,7 @@ export MOK_GIT_COMMIT=dc41344
 P=experiments/results/h200_2026-12-02_round44/dispatch_evict_first.patch
 MOK_STAGES=timeline MOK_TIMELINE_ARGS="--dispatch ring" MOK_TIMELINE_SHAPES="anchor-1" MOK_TIMEOUT_TIMELINE=90 \
   MOK_DEADLINE_S=100 bash experiments/gpu_run.sh 2>&1 | grep -E "^stage|rror"
-AB="python3 experiments/ab_kernels.py --dispatch ring --rounds 30 --launches 10"
+AB="env PYTHONPATH=. python3 experiments/ab_kernels.py --dispatch ring --rounds 30 --launches 10"
 timeout 150 $AB --launch-b spread_dispatch=true anchor-3 anchor-5 2>&1 | grep -vE "^\s*$" | tail -6
 timeout 200 $AB --patch $P --launch-b spread_dispatch=true anchor-3 anchor-5 2>&1 | grep -vE "^\s*$" | tail -6
 timeout 150 $AB --patch $P --launch-a clusters=true --launch-b clusters=true --launch-b spread_dispatch=true \
