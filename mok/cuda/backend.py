@@ -277,7 +277,12 @@ def resolve_spread_dispatch(spread_dispatch: bool | None, allowed: bool) -> bool
     """``spread_dispatch`` if given (``True`` where :func:`spread_dispatch_allowed` says no is an error), else
     ``MOK_CUDA_SPREAD_DISPATCH`` (default off) where allowed. Each step's prefetch of the next minibatch's rows then
     runs beside its gate/up GEMMs, one dispatch task every few gate/up tasks, instead of as a group of copies between
-    the step's gate/up and down tasks. Changes no bit (GPU test)."""
+    the step's gate/up and down tasks. Changes no bit (GPU test).
+
+    Off by default because it measured slower (H200, round 44, held at the power limit): 1.019 / 1.014 / 1.013x the
+    time at anchors 3 / 4 / 5, and 0.999-1.010x in 2-CTA clusters. The copies among the gate/up bands push the bands'
+    weights out of L2 (anchor-5: 21.4 GB of DRAM reads against 19.7), and at 700 W the clock pays for the bytes
+    (mok/cuda/ROUNDS.md, round 44). Kept as an option for research on the task order."""
     if spread_dispatch is None:
         return _env_on("MOK_CUDA_SPREAD_DISPATCH", "0") and allowed
     if spread_dispatch and not allowed:

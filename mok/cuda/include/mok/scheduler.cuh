@@ -51,6 +51,10 @@
 // In 2-CTA clusters the lock-stepped pairs keep the chip in step, and every CTA reached D(s+1) at once (round 43: its
 // tasks 11% longer than without clusters). D(s+1) waits for G(s + 1 - ring_slots), a group before GD(s) when the ring
 // holds 2 or more minibatches (the host refuses 1, unless the ring holds the whole schedule); not with overlap_steps.
+// Measured (round 44, mok/cuda/ROUNDS.md): the dispatch tasks do get shorter (anchor-3: 39.1 us in clusters + spread,
+// 46.8 in clusters alone), but copies among a band's tasks push its weights out of L2 (anchor-5: 21.4 GB of DRAM
+// reads against 19.7), and held at the power limit the clock pays: 1.013-1.019x the time alone, 0.999-1.010x in
+// clusters. So it is off by default (MOK_CUDA_SPREAD_DISPATCH).
 //
 // Early combine (`combine_offsets` set; mok/cuda/schedule_tables.py, combine_order). A token's weighted sum needs
 // its K rows, which lie in up to K experts' segments, so without more information it must wait for the last down
