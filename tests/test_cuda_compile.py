@@ -546,7 +546,7 @@ def test_task_order_in_cluster_units(schedule_simulator, case, launches, spread)
 
 LAUNCH_CHECK_SOURCE = r"""
 // Calls sm90_moe_forward with valid sizes, null pointers and the (R, E, local_rank, phases, order (bit 0:
-// overlap_steps, bit 1: spread_dispatch), ring minibatches, y, y_rows, top_k, mxfp8, ping_pong, sum_kernel, combine) of each input line (capacity: 2 minibatches;
+// overlap_steps, bit 1: spread_dispatch, bit 2: gather mode), ring minibatches, y, y_rows, top_k, mxfp8, ping_pong, sum_kernel, combine) of each input line (capacity: 2 minibatches;
 // y: 0 none, 1 an aligned stand-in address, 2 a misaligned one; y_rows: 0 none, 1 a stand-in; mxfp8: packed rows of
 // 144 bytes; ping_pong: 0 none, else down_ping_pong in the pipelined variant, 1 without the signal warp, 2 with it, 3
 // without it at I = 512; combine: 0 the combine tasks, 1 the fused top-1 combine, 2 early combine with stand-in
@@ -574,6 +574,7 @@ int main() {
     q.phases = phases;
     q.overlap_steps = (overlap & 1) != 0;
     q.spread_dispatch = (overlap & 2) != 0;
+    q.gather_x = (overlap & 4) != 0;
     q.sum_kernel = sum_kernel != 0;
     q.fuse_top1 = combine == 1;
     if (combine == 2) {
@@ -605,8 +606,8 @@ int main() {
 """
 
 ACCEPTED = "a required device pointer is null"  # every check of the combination passed
-# (R, E, local_rank, phases, order (1: overlap_steps, 2: spread_dispatch), ring minibatches) -> the message the launch
-# function stops with
+# (R, E, local_rank, phases, order (1: overlap_steps, 2: spread_dispatch, 4: gather mode), ring minibatches) -> the
+# message the launch function stops with
 LAUNCH_CHECK_CASES = {
     (2, 8, -1, 3, 0, 1): ACCEPTED,                  # emulated ranks: every phase in one launch
     (2, 4, 0, 1, 0, 1): ACCEPTED,                   # real rank 0 of 2: its expert launch (E = its own 4 experts)
@@ -626,6 +627,7 @@ LAUNCH_CHECK_CASES = {
     (2, 8, -1, 3, 2, 2): ACCEPTED,            # spread dispatch with a ring of both minibatches
     (2, 8, -1, 3, 2, 1): "spread_dispatch needs a ring of at least 2 minibatches",  # D(s + 1) would wait for G(s)
     (2, 8, -1, 3, 3, 2): "and no overlap_steps",  # both orders at once
+    (2, 8, -1, 3, 6, 1): ACCEPTED,            # gather mode has no dispatch tasks: spread_dispatch is ignored
 }
 # down_tma: (the above's six, y, y_rows, top_k, mxfp8) -> the message
 DOWN_TMA_CHECK_CASES = {
