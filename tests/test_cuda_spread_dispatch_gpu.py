@@ -3,7 +3,7 @@
 With spread dispatch each step's dispatch tasks for the next minibatch lie among the step's gate/up tasks in one group
 of the task order (include/mok/scheduler.cuh, decode_spread) instead of in a group of their own after them. The tasks
 and their arithmetic are unchanged, so every output and saved gate/up row must be the same bits as the plain order's,
-alone or in 2-CTA clusters, whatever the EP degree, ring or CTA count (with one CTA, or one cluster, a dependency on a
+alone or in 2-CTA clusters, whatever the EP degree, ring or CTA count (with 2 CTAs, one cluster, a dependency on a
 later ticket would hang the launch, which the bounded waits report as an error). The order itself (every dependency
 backwards, the dispatches evenly spread) is checked on the host (tests/test_cuda_compile.py, test_task_order_*).
 """
