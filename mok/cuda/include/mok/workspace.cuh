@@ -139,7 +139,7 @@ enum CounterId : int {
   kCtrMbarStoresDone = 13,  // store warps: a down task's rows are all stored (the signal warp waits)
   kCtrDownStepDone = 14,    // early combine: every rank's down tasks of a step finished
   kCtrMbarInboxFull = 15,   // clusters: the pair scheduler -> a CTA's producer (a task posted)
-  kCtrMbarInboxEmpty = 16,  // clusters: a CTA's producer -> the pair scheduler (the inbox handed back: the next, please)
+  kCtrMbarInboxEmpty = 16,  // clusters: a CTA's producer -> the pair scheduler (its inbox handed back: next, please)
   kCtrMbarPeerFree = 17,    // clusters: the partner CTA's stage is free for this CTA's half of B
 };
 
