@@ -288,8 +288,9 @@ def megakernel_down_a_span(shape, dispatch: str) -> int:
 def report_model(path: Path) -> dict:
     """A saved report (``--json``; named traffic_<shape>_<backend><tag>.json) beside :func:`modelled_l2_bytes`:
     the backend from the name (``sonicmoe``, or the megakernel in gather dispatch if the tag says ``gather``, else
-    in the dispatch its default picks at that shape; in 2-CTA clusters if the tag says ``clusters``). Returns the GEMMs' measured L2 and DRAM GB, the model's parts
-    and the ratio of measured L2 to the model plus the DRAM bytes."""
+    in the dispatch its default picks at that shape; in 2-CTA clusters if the tag says ``clusters``). Returns the
+    GEMMs' measured L2 and DRAM GB, the model's parts and the ratio of measured L2 to the model plus the DRAM
+    bytes."""
     from mok.config import get_shape  # noqa: PLC0415
 
     data = json.loads(path.read_text())

@@ -239,12 +239,18 @@ def resolve_first_dispatch_parts(parts: int | str | None) -> int:
     return int(parts)
 
 
+def ring_holds_two_minibatches(ring_rows: int, minibatch_rows: int, capacity: int) -> bool:
+    """Whether the ring holds 2 or more minibatches, or every minibatch of the schedule: then no task of step s waits
+    for a task of step s - 1 to free its ring rows, which the orders that merge two steps' groups need (the launch
+    checks the same in csrc/sm90_moe_forward.cu)."""
+    return ring_rows // minibatch_rows >= min(2, -(-capacity // minibatch_rows))
+
+
 def overlap_steps_allowed(ring_rows: int, minibatch_rows: int, capacity: int, early_combine: bool) -> bool:
     """Whether a launch can take the overlapped-steps order (include/mok/scheduler.cuh): step s's gate/up tasks then
     share a group with step s - 1's down tasks, so they must not wait for those (the ring holds 2 or more
     minibatches, or all of them), and early combine, whose blocks follow each step's down tasks, is off."""
-    ring_slots = ring_rows // minibatch_rows
-    return not early_combine and ring_slots >= min(2, -(-capacity // minibatch_rows))
+    return not early_combine and ring_holds_two_minibatches(ring_rows, minibatch_rows, capacity)
 
 
 def resolve_overlap_steps(overlap_steps: bool | None, allowed: bool) -> bool:
@@ -269,8 +275,7 @@ def spread_dispatch_allowed(dispatch: str, ring_rows: int, minibatch_rows: int, 
     """Whether a launch can take the spread-dispatch order (include/mok/scheduler.cuh, decode_spread): ring mode (gather
     mode has no dispatch tasks), step s + 1's dispatch tasks then share a group with step s's gate/up tasks, so they
     must not wait for those (the ring holds 2 or more minibatches, or all of them), and no overlapped steps."""
-    ring_slots = ring_rows // minibatch_rows
-    return dispatch == "ring" and not overlap_steps and ring_slots >= min(2, -(-capacity // minibatch_rows))
+    return dispatch == "ring" and not overlap_steps and ring_holds_two_minibatches(ring_rows, minibatch_rows, capacity)
 
 
 def resolve_spread_dispatch(spread_dispatch: bool | None, allowed: bool) -> bool:

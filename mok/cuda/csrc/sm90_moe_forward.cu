@@ -160,12 +160,13 @@ int sm90_moe_forward(const Sm90MoeProblem& q, cudaStream_t stream, char* message
   // Overlapped steps put W(s - 1) beside G(s), so G(s) may not wait for W(s - 1): the ring must hold two
   // minibatches (or the whole schedule, whose rows are never overwritten).
   const int ring_slots = q.ring_rows / q.minibatch_rows;
-  if (q.overlap_steps && (early_combine || ring_slots < (max_minibatches < 2 ? max_minibatches : 2)))
+  const bool ring_holds_two = ring_slots >= (max_minibatches < 2 ? max_minibatches : 2);
+  if (q.overlap_steps && (early_combine || !ring_holds_two))
     return fail(message, message_len, "overlap_steps needs a ring of at least 2 minibatches (or the whole "
                 "schedule; got %d of %d) and no early combine", ring_slots, max_minibatches);
   // Spread dispatch puts D(s + 1) among G(s), so D(s + 1) may not wait for G(s): the same ring condition. And not with
   // overlapped steps, whose G group holds down tasks too. (Gather mode has no dispatch tasks: the switch is ignored.)
-  if (q.spread_dispatch && !q.gather_x && (q.overlap_steps || ring_slots < (max_minibatches < 2 ? max_minibatches : 2)))
+  if (q.spread_dispatch && !q.gather_x && (q.overlap_steps || !ring_holds_two))
     return fail(message, message_len, "spread_dispatch needs a ring of at least 2 minibatches (or the whole "
                 "schedule; got %d of %d) and no overlap_steps", ring_slots, max_minibatches);
   const bool down_tma = q.y != nullptr;
