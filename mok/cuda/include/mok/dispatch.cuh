@@ -7,6 +7,11 @@
 //
 // MXFP8 (p.mxfp8): the token buffers hold packed MXFP8 rows (mxfp8.cuh), and dispatch dequantizes them on the
 // way into the bf16 ring (dispatch_tile_mxfp8).
+//
+// In the spread order (v.spread_dispatch) the copies run among the gate/up bands, whose weights the L2 should keep
+// for the band's row tiles, so their loads and stores carry an evict-first L2 policy (sync.cuh, l2_copy_policy;
+// round 45); in the plain order they run beside the down GEMMs with the default priority (evict-first measured
+// 0.994-1.002x there).
 #pragma once
 
 #include <cstdint>
@@ -93,6 +98,7 @@ __device__ __forceinline__ void dispatch_tile(const Sm90MoeParams& p, const Sche
   constexpr int kChunksPerLane = 16;  // 2 x 16 loads of 16 bytes per lane in flight: a whole row pair at H = 4096
   const int chunks = p.hidden / 8;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  const uint64_t policy = l2_copy_policy(v.spread_dispatch);
   dispatch_rows<Tiles>(p, v, t, thread, num_threads, [&](const char* const (&src)[kDispatchRowsPerPass],
                                                          uint4* const (&dst)[kDispatchRowsPerPass], int lane) {
     for (int c = lane; c < chunks; c += 32 * kChunksPerLane) {
@@ -102,8 +108,8 @@ __device__ __forceinline__ void dispatch_tile(const Sm90MoeParams& p, const Sche
 #pragma unroll
         for (int u = 0; u < kChunksPerLane; ++u) {
           const int cc = c + 32 * u;
-          value[q][u] = (src[q] != nullptr && cc < chunks) ? load_streaming(reinterpret_cast<const uint4*>(src[q]) + cc)
-                                                           : zero;
+          value[q][u] = (src[q] != nullptr && cc < chunks)
+                            ? load_streaming(reinterpret_cast<const uint4*>(src[q]) + cc, policy) : zero;
         }
       }
 #pragma unroll
@@ -111,7 +117,7 @@ __device__ __forceinline__ void dispatch_tile(const Sm90MoeParams& p, const Sche
 #pragma unroll
         for (int u = 0; u < kChunksPerLane; ++u) {
           const int cc = c + 32 * u;
-          if (dst[q] != nullptr && cc < chunks) dst[q][cc] = value[q][u];
+          if (dst[q] != nullptr && cc < chunks) store_with_policy(dst[q] + cc, value[q][u], policy);
         }
       }
     }
@@ -127,6 +133,7 @@ __device__ __forceinline__ void dispatch_tile_mxfp8(const Sm90MoeParams& p, cons
   constexpr int kCodesPerChunk = 16;
   const int code_chunks = p.hidden / kCodesPerChunk;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  const uint64_t policy = l2_copy_policy(v.spread_dispatch);
   dispatch_rows<Tiles>(p, v, t, thread, num_threads, [&](const char* const (&src)[kDispatchRowsPerPass],
                                                          uint4* const (&dst)[kDispatchRowsPerPass], int lane) {
     for (int c = lane; c < code_chunks; c += 32 * kChunksPerLane) {
@@ -138,7 +145,7 @@ __device__ __forceinline__ void dispatch_tile_mxfp8(const Sm90MoeParams& p, cons
         for (int u = 0; u < kChunksPerLane; ++u) {
           const int cc = c + 32 * u;
           const bool load = src[q] != nullptr && cc < code_chunks;
-          codes[q][u] = load ? load_streaming(reinterpret_cast<const uint4*>(src[q]) + cc) : zero;
+          codes[q][u] = load ? load_streaming(reinterpret_cast<const uint4*>(src[q]) + cc, policy) : zero;
           // The scales follow the H codes; a padding row's zero codes make zeros whatever the scale.
           scale_byte[q][u] = load ? __ldg(reinterpret_cast<const uint8_t*>(src[q]) + p.hidden + cc * kCodesPerChunk / kMxBlock)
                                   : 127u;
@@ -152,8 +159,8 @@ __device__ __forceinline__ void dispatch_tile_mxfp8(const Sm90MoeParams& p, cons
           if (dst[q] == nullptr || cc >= code_chunks) continue;
           uint4 first, second;
           dequantize_e4m3x16(codes[q][u], e8m0_to_float(scale_byte[q][u]), first, second);
-          dst[q][2 * cc] = first;
-          dst[q][2 * cc + 1] = second;
+          store_with_policy(dst[q] + 2 * cc, first, policy);
+          store_with_policy(dst[q] + 2 * cc + 1, second, policy);
         }
       }
     }

@@ -42,6 +42,33 @@ __device__ __forceinline__ uint4 load_streaming(const uint4* ptr) {
   return v;
 }
 
+// The same load, and a store, under an L2 cache policy (`l2_copy_policy`).
+__device__ __forceinline__ uint4 load_streaming(const uint4* ptr, uint64_t policy) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(ptr), "l"(policy));
+  return v;
+}
+
+__device__ __forceinline__ void store_with_policy(uint4* ptr, uint4 v, uint64_t policy) {
+  asm volatile("st.global.L1::no_allocate.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;"
+               ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "l"(policy) : "memory");
+}
+
+// An L2 policy for a copy's loads and stores: evict-first when the copy runs beside GEMM tasks whose operands the
+// L2 should keep (round 44: the spread order's ring copies among the gate/up bands pushed the bands' weights out,
+// +8% DRAM reads at anchor-5), else the default priority.
+__device__ __forceinline__ uint64_t l2_copy_policy(bool evict_first) {
+  uint64_t policy;
+  if (evict_first) {
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  } else {
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+  }
+  return policy;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Global-memory counters
 // ---------------------------------------------------------------------------------------------------------
